@@ -1,0 +1,55 @@
+"""The ``alem-eval`` command line: thin typer commands over the library API.
+
+Each command lives in ``alem_eval/commands/<name>.py``, parses its options, calls one
+library function and renders the result (data on stdout, humans on stderr via rich).
+Every :class:`~alem_eval.errors.AlemEvalError` becomes one line on stderr and a non-zero
+exit code; tracebacks are shown only with ``ALEM_EVAL_DEBUG=1``.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import typer
+
+from .errors import AlemEvalError
+
+app = typer.Typer(
+    name="alem-eval",
+    help="Get, verify, score and compare the released Alem RL baselines.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# Command modules register themselves on `app` when imported.
+COMMAND_MODULES = ("list_", "pull", "verify", "score", "report", "leaderboard", "train", "compare")
+
+
+def _register() -> None:
+    for name in COMMAND_MODULES:
+        try:
+            importlib.import_module(f"alem_eval.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"alem_eval.commands.{name}":
+                raise
+
+
+def main(argv: list[str] | None = None) -> None:
+    _register()
+    try:
+        app(args=argv, standalone_mode=True)
+    except AlemEvalError as err:
+        if os.environ.get("ALEM_EVAL_DEBUG"):
+            raise
+        print(f"alem-eval: error: {err}", file=sys.stderr)
+        sys.exit(err.exit_code)
+    except KeyboardInterrupt:
+        print("alem-eval: interrupted; completed work is kept and a rerun resumes it",
+              file=sys.stderr)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

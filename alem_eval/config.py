@@ -1,0 +1,499 @@
+"""Run configurations: the one place where upstream's UPPER_CASE trainer keys are read.
+
+A released cell's ``config.json`` is resolved in three layers (spec §5):
+
+1. the algorithm's trainer defaults (the upstream yaml files),
+2. the full training config, if the file has one (``config``),
+3. ``reload_overrides`` last: it is the authority.
+
+Only ``reload_overrides`` is a field name known from the real Hub files, so every other
+field is read defensively. Values may be JSON numbers/booleans/lists or strings ("4",
+"true", "[16]"); a known key whose value cannot be coerced is a :class:`ConfigError`
+naming the key. Unknown keys in ``reload_overrides`` produce warnings; nothing is ever
+evaluated as code.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Union
+
+from .errors import ConfigError
+
+ALGORITHMS: tuple[str, ...] = ("ippo-rnn", "mappo-rnn", "hypermarl-rnn", "pqn-vdn-rnn")
+DIFFICULTIES: tuple[str, ...] = ("easy", "medium", "hard")
+ACTIVATIONS: tuple[str, ...] = ("tanh", "relu")
+NORM_TYPES: tuple[str, ...] = ("layer_norm", "batch_norm", "none")
+ENV_NAMES: tuple[str, ...] = ("Alem-Coop-Symbolic",)
+# StaticEnvParams.version of alem-env 0.1.0, the paper's environment.
+PAPER_ENV_VERSION = "v0.13741-fix-construction-more-metrics"
+
+_ALGORITHM_ALIASES = {
+    "ippo": "ippo-rnn",
+    "mappo": "mappo-rnn",
+    "hypermarl": "hypermarl-rnn",
+    "ippo-hypermarl-rnn": "hypermarl-rnn",
+    "hypermarl-ippo-rnn": "hypermarl-rnn",
+    "pqn": "pqn-vdn-rnn",
+    "pqn-vdn": "pqn-vdn-rnn",
+    "pqn-rnn": "pqn-vdn-rnn",
+}
+
+
+def canonical_algorithm(name: str) -> str | None:
+    """'IPPO_RNN' -> 'ippo-rnn'; None if the name is not one of the four algorithms."""
+    key = str(name).strip().lower().replace("_", "-")
+    key = _ALGORITHM_ALIASES.get(key, key)
+    return key if key in ALGORITHMS else None
+
+
+# ----------------------------------------------------------------------------------------
+# Coercion of loosely typed JSON values
+# ----------------------------------------------------------------------------------------
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+def _to_bool(v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, int) and v in (0, 1):
+        return bool(v)
+    if isinstance(v, str) and v.strip().lower() in _TRUE | _FALSE:
+        return v.strip().lower() in _TRUE
+    raise ValueError("expected a boolean")
+
+
+def _to_int(v: Any) -> int:
+    if isinstance(v, bool):
+        raise ValueError("expected an integer")
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and math.isfinite(v) and v == int(v):
+        return int(v)
+    if isinstance(v, str):
+        s = v.strip()
+        try:
+            return int(s)
+        except ValueError:
+            f = float(s)  # "1e9"
+            if math.isfinite(f) and f == int(f):
+                return int(f)
+    raise ValueError("expected an integer")
+
+
+def _to_float(v: Any) -> float:
+    if isinstance(v, bool):
+        raise ValueError("expected a number")
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):
+        return float(v.strip())
+    raise ValueError("expected a number")
+
+
+def _to_str(v: Any) -> str:
+    if isinstance(v, str):
+        return v
+    raise ValueError("expected a string")
+
+
+def _to_list(item: Callable[[Any], Any]) -> Callable[[Any], tuple]:
+    def conv(v: Any) -> tuple:
+        if isinstance(v, str):
+            s = v.strip()
+            try:
+                v = json.loads(s)
+            except json.JSONDecodeError:
+                # Hydra style: [hard] or [easy,medium]
+                inner = s[1:-1] if s.startswith("[") and s.endswith("]") else s
+                v = [p.strip().strip("'\"") for p in inner.split(",") if p.strip()]
+        if isinstance(v, (int, float, str)) and not isinstance(v, bool):
+            v = [v]
+        if not isinstance(v, (list, tuple)):
+            raise ValueError("expected a list")
+        return tuple(item(x) for x in v)
+
+    return conv
+
+
+def _choice(options: tuple[str, ...], *, lower: bool = True) -> Callable[[Any], str]:
+    def conv(v: Any) -> str:
+        s = _to_str(v).strip()
+        s = s.lower() if lower else s
+        if s not in options:
+            raise ValueError(f"expected one of {', '.join(options)}")
+        return s
+
+    return conv
+
+
+def _difficulty(v: Any) -> str:
+    return _choice(DIFFICULTIES)(v)
+
+
+def _norm_type(v: Any) -> str:
+    s = _to_str(v).strip().lower()
+    return "none" if s in ("", "none", "null") else _choice(NORM_TYPES)(s)
+
+
+# ----------------------------------------------------------------------------------------
+# The key table: every upstream key alem-eval reads, its type and trainer defaults (§5)
+# ----------------------------------------------------------------------------------------
+_COMMON = {
+    "ENV_NAME": (_choice(ENV_NAMES, lower=False), "Alem-Coop-Symbolic"),
+    "SHARED_REWARD": (_to_bool, False),
+    "SOFT_SPECIALIZATION": (_to_bool, True),
+    "SPECIALIST_EFFICIENCY": (_to_float, 1.0),
+    "NON_SPECIALIST_EFFICIENCY": (_to_float, 0.2),
+    "SCALE_BASE_DIFFICULTY": (_to_bool, False),
+    "TRAINING_COORDINATION_DIFFICULTY": (_difficulty, "easy"),
+    "NUM_AGENTS": (_to_int, 3),
+    "NUM_COMM_CHANNELS": (_to_int, 0),
+    "ACTION_MASKING": (_to_bool, True),
+    "NUM_SEEDS": (_to_int, 1),
+    "SEED": (_to_int, 0),
+    "TEST_NUM_EPISODES": (_to_int, 20),
+    "TEST_MAX_STEPS": (_to_int, 10000),
+    "EVAL_DIFFICULTIES": (_to_list(_difficulty), ("easy",)),
+    # Not in any yaml: upstream code defaults.
+    "VISUALIZE": (_to_bool, True),
+    "EVAL_SEED": (_to_int, 9999),
+    "APPEND_AGENT_ID": (_to_bool, False),
+    # Training (read by the trainers; harmless for evaluation).
+    "TOTAL_TIMESTEPS": (_to_int, 1_000_000_000),
+    "NUM_ENVS": (_to_int, 1024),
+    "NUM_STEPS": (_to_int, 64),
+    "NUM_MINIBATCHES": (_to_int, 8),
+    "UPDATE_EPOCHS": (_to_int, 4),
+    "GAMMA": (_to_float, 0.99),
+    "LR": (_to_float, 2e-4),
+    "MAX_GRAD_NORM": (_to_float, 1.0),
+    "ANNEAL_LR": (_to_bool, True),
+}
+_PPO = {
+    "GRU_HIDDEN_DIM": (_to_int, 512),
+    "FC_DIM_SIZE": (_to_int, 128),
+    "ACTIVATION": (_choice(ACTIVATIONS), "tanh"),
+    "GAE_LAMBDA": (_to_float, 0.8),
+    "CLIP_EPS": (_to_float, 0.2),
+    "SCALE_CLIP_EPS": (_to_bool, False),
+    "ENT_COEF": (_to_float, 0.01),
+    "VF_COEF": (_to_float, 0.5),
+    "LR_WARMUP": (_to_float, 0.0),
+}
+_HYPER = {
+    "ACTIVATION": (_choice(ACTIVATIONS), "relu"),
+    "APPEND_AGENT_ID": (_to_bool, True),
+    "HYPERNET_EMBEDDING_DIM": (_to_int, 64),
+    "HYPERNET_HIDDEN_DIMS": (_to_list(_to_int), (64,)),
+    "HYPERNET_INIT_SCALE": (_to_float, 1.41421356237),
+    "USE_AGENT_ID_EMBEDDINGS": (_to_bool, True),
+    "USE_BIAS_IN_HYPERNET": (_to_bool, True),
+    "LR": (_to_float, 1e-4),
+}
+_PQN = {
+    "HIDDEN_SIZE": (_to_int, 1024),
+    "NUM_LAYERS": (_to_int, 1),
+    "NORM_INPUT": (_to_bool, False),
+    "NORM_TYPE": (_norm_type, "layer_norm"),
+    "DUELING": (_to_bool, False),
+    "NUM_ENVS": (_to_int, 512),
+    "NUM_STEPS": (_to_int, 128),
+    "NUM_MINIBATCHES": (_to_int, 16),
+    "NUM_EPOCHS": (_to_int, 4),
+    "LR": (_to_float, 5e-5),
+    "MAX_GRAD_NORM": (_to_float, 0.5),
+    "LR_LINEAR_DECAY": (_to_bool, True),
+    "LAMBDA": (_to_float, 0.9),
+    "EPS_START": (_to_float, 1.0),
+    "EPS_FINISH": (_to_float, 0.01),
+    "EPS_DECAY": (_to_float, 0.1),
+    "TOTAL_TIMESTEPS_DECAY": (_to_int, 1_000_000_000),
+    "REW_SCALE": (_to_float, 1.0),
+}
+
+KEY_TABLE: dict[str, dict[str, tuple[Callable[[Any], Any], Any]]] = {
+    "ippo-rnn": {**_COMMON, **_PPO},
+    "mappo-rnn": {**_COMMON, **_PPO, "NUM_ENVS": (_to_int, 512)},
+    "hypermarl-rnn": {**_COMMON, **_PPO, **_HYPER},
+    "pqn-vdn-rnn": {**_COMMON, **_PQN},
+}
+
+# Keys the trainers log but that carry no meaning for alem-eval: not warned about.
+_IGNORED_PREFIXES = ("coord_", "WANDB", "ENTITY", "PROJECT", "RUN_NAME", "ALG_NAME",
+                     "RUN_TAGS", "env_version", "LOAD_CHECKPOINT", "NUM_RNN_LAYERS",
+                     "ADD_LAST_ACTION", "REW_SHAPING_HORIZON", "TEST_", "HYDRA", "SAVE_PATH")
+
+
+# ----------------------------------------------------------------------------------------
+# Typed records
+# ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class EnvConfig:
+    """How the Alem environment is built for this run (training and evaluation)."""
+
+    env_name: str
+    num_agents: int
+    num_comm_channels: int
+    shared_reward: bool
+    action_masking: bool
+    scale_base_difficulty: bool
+    training_difficulty: str
+    soft_specialization: bool
+    specialist_efficiency: float
+    non_specialist_efficiency: float
+
+
+@dataclass(frozen=True)
+class PPONetConfig:
+    """IPPO (shared parameters) and MAPPO actor/critic sizes."""
+
+    fc_dim: int
+    gru_hidden: int
+    activation: str
+
+
+@dataclass(frozen=True)
+class HyperMARLNetConfig:
+    fc_dim: int
+    gru_hidden: int
+    activation: str
+    embedding_dim: int
+    hidden_dims: tuple[int, ...]
+    init_scale: float
+    use_agent_id_embeddings: bool
+    use_bias: bool
+
+
+@dataclass(frozen=True)
+class PQNNetConfig:
+    hidden_size: int
+    num_layers: int
+    norm_type: str  # layer_norm | batch_norm | none
+    norm_input: bool
+    dueling: bool
+
+
+NetworkConfig = Union[PPONetConfig, HyperMARLNetConfig, PQNNetConfig]
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Upstream's evaluation settings as the reloaded run would use them (spec §3)."""
+
+    seed: int  # SEED: roots the reference key chain
+    visualize: bool  # VISUALIZE: one extra split of the root key
+    eval_difficulties: tuple[str, ...]  # EVAL_DIFFICULTIES, in order
+    num_episodes: int  # TEST_NUM_EPISODES
+    max_steps: int  # TEST_MAX_STEPS
+    eval_seed: int  # EVAL_SEED: episode i resets with PRNGKey(eval_seed + i)
+    append_agent_id: bool  # APPEND_AGENT_ID (HyperMARL's eval env wrapper)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """A fully resolved, typed run configuration."""
+
+    algorithm: str
+    env: EnvConfig
+    network: NetworkConfig
+    eval: EvalConfig
+    env_version: str | None
+    logged_num_params: int | None
+    values: tuple[tuple[str, Any], ...]  # the merged, coerced UPPER_CASE mapping (sorted)
+    warnings: tuple[str, ...] = field(default=(), compare=False)
+
+    def value(self, key: str) -> Any:
+        """A merged upstream value by its UPPER_CASE name (for trainers and reports)."""
+        return dict(self.values)[key]
+
+    @property
+    def network_key(self) -> str:
+        """Identifies everything that fixes parameter shapes and the forward pass."""
+        return json.dumps(
+            [self.algorithm, dataclasses.asdict(self.network), self.env.num_agents,
+             self.env.num_comm_channels, self.env.env_name, self.eval.append_agent_id],
+            sort_keys=True,
+        )
+
+    @property
+    def config_hash(self) -> str:
+        """Hash of every value that can change an evaluation number."""
+        payload = json.dumps([self.network_key, dataclasses.asdict(self.env),
+                              dataclasses.asdict(self.eval)], sort_keys=True, default=list)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+# ----------------------------------------------------------------------------------------
+# Resolution
+# ----------------------------------------------------------------------------------------
+def _coerce(table, key: str, value: Any, where: str) -> Any:
+    conv, _ = table[key]
+    try:
+        return conv(value)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{where}: key {key}={value!r} is ill-typed ({exc})") from None
+
+
+def resolve_values(
+    algorithm: str,
+    *,
+    full_config: Mapping[str, Any] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    where: str = "config",
+    defaults: Mapping[str, Any] | None = None,
+) -> tuple[dict[str, Any], list[str]]:
+    """Merge trainer defaults <- full config <- overrides, coercing every known key."""
+    table = KEY_TABLE[algorithm]
+    merged = {k: d for k, (_, d) in table.items()}
+    merged.update(defaults or {})
+    warnings: list[str] = []
+    for layer_name, layer in (("config", full_config), ("reload_overrides", overrides)):
+        if layer is None:
+            continue
+        if not isinstance(layer, Mapping):
+            raise ConfigError(f"{where}: field {layer_name!r} is not a JSON object")
+        for key, value in layer.items():
+            if key in table:
+                merged[key] = _coerce(table, key, value, f"{where} {layer_name}")
+            elif layer_name == "reload_overrides" and not str(key).startswith(_IGNORED_PREFIXES):
+                warnings.append(f"{where}: unknown key {key!r} in reload_overrides ignored")
+    return merged, warnings
+
+
+def _network_config(algorithm: str, v: Mapping[str, Any]) -> NetworkConfig:
+    if algorithm in ("ippo-rnn", "mappo-rnn"):
+        return PPONetConfig(v["FC_DIM_SIZE"], v["GRU_HIDDEN_DIM"], v["ACTIVATION"])
+    if algorithm == "hypermarl-rnn":
+        return HyperMARLNetConfig(
+            v["FC_DIM_SIZE"], v["GRU_HIDDEN_DIM"], v["ACTIVATION"], v["HYPERNET_EMBEDDING_DIM"],
+            tuple(v["HYPERNET_HIDDEN_DIMS"]), v["HYPERNET_INIT_SCALE"],
+            v["USE_AGENT_ID_EMBEDDINGS"], v["USE_BIAS_IN_HYPERNET"],
+        )
+    return PQNNetConfig(v["HIDDEN_SIZE"], v["NUM_LAYERS"], v["NORM_TYPE"], v["NORM_INPUT"],
+                        v["DUELING"])
+
+
+def build_run_config(
+    algorithm: str,
+    values: Mapping[str, Any],
+    *,
+    env_version: str | None = None,
+    logged_num_params: int | None = None,
+    warnings: tuple[str, ...] = (),
+    where: str = "config",
+) -> RunConfig:
+    """Typed records from a merged UPPER_CASE mapping (after :func:`resolve_values`)."""
+    v = dict(values)
+    # mappo, hypermarl and pqn trainers always build the env with 3 players (spec §1.6).
+    num_agents = v["NUM_AGENTS"] if algorithm == "ippo-rnn" else 3
+    if num_agents < 2:
+        raise ConfigError(f"{where}: key NUM_AGENTS={num_agents} must be at least 2")
+    if v["NUM_COMM_CHANNELS"] < 0:
+        raise ConfigError(f"{where}: key NUM_COMM_CHANNELS={v['NUM_COMM_CHANNELS']} is negative")
+    for key in ("TEST_NUM_EPISODES", "TEST_MAX_STEPS"):
+        if v[key] < 1:
+            raise ConfigError(f"{where}: key {key}={v[key]} must be positive")
+    env = EnvConfig(
+        env_name=v["ENV_NAME"], num_agents=num_agents, num_comm_channels=v["NUM_COMM_CHANNELS"],
+        shared_reward=v["SHARED_REWARD"], action_masking=v["ACTION_MASKING"],
+        scale_base_difficulty=v["SCALE_BASE_DIFFICULTY"],
+        training_difficulty=v["TRAINING_COORDINATION_DIFFICULTY"],
+        soft_specialization=v["SOFT_SPECIALIZATION"],
+        specialist_efficiency=v["SPECIALIST_EFFICIENCY"],
+        non_specialist_efficiency=v["NON_SPECIALIST_EFFICIENCY"],
+    )
+    ev = EvalConfig(
+        seed=v["SEED"], visualize=v["VISUALIZE"], eval_difficulties=tuple(v["EVAL_DIFFICULTIES"]),
+        num_episodes=v["TEST_NUM_EPISODES"], max_steps=v["TEST_MAX_STEPS"],
+        eval_seed=v["EVAL_SEED"], append_agent_id=v["APPEND_AGENT_ID"],
+    )
+    return RunConfig(
+        algorithm=algorithm, env=env, network=_network_config(algorithm, v), eval=ev,
+        env_version=env_version, logged_num_params=logged_num_params,
+        values=tuple(sorted((k, _freeze(x)) for k, x in v.items())), warnings=tuple(warnings),
+    )
+
+
+def _freeze(x: Any) -> Any:
+    return tuple(x) if isinstance(x, list) else x
+
+
+def parse_config_json(
+    data: Any,
+    *,
+    algorithm: str | None = None,
+    difficulty: str | None = None,
+    seed: int | None = None,
+    where: str = "config.json",
+) -> RunConfig:
+    """Resolve a parsed ``config.json`` into a :class:`RunConfig`.
+
+    ``algorithm``, ``difficulty`` and ``seed`` come from the cell's place in the layout;
+    they fill in what the file does not say (the file wins where it does).
+    """
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: expected a JSON object at the top level")
+    full = data.get("config")
+    if full is not None and not isinstance(full, Mapping):
+        raise ConfigError(f"{where}: field 'config' is not a JSON object")
+    overrides = data.get("reload_overrides")
+    if overrides is None:
+        overrides = {}
+    env_cfg = data.get("env_config") if isinstance(data.get("env_config"), Mapping) else {}
+
+    declared = data.get("algorithm") or (full or {}).get("ALG_NAME")
+    algo = canonical_algorithm(declared) if declared else None
+    if declared and algo is None and algorithm is None:
+        raise ConfigError(f"{where}: field algorithm={declared!r} is not one of {', '.join(ALGORITHMS)}")
+    algo = algo or algorithm
+    if algo is None:
+        raise ConfigError(f"{where}: cannot tell the algorithm (no 'algorithm' field, no layout)")
+
+    # Layout facts fill in what the run itself does not record.
+    defaults: dict[str, Any] = {}
+    train_diff = env_cfg.get("coordination_difficulty") or difficulty
+    if train_diff is not None:
+        defaults["TRAINING_COORDINATION_DIFFICULTY"] = _coerce(
+            KEY_TABLE[algo], "TRAINING_COORDINATION_DIFFICULTY", train_diff, f"{where} env_config")
+    if seed is not None:
+        defaults["SEED"] = seed
+    merged, warnings = resolve_values(algo, full_config=full, overrides=overrides, where=where,
+                                      defaults=defaults)
+    # One model per difficulty, evaluated on it (EVALUATION.md): unless the run recorded its
+    # own EVAL_DIFFICULTIES, evaluate the training difficulty.
+    recorded = any("EVAL_DIFFICULTIES" in (layer or {}) for layer in (full, overrides))
+    if not recorded:
+        merged["EVAL_DIFFICULTIES"] = (merged["TRAINING_COORDINATION_DIFFICULTY"],)
+
+    env_version = env_cfg.get("env_version") or (full or {}).get("env_version")
+    logged = None
+    summary = data.get("wandb_summary")
+    if isinstance(summary, Mapping) and "num_params" in summary:
+        try:
+            logged = _to_int(summary["num_params"])
+        except ValueError:
+            warnings.append(f"{where}: wandb_summary.num_params is not an integer; ignored")
+    return build_run_config(algo, merged, env_version=str(env_version) if env_version else None,
+                            logged_num_params=logged, warnings=tuple(warnings), where=where)
+
+
+def load_config_file(path: str | Path, **layout: Any) -> RunConfig:
+    """Read and resolve a ``config.json`` (JSON only; nothing is evaluated)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config.json is missing") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read config.json ({exc})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    return parse_config_json(data, where=str(path), **layout)
