@@ -1,0 +1,90 @@
+"""Load a cell directory: resolve its config, validate shapes, restore its weights.
+
+A cell directory holds ``config.json`` and ``checkpoint/`` (the released layout). This is
+the single entry point the commands, the evaluator and the trainers' round trips use.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import checkpoint as ckpt
+from .config import RunConfig, load_config_file
+from .errors import AlemEvalError, CheckpointError
+from .networks import NetworkSpec, build_network
+
+
+@dataclass(frozen=True)
+class LoadedCell:
+    """A restored checkpoint with the typed config and network that describe it."""
+
+    cell_dir: Path
+    cfg: RunConfig
+    spec: NetworkSpec
+    weights: Any = field(repr=False)  # host numpy arrays in the released disk layout
+    num_params: int
+
+    def checkpoint_hash(self) -> str:
+        return ckpt.checkpoint_hash(self.cell_dir / "checkpoint")
+
+
+def resolve_cell(cell_dir: str | Path, *, algorithm: str | None = None,
+                 difficulty: str | None = None, seed: int | None = None
+                 ) -> tuple[RunConfig, NetworkSpec]:
+    """The typed config and network of a cell directory (reads ``config.json`` only)."""
+    d = Path(cell_dir)
+    cfg = load_config_file(d / "config.json", algorithm=algorithm, difficulty=difficulty, seed=seed)
+    return cfg, build_network(cfg)
+
+
+def load_cell(cell_dir: str | Path, *, algorithm: str | None = None,
+              difficulty: str | None = None, seed: int | None = None,
+              policy_only: bool = False, where: str | None = None) -> LoadedCell:
+    """Resolve config -> validate shapes against the metadata -> restore the weights.
+
+    Raises :class:`~alem_eval.errors.ConfigError`, :class:`ShapeMismatchError` or
+    :class:`CheckpointError`, each with a one-line message naming ``where``.
+    """
+    d = Path(cell_dir)
+    where = where or str(d)
+    cfg, spec = resolve_cell(d, algorithm=algorithm, difficulty=difficulty, seed=seed)
+    weights = ckpt.restore_weights(cfg, spec, d / "checkpoint", policy_only=policy_only,
+                                   where=where)
+    n = ckpt.count_params(weights)
+    if not policy_only and cfg.logged_num_params is not None and n != cfg.logged_num_params:
+        raise CheckpointError(f"{where}: restored {n:,} parameters but config.json logged "
+                              f"num_params={cfg.logged_num_params:,}")
+    return LoadedCell(d, cfg, spec, weights, n)
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    cell: str
+    ok: bool
+    num_params: int | None
+    message: str
+    warnings: tuple[str, ...] = ()
+
+    def as_record(self) -> dict[str, Any]:
+        return {"cell": self.cell, "status": "OK" if self.ok else "FAIL",
+                "num_params": self.num_params, "message": self.message,
+                "warnings": list(self.warnings)}
+
+
+def verify_cell(cell_dir: str | Path, *, cell_id: str, algorithm: str | None = None,
+                difficulty: str | None = None, seed: int | None = None) -> VerifyResult:
+    """Load a cell fully; any user-facing failure becomes a FAIL result, not an exception."""
+    try:
+        loaded = load_cell(cell_dir, algorithm=algorithm, difficulty=difficulty, seed=seed,
+                           where=cell_id)
+    except AlemEvalError as err:
+        return VerifyResult(cell_id, False, None, str(err))
+    warnings = list(loaded.cfg.warnings)
+    from .config import PAPER_ENV_VERSION
+
+    if loaded.cfg.env_version and loaded.cfg.env_version != PAPER_ENV_VERSION:
+        warnings.append(f"trained on env version {loaded.cfg.env_version}, not the paper's "
+                        f"{PAPER_ENV_VERSION}")
+    return VerifyResult(cell_id, True, loaded.num_params,
+                        f"{loaded.cfg.algorithm}, {loaded.num_params:,} params", tuple(warnings))
