@@ -104,13 +104,18 @@ def _metadata_via_tensorstore(d: Path) -> dict[Path_, LeafMeta]:
     import tensorstore as ts
 
     try:
-        index = json.loads((d / "_METADATA").read_text())["tree_metadata"]
+        meta = json.loads((d / "_METADATA").read_text())
+        index = meta["tree_metadata"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise CheckpointError(f"{d}: _METADATA missing or unreadable ({exc})") from None
+    driver = "zarr3" if meta.get("use_zarr3") else "zarr"
     out = {}
     for entry in index.values():
+        value = entry.get("value_metadata") or {}
+        if value.get("skip_deserialize") or value.get("value_type") in ("None", None):
+            continue  # empty nodes (e.g. optax's stateless clip entry) hold no array
         path = tuple(str(k["key"]) for k in entry["key_metadata"])
-        spec = {"driver": "zarr", "kvstore": {"driver": "ocdbt", "base": f"file://{d}",
+        spec = {"driver": driver, "kvstore": {"driver": "ocdbt", "base": f"file://{d}",
                                               "path": ".".join(path)}}
         arr = ts.open(spec, open=True).result()
         out[path] = LeafMeta(tuple(int(s) for s in arr.shape), str(np.dtype(arr.dtype.numpy_dtype)))

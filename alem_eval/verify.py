@@ -1,0 +1,27 @@
+"""Verify cells from any source: materialise, resolve, validate, restore."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from .errors import AlemEvalError
+from .loader import VerifyResult, verify_cell
+
+
+def verify_cells(source, cells: Sequence) -> list[VerifyResult]:
+    """One result per cell; a cell that fails never stops the others."""
+    out = []
+    for cell in cells:
+        try:
+            cell_dir = source.local_dir(cell)
+        except AlemEvalError as err:
+            out.append(VerifyResult(cell.id, False, None, str(err)))
+            continue
+        result = verify_cell(cell_dir, cell_id=cell.id, algorithm=cell.algorithm,
+                             difficulty=cell.difficulty, seed=cell.seed)
+        if result.ok:
+            try:
+                source.mark_verified(cell)
+            except (AttributeError, OSError):
+                pass
+        out.append(result)
+    return out

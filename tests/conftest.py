@@ -1,0 +1,40 @@
+"""Shared test fixtures. Everything here is offline and fast."""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+# The upstream-written fixture cells live in ../shared beside the repo (CI: same layout).
+FIXTURES = Path(os.environ.get("ALEM_EVAL_FIXTURES", REPO.parent / "shared" / "fixtures" / "hub"))
+
+TINY_CELLS = (
+    "tiny/ippo-rnn/easy/seed0",
+    "tiny/ippo-rnn/hard/seed2",
+    "tiny/mappo-rnn/medium/seed0",
+    "tiny/hypermarl-rnn/hard/seed0",
+    "tiny/pqn-vdn-rnn/easy/seed0",
+)
+ALL_CELLS = TINY_CELLS + ("full/ippo-rnn/hard/seed1",)
+
+
+@pytest.fixture(scope="session")
+def fixtures_root() -> Path:
+    if not FIXTURES.is_dir():
+        pytest.fail(f"fixture checkpoints not found at {FIXTURES} (set ALEM_EVAL_FIXTURES)")
+    return FIXTURES
+
+
+@pytest.fixture
+def cell_copy(tmp_path, fixtures_root):
+    """Copy one fixture cell (by id) into a writable tmp dir and return the copy's path."""
+
+    def make(cell_id: str) -> Path:
+        dst = tmp_path / "src" / cell_id
+        shutil.copytree(fixtures_root / cell_id, dst)
+        return dst
+
+    return make
