@@ -52,6 +52,7 @@ def ensure_demo_source(root: Path | None = None) -> Path:
 
 def _write_cell(cell: Path, algorithm: str, overrides: dict) -> None:
     import jax
+    import jax.numpy as jnp
     import optax
     import orbax.checkpoint as ocp
     from flax.training.train_state import TrainState
@@ -61,10 +62,12 @@ def _write_cell(cell: Path, algorithm: str, overrides: dict) -> None:
     cfg = build_run_config(algorithm, values)
     spec = build_network(cfg)
     weights = spec.init_variables(jax.random.PRNGKey(0))
-    adam = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-4, eps=1e-5))
+    adam = optax.chain(optax.clip_by_global_norm(1.0),
+                       optax.adam(optax.linear_schedule(1e-4, 0.0, 1000), eps=1e-5))
 
     def state(params):
-        return TrainState.create(apply_fn=None, params=params, tx=adam)
+        s = TrainState.create(apply_fn=None, params=params, tx=adam)
+        return s.replace(step=jnp.int32(0))  # upstream's counters are int32 arrays
 
     if algorithm == "mappo-rnn":
         tree = {"actor": state(weights["actor"]["params"]),
@@ -72,8 +75,8 @@ def _write_cell(cell: Path, algorithm: str, overrides: dict) -> None:
     elif algorithm == "pqn-vdn-rnn":
         s = state(weights["params"])
         tree = {"step": s.step, "params": s.params, "opt_state": s.opt_state,
-                "batch_stats": weights["batch_stats"], "timesteps": 0, "n_updates": 0,
-                "grad_steps": 0}
+                "batch_stats": weights["batch_stats"], "timesteps": jnp.int32(0),
+                "n_updates": jnp.int32(0), "grad_steps": jnp.int32(0)}
     else:
         tree = state(weights["params"])
     tmp = cell.parent / f".{cell.name}.tmp-{os.getpid()}"
