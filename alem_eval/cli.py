@@ -24,7 +24,8 @@ app = typer.Typer(
 )
 
 # Command modules register themselves on `app` when imported.
-COMMAND_MODULES = ("list_", "pull", "verify", "score", "report", "leaderboard", "train", "compare")
+COMMAND_MODULES = ("list_", "pull", "verify", "score", "demo", "report", "leaderboard", "export",
+                   "train", "compare")
 
 
 def _register() -> None:
@@ -51,5 +52,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # `python -m alem_eval.cli`: use the registered module's app
+    from alem_eval.cli import main as _main
+
+    _main()

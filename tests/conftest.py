@@ -38,3 +38,22 @@ def cell_copy(tmp_path, fixtures_root):
         return dst
 
     return make
+
+
+# --- Hub / sources (tests/test_hub.py) ---------------------------------------------------
+# huggingface_hub reads HF_* variables once, at import. Before anything imports it, point it
+# at an isolated home and at a dead local endpoint, so no test can reach the real Hub or the
+# user's cache by accident. Tests that need a Hub start tests/hub_server.HubServer and pass
+# its URL explicitly (in-process) or through HF_ENDPOINT (CLI subprocesses).
+import atexit as _atexit
+import tempfile as _tempfile
+
+os.environ["HF_HOME"] = _tempfile.mkdtemp(prefix="alem-eval-test-hf-")
+_atexit.register(shutil.rmtree, os.environ["HF_HOME"], ignore_errors=True)
+os.environ.pop("HF_TOKEN", None)
+os.environ.pop("HF_HUB_CACHE", None)
+os.environ.pop("HUGGINGFACE_HUB_CACHE", None)
+os.environ.pop("HF_HUB_OFFLINE", None)
+os.environ["HF_ENDPOINT"] = "http://127.0.0.1:9"  # discard port: nothing listens
+os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
+# --- end Hub / sources --------------------------------------------------------------------

@@ -1,0 +1,36 @@
+"""``alem-eval pull``: download the selected cells from the Hub into the local cache."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from ..cli import app
+from ..console import err_console
+
+
+@app.command("pull")
+def pull(
+    selectors: List[str] = typer.Argument(..., help="Cells, e.g. 1B/ippo-rnn/hard or '*/*/hard/seed0,seed3'."),
+    source: str = typer.Option("hub", "--source", help="'hub' or a local directory in the released layout."),
+    repo: Optional[str] = typer.Option(None, "--repo", help="Hub repo id (default alem-world/alem-rl-baselines)."),
+    revision: Optional[str] = typer.Option(None, "--revision", help="Hub revision (default main)."),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Download cache (default: the HF cache)."),
+    workers: int = typer.Option(8, "--workers", min=1, max=64, help="Parallel file downloads."),
+) -> None:
+    """Download only the selected cells (resumable, idempotent; works offline from the cache).
+
+    Every file is checked against the repo listing; a short or empty file is fetched again.
+    Prints each cell's local directory on stdout and a summary on stderr.
+    """
+    from ..sources import open_source
+
+    src = open_source(source, repo=repo, revision=revision, cache_dir=cache_dir)
+    cells = src.select(selectors)
+    report = src.pull(cells, workers=workers)
+    for w in src.warnings:
+        err_console.print(f"[yellow]warning[/yellow] {w}", highlight=False)
+    for cell in report.cells:
+        print(f"{cell.id}\t{report.root / cell.id}")
+    err_console.print(f"pulled {report.summary()}", highlight=False)

@@ -1,0 +1,803 @@
+"""Checkpoint sources: the Hugging Face Hub release, or a local directory in its layout.
+
+``open_source("hub")`` reads ``alem-world/alem-rl-baselines`` (endpoint from ``HF_ENDPOINT``,
+cache in ``--cache-dir`` or the default Hugging Face cache); ``open_source(PATH)`` reads a
+directory laid out as ``<budget>/<algorithm>/<difficulty>/seed<N>/{checkpoint/,config.json}``.
+
+The Hub source lists the repo once (one API call for the commit, one for the tree, which is
+then cached per commit), downloads only the selected cells' files in parallel into the
+standard Hugging Face cache, and checks every file's size against the listing: a short or
+empty file is removed and fetched again, never used. Completed files are kept, so an
+interrupted pull resumes; a pull of cached cells makes no request for files; with
+``HF_HUB_OFFLINE=1`` or an unreachable endpoint the cached listing and files are used.
+Every failure is a one-line :class:`SourceError` / :class:`DownloadError`; good cached
+files are never deleted.
+
+Per-cell "verified" markers (set by ``verify`` through :meth:`Source.mark_verified`) live in
+a small JSON file under the cache and are void as soon as a file of the cell changes.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import threading
+from abc import ABC, abstractmethod
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Callable, Iterator, Literal, Sequence
+
+from .errors import DownloadError, SourceError, UsageError
+from .manifest import DEFAULT_REVISION, HUB_REPO, Cell, load_manifest, parse_seed_dir, sort_cells
+from .selectors import select_cells
+
+CellState = Literal["remote", "cached", "verified"]
+HUB_SPEC = "hub"
+DEMO_SPEC = "demo"
+DEFAULT_WORKERS = 8
+_STATE_DIRNAME = "alem-eval"  # inside the repo's cache folder, next to blobs/ and snapshots/
+_LISTING_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class PullReport:
+    """What a pull did."""
+
+    cells: tuple[Cell, ...]
+    files_fetched: int  # downloaded (or re-linked from a blob already in the cache)
+    files_skipped: int  # already cached with the listed size
+    files_repaired: int  # cached or received with a wrong size, removed and fetched again
+    bytes_fetched: int  # bytes received from the network
+    bytes_total: int  # size of all files of the selected cells
+    root: Path  # directory holding ``<cell.id>/`` for every pulled cell
+    commit: str | None = None  # the Hub commit the files belong to
+    offline: bool = False  # the endpoint was not contacted (offline mode or unreachable)
+
+    def summary(self) -> str:
+        where = f" at {self.commit[:12]}" if self.commit else ""
+        mode = " (offline, from cache)" if self.offline else ""
+        repaired = f", {self.files_repaired} repaired" if self.files_repaired else ""
+        return (f"{len(self.cells)} cell(s){where}{mode}: {self.files_fetched} file(s) fetched, "
+                f"{self.files_skipped} skipped{repaired}, {format_bytes(self.bytes_fetched)} "
+                f"downloaded of {format_bytes(self.bytes_total)}")
+
+
+def format_bytes(n: int) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if abs(n) < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} GB"  # pragma: no cover
+
+
+# ----------------------------------------------------------------------------------------
+# Verified markers
+# ----------------------------------------------------------------------------------------
+def files_fingerprint(paths: Sequence[Path], base: Path) -> str | None:
+    """Hash of (relative path, size, mtime) of every file; None if one is missing."""
+    h = hashlib.sha256()
+    for p in sorted(paths):
+        try:
+            st = p.stat()  # follows the cache's symlinks to the blobs
+        except OSError:
+            return None
+        h.update(f"{p.relative_to(base).as_posix()}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+class _MarkerStore:
+    """``{"verified": {key: {"content_hash", "fingerprint"}}}`` in one JSON file."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._lock = threading.Lock()
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            return data if isinstance(data, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        rec = self._read().get("verified", {}).get(key)
+        return rec if isinstance(rec, dict) else None
+
+    def put(self, key: str, record: dict[str, Any]) -> None:
+        """Raises OSError when the file cannot be written."""
+        from filelock import FileLock  # a huggingface_hub dependency
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._lock, FileLock(str(self.path) + ".lock"):
+            data = self._read()
+            data.setdefault("verified", {})[key] = record
+            _atomic_write(self.path, json.dumps(data, indent=1, sort_keys=True))
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def _os_reason(exc: OSError) -> str:
+    return exc.strerror or str(exc) or type(exc).__name__
+
+
+# ----------------------------------------------------------------------------------------
+# The interface
+# ----------------------------------------------------------------------------------------
+class Source(ABC):
+    """Where checkpoint cells come from."""
+
+    description: str
+
+    def __init__(self) -> None:
+        self.warnings: list[str] = []  # worth telling the user (shown by the commands)
+
+    @abstractmethod
+    def cells(self) -> list[Cell]:
+        """Every cell the source holds (or, for an unreachable Hub, the manifest's)."""
+
+    def select(self, selectors: Sequence[str] = (), *, budgets: Sequence[str] | None = None,
+               algorithms: Sequence[str] | None = None, difficulties: Sequence[str] | None = None,
+               seeds: Sequence[str | int] | None = None) -> list[Cell]:
+        """Cells matched by the selectors (all if none) and the filters; see :mod:`.selectors`."""
+        return select_cells(self.cells(), selectors, budgets=budgets, algorithms=algorithms,
+                            difficulties=difficulties, seeds=seeds)
+
+    @abstractmethod
+    def local_dir(self, cell: Cell) -> Path:
+        """A directory holding the cell's ``checkpoint/`` and ``config.json`` (fetched if needed)."""
+
+    @abstractmethod
+    def pull(self, cells: Sequence[Cell], *, workers: int = DEFAULT_WORKERS,
+             progress: bool | None = None) -> PullReport:
+        """Make the cells available locally."""
+
+    @abstractmethod
+    def state(self, cell: Cell) -> CellState:
+        """``remote`` (not complete locally), ``cached`` or ``verified``."""
+
+    @abstractmethod
+    def _marker_target(self, cell: Cell) -> tuple[str, Path, list[Path]] | None:
+        """(marker key, cell dir, files) for a locally complete cell, else None."""
+
+    @property
+    @abstractmethod
+    def _markers(self) -> _MarkerStore: ...
+
+    def mark_verified(self, cell: Cell, content_hash: str | None = None) -> bool:
+        """Record that ``verify`` passed for the cell's current files.
+
+        Best effort: returns False (with a warning in :attr:`warnings`) if the marker cannot
+        be written; raises SourceError only if the cell is not available locally.
+        """
+        target = self._marker_target(cell)
+        if target is None:
+            raise SourceError(f"{cell.id}: not available locally; pull it before marking it verified")
+        key, base, files = target
+        try:
+            self._markers.put(key, {"content_hash": content_hash,
+                                    "fingerprint": files_fingerprint(files, base)})
+        except OSError as exc:
+            self.warnings.append(f"cannot record the verified state in {self._markers.path}: "
+                                 f"{_os_reason(exc)}")
+            return False
+        return True
+
+    def verified_hash(self, cell: Cell) -> str | None:
+        """The content hash recorded by :meth:`mark_verified`, if the marker still holds."""
+        rec = self._verified_record(cell)
+        return rec.get("content_hash") if rec else None
+
+    def _verified_record(self, cell: Cell) -> dict[str, Any] | None:
+        target = self._marker_target(cell)
+        if target is None:
+            return None
+        key, base, files = target
+        rec = self._markers.get(key)
+        if rec is None or rec.get("fingerprint") != files_fingerprint(files, base):
+            return None
+        return rec
+
+    def expected_params(self, cell: Cell) -> int | None:
+        """Parameter count at the released sizes, from the manifest (None for other cells)."""
+        return load_manifest().expected_params(cell)
+
+    def size_bytes(self, cell: Cell) -> int | None:
+        return None
+
+    def records(self, cells: Sequence[Cell]) -> list[dict[str, Any]]:
+        """One row per cell for ``list``."""
+        rows = []
+        for c in cells:
+            size = self.size_bytes(c)
+            rows.append({"cell": c.id, "budget": c.budget, "algorithm": c.algorithm,
+                         "difficulty": c.difficulty, "seed": c.seed, "state": self.state(c),
+                         "expected_params": self.expected_params(c),
+                         "size_mb": None if size is None else round(size / 1e6, 1)})
+        return rows
+
+
+def open_source(spec: str | Path = HUB_SPEC, *, repo: str | None = None, revision: str | None = None,
+                cache_dir: str | Path | None = None, endpoint: str | None = None) -> Source:
+    """``"hub"`` (the default), ``"demo"`` (the embedded untrained cells, made on first use) or
+    a local directory in the released layout (``./hub`` for a directory named ``hub``)."""
+    name = str(spec).strip().lower()
+    if name == HUB_SPEC:
+        return HubSource(repo=repo or HUB_REPO, revision=revision or DEFAULT_REVISION,
+                         cache_dir=cache_dir, endpoint=endpoint)
+    if repo is not None or revision is not None:
+        raise UsageError("--repo and --revision apply to the Hub source only, not to a local --source")
+    if name == DEMO_SPEC:
+        from .demo import ensure_demo_source
+
+        return LocalSource(ensure_demo_source(), cache_dir=cache_dir)
+    return LocalSource(Path(spec), cache_dir=cache_dir)
+
+
+# ----------------------------------------------------------------------------------------
+# Local directory
+# ----------------------------------------------------------------------------------------
+def _is_cell_dir(p: Path) -> bool:
+    return (p / "config.json").is_file() and (p / "checkpoint").is_dir()
+
+
+class LocalSource(Source):
+    """A directory in the released layout (budget labels free-form, e.g. ``tiny/``).
+
+    ``PATH`` may also be a single cell directory; the source then holds only that cell.
+    """
+
+    def __init__(self, root: Path, *, cache_dir: str | Path | None = None):
+        super().__init__()
+        path = Path(root).expanduser()
+        if not path.exists():
+            raise SourceError(f"source {str(root)!r} does not exist (give 'hub' or a directory "
+                              "laid out as BUDGET/ALGORITHM/DIFFICULTY/seedN/)")
+        if not path.is_dir():
+            raise SourceError(f"source {str(root)!r} is not a directory")
+        path = path.resolve()
+        self._only: Cell | None = None
+        if _is_cell_dir(path) and parse_seed_dir(path.name) is not None and len(path.parents) >= 4:
+            self._only = Cell(path.parents[2].name, path.parents[1].name, path.parent.name,
+                              parse_seed_dir(path.name))  # type: ignore[arg-type]
+            path = path.parents[3]
+        self.root = path
+        self.description = str(self.root)
+        self._cache_dir = Path(cache_dir).expanduser() if cache_dir else None
+
+    @cached_property
+    def _all_cells(self) -> list[Cell]:
+        if self._only is not None:
+            return [self._only]
+        found = []
+        for d in self.root.glob("*/*/*/seed*"):
+            seed = parse_seed_dir(d.name)
+            rel = d.relative_to(self.root).parts
+            if seed is None or any(p.startswith(".") for p in rel) or not _is_cell_dir(d):
+                continue
+            found.append(Cell(rel[0], rel[1], rel[2], seed))
+        return sort_cells(found)
+
+    def cells(self) -> list[Cell]:
+        if not self._all_cells:
+            raise SourceError(f"no cells under {self.root} (expected BUDGET/ALGORITHM/DIFFICULTY/seedN/ "
+                              "directories holding config.json and checkpoint/)")
+        return list(self._all_cells)
+
+    def _find(self, cell: Cell) -> Cell | None:
+        key = (cell.budget.lower(), cell.algorithm, cell.difficulty, cell.seed)
+        return next((c for c in self._all_cells
+                     if (c.budget.lower(), c.algorithm, c.difficulty, c.seed) == key), None)
+
+    def local_dir(self, cell: Cell) -> Path:
+        found = self._find(cell)
+        if found is None:
+            raise SourceError(f"{cell.id}: no such cell under {self.root}")
+        return self.root / found.id
+
+    def pull(self, cells: Sequence[Cell], *, workers: int = DEFAULT_WORKERS,
+             progress: bool | None = None) -> PullReport:
+        files = [p for c in cells for p in self._files(self.local_dir(c))]
+        return PullReport(cells=tuple(cells), files_fetched=0, files_skipped=len(files),
+                          files_repaired=0, bytes_fetched=0,
+                          bytes_total=sum(p.stat().st_size for p in files), root=self.root)
+
+    @staticmethod
+    def _files(d: Path) -> list[Path]:
+        return sorted(p for p in d.rglob("*") if p.is_file())
+
+    def state(self, cell: Cell) -> CellState:
+        self.local_dir(cell)
+        return "verified" if self._verified_record(cell) else "cached"
+
+    def size_bytes(self, cell: Cell) -> int | None:
+        return sum(p.stat().st_size for p in self._files(self.local_dir(cell)))
+
+    def _marker_target(self, cell: Cell) -> tuple[str, Path, list[Path]] | None:
+        d = self.local_dir(cell)
+        return str(d), d, self._files(d)
+
+    @cached_property
+    def _markers(self) -> _MarkerStore:
+        if self._cache_dir is not None:
+            return _MarkerStore(self._cache_dir / f".{_STATE_DIRNAME}" / "local-verified.json")
+        from .paths import user_cache_dir
+
+        return _MarkerStore(user_cache_dir() / "local-verified.json")
+
+
+# ----------------------------------------------------------------------------------------
+# Hugging Face Hub
+# ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Listing:
+    """The repo's files at one commit, or (commit None) nothing known."""
+
+    commit: str | None
+    files: dict[str, int] = field(default_factory=dict)  # path -> size
+    online: bool = False  # the endpoint answered
+    problem: str | None = None  # why it did not, if it did not
+
+
+def _network_errors() -> tuple[type[BaseException], ...]:
+    types: list[type[BaseException]] = [ConnectionError, TimeoutError]
+    for mod, names in (("httpx2", ("TransportError",)), ("httpx", ("TransportError",)),
+                       ("requests.exceptions", ("ConnectionError", "Timeout"))):
+        try:
+            m = __import__(mod, fromlist=list(names))
+        except ImportError:
+            continue
+        types += [getattr(m, n) for n in names if hasattr(m, n)]
+    return tuple(types)
+
+
+def _short(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+@contextlib.contextmanager
+def _quiet_hub_logs() -> Iterator[None]:
+    """huggingface_hub logs retries and fallbacks as warnings; our errors say it in one line."""
+    logger = logging.getLogger("huggingface_hub")
+    if os.environ.get("ALEM_EVAL_DEBUG"):
+        yield
+        return
+    old = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(old)
+
+
+class _Cancelled(Exception):
+    """Raised inside a download thread to abandon its file (the client removes the partial)."""
+
+
+class _ByteCounter:
+    """Stands in for the tqdm bar ``hf_hub_download`` drives: forwards bytes to a callback and
+    aborts the transfer once ``cancel`` is set."""
+
+    def __init__(self, on_bytes: Callable[[int], None], cancel: threading.Event, *args: Any,
+                 **kwargs: Any):
+        self._on_bytes = on_bytes
+        self._cancel = cancel
+
+    def __enter__(self) -> "_ByteCounter":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+    def update(self, n: int | float | None = 1) -> None:
+        if self._cancel.is_set():
+            raise _Cancelled()
+        self._on_bytes(int(n or 0))
+
+    def close(self) -> None:
+        pass
+
+    def set_postfix_str(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+class HubSource(Source):
+    """The released checkpoints on the Hugging Face Hub, through the standard HF cache."""
+
+    def __init__(self, repo: str = HUB_REPO, revision: str = DEFAULT_REVISION, *,
+                 cache_dir: str | Path | None = None, endpoint: str | None = None):
+        super().__init__()
+        from huggingface_hub import constants
+        from huggingface_hub.file_download import repo_folder_name
+
+        if not revision or ".." in revision.split("/") or revision.startswith("/"):
+            raise UsageError(f"invalid revision {revision!r}")
+        self.repo = repo
+        self.revision = revision
+        self.endpoint = (endpoint or constants.ENDPOINT).rstrip("/")
+        self._explicit_endpoint = endpoint
+        self.cache_dir = Path(cache_dir or constants.HF_HUB_CACHE).expanduser().resolve()
+        try:
+            folder = repo_folder_name(repo_id=repo, repo_type="model")
+        except Exception as exc:  # HFValidationError for a malformed repo id
+            raise UsageError(f"invalid repo id {repo!r}: {_short(exc)}") from None
+        self.storage = self.cache_dir / folder
+        self.description = f"{repo}@{revision} ({self.endpoint})"
+
+    # -- listing -------------------------------------------------------------------------
+    @property
+    def offline_mode(self) -> bool:
+        from huggingface_hub import constants
+
+        check = getattr(constants, "is_offline_mode", None)
+        return bool(check() if callable(check) else constants.HF_HUB_OFFLINE)
+
+    def _api(self):
+        from huggingface_hub import HfApi
+
+        return HfApi(endpoint=self._explicit_endpoint)
+
+    @cached_property
+    def listing(self) -> _Listing:
+        """The repo's files at the revision (from the Hub, else from the cache)."""
+        with _quiet_hub_logs():
+            if self.offline_mode:
+                problem = "offline mode is on (HF_HUB_OFFLINE)"
+            else:
+                try:
+                    commit = self._remote_commit()
+                except _Unreachable as exc:
+                    problem = str(exc)
+                else:
+                    files = self._read_tree(commit)
+                    if files is None:
+                        files = self._fetch_tree(commit)
+                        self._best_effort(lambda: self._write_tree(commit, files))
+                    self._best_effort(lambda: self._write_ref(commit))
+                    return _Listing(commit, files, online=True)
+        commit = self._read_ref()
+        files = self._read_tree(commit) if commit else None
+        if commit and files is not None:
+            return _Listing(commit, files, online=False, problem=problem)
+        return _Listing(None, {}, online=False, problem=problem)
+
+    def _remote_commit(self) -> str:
+        from huggingface_hub import constants
+
+        try:
+            info = self._api().repo_info(self.repo, revision=self.revision,
+                                         timeout=constants.HF_HUB_ETAG_TIMEOUT)
+        except Exception as exc:
+            raise self._translate(exc, f"{self.repo}@{self.revision}") from None
+        if not getattr(info, "sha", None):
+            raise SourceError(f"{self.endpoint} returned no commit for {self.repo}@{self.revision}; "
+                              "is HF_ENDPOINT a Hugging Face Hub?")
+        return str(info.sha)
+
+    def _fetch_tree(self, commit: str) -> dict[str, int]:
+        from huggingface_hub.hf_api import RepoFile
+
+        try:
+            return {f.path: int(f.size) for f in self._api().list_repo_tree(
+                self.repo, recursive=True, revision=commit) if isinstance(f, RepoFile)}
+        except Exception as exc:
+            err = self._translate(exc, f"the file list of {self.repo}@{self.revision}")
+            raise (SourceError(str(err)) if isinstance(err, _Unreachable) else err) from None
+
+    def _translate(self, exc: BaseException, what: str) -> Exception:
+        """A one-line error for a huggingface_hub / network exception (``_Unreachable`` if the
+        cache may still serve)."""
+        from huggingface_hub import errors as hf_errors
+        from huggingface_hub.utils import OfflineModeIsEnabled
+
+        cause = exc.__cause__ if isinstance(exc, ValueError) and exc.__cause__ else exc
+        if isinstance(cause, OfflineModeIsEnabled):
+            return _Unreachable("offline mode is on (HF_HUB_OFFLINE)")
+        if isinstance(cause, hf_errors.RevisionNotFoundError):
+            return SourceError(f"revision {self.revision!r} not found in Hub repo {self.repo!r} "
+                               f"at {self.endpoint}")
+        if isinstance(cause, hf_errors.RepositoryNotFoundError):
+            return SourceError(f"Hub repo {self.repo!r} not found at {self.endpoint} "
+                               "(or it is private or gated and no valid token was given)")
+        if isinstance(cause, hf_errors.LocalEntryNotFoundError):  # the client's "and not cached"
+            inner = cause.__cause__
+            if inner is not None and inner is not cause:
+                return self._translate(inner, what)
+            return _Unreachable(f"cannot reach the Hub at {self.endpoint}")
+        if isinstance(cause, getattr(hf_errors, "EntryNotFoundError", ())):
+            return DownloadError(f"{what}: not found in {self.repo}@{self.revision}")
+        if isinstance(cause, hf_errors.HfHubHTTPError):
+            status = getattr(getattr(cause, "response", None), "status_code", None)
+            if status is not None and status >= 500:
+                return _Unreachable(f"the Hub at {self.endpoint} answered HTTP {status}")
+            return DownloadError(f"{what}: HTTP {status} from {self.endpoint} ({_short(cause)})")
+        if isinstance(cause, _network_errors()):
+            return _Unreachable(f"cannot reach the Hub at {self.endpoint} ({_short(cause)})")
+        if isinstance(cause, OSError) and cause.errno is not None:
+            return DownloadError(f"cannot write {what} to the cache at {self.cache_dir}: "
+                                 f"{_os_reason(cause)}")
+        return DownloadError(f"{what}: {type(cause).__name__}: {_short(cause)}")
+
+    # The listing per commit and the revision -> commit ref are cached on disk so that
+    # offline runs can list and check what is there.
+    def _tree_path(self, commit: str) -> Path:
+        return self.storage / _STATE_DIRNAME / "trees" / f"{commit}.json"
+
+    def _read_tree(self, commit: str) -> dict[str, int] | None:
+        try:
+            data = json.loads(self._tree_path(commit).read_text(encoding="utf-8"))
+            if data.get("format") != _LISTING_FORMAT:
+                return None
+            return {str(k): int(v) for k, v in data["files"].items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+    def _write_tree(self, commit: str, files: dict[str, int]) -> None:
+        _atomic_write(self._tree_path(commit), json.dumps(
+            {"format": _LISTING_FORMAT, "repo": self.repo, "commit": commit,
+             "files": dict(sorted(files.items()))}, indent=0))
+
+    def _ref_path(self) -> Path:
+        return self.storage / "refs" / self.revision  # the HF cache's own layout
+
+    def _is_commit(self, rev: str) -> bool:
+        return len(rev) == 40 and all(c in "0123456789abcdef" for c in rev)
+
+    def _read_ref(self) -> str | None:
+        if self._is_commit(self.revision):
+            return self.revision
+        try:
+            commit = self._ref_path().read_text(encoding="utf-8").strip()
+        except OSError:
+            return None
+        return commit if self._is_commit(commit) else None
+
+    def _write_ref(self, commit: str) -> None:
+        if not self._is_commit(self.revision) and self._read_ref() != commit:
+            _atomic_write(self._ref_path(), commit)
+
+    def _best_effort(self, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except OSError as exc:
+            self.warnings.append(f"cannot write to the cache at {self.cache_dir}: {_os_reason(exc)}")
+
+    # -- cells -----------------------------------------------------------------------------
+    @cached_property
+    def _cell_files(self) -> dict[Cell, dict[str, int]]:
+        by_cell: dict[Cell, dict[str, int]] = {}
+        for path, size in self.listing.files.items():
+            parts = path.split("/")
+            if any(p in ("", ".", "..") for p in parts) or "\\" in path:
+                continue  # never let a listing name a path outside the snapshot
+            seed = parse_seed_dir(parts[3]) if len(parts) >= 5 else None
+            if seed is not None:
+                cell = Cell(parts[0], parts[1], parts[2], seed)
+                by_cell.setdefault(cell, {})[path] = size
+        return by_cell
+
+    def cells(self) -> list[Cell]:
+        listing = self.listing
+        if listing.commit is None:
+            note = (f"{listing.problem}; nothing cached for {self.repo}@{self.revision}: "
+                    "showing the released cells from the manifest")
+            if note not in self.warnings:
+                self.warnings.append(note)
+            return load_manifest().cells()
+        if not listing.online and listing.problem:
+            note = f"{listing.problem}; using the cached listing of {self.repo}@{self.revision}"
+            if note not in self.warnings:
+                self.warnings.append(note)
+        return sort_cells(self._cell_files)
+
+    def _files_of(self, cell: Cell) -> dict[str, int]:
+        files = self._cell_files.get(cell)
+        if files is None:  # budget spelling differs from the listing's: match case-insensitively
+            key = (cell.budget.lower(), cell.algorithm, cell.difficulty, cell.seed)
+            files = next((f for c, f in self._cell_files.items()
+                          if (c.budget.lower(), c.algorithm, c.difficulty, c.seed) == key), None)
+        if files is None:
+            raise SourceError(f"{cell.id}: no such cell in {self.repo}@{self.revision}")
+        return files
+
+    def _snapshot(self) -> Path:
+        assert self.listing.commit is not None
+        return self.storage / "snapshots" / self.listing.commit
+
+    def _cell_id(self, cell: Cell) -> str:
+        """The cell's folder with the listing's spelling."""
+        return "/".join(next(iter(self._files_of(cell))).split("/")[:4])
+
+    def _missing(self, files: dict[str, int]) -> list[str]:
+        snap = self._snapshot()
+        return [p for p, size in files.items() if _size(snap / p) != size]
+
+    def state(self, cell: Cell) -> CellState:
+        if self.listing.commit is None:
+            return "remote"
+        try:
+            files = self._files_of(cell)
+        except SourceError:
+            return "remote"
+        if self._missing(files):
+            return "remote"
+        return "verified" if self._verified_record(cell) else "cached"
+
+    def size_bytes(self, cell: Cell) -> int | None:
+        if self.listing.commit is None:
+            entry = load_manifest().entry(cell)
+            return entry.approx_size_mb * 10**6 if entry and entry.approx_size_mb else None
+        return sum(self._files_of(cell).values())
+
+    def local_dir(self, cell: Cell) -> Path:
+        if self.state(cell) == "remote":
+            self.pull([cell])
+        return self._snapshot() / self._cell_id(cell)
+
+    def _marker_target(self, cell: Cell) -> tuple[str, Path, list[Path]] | None:
+        if self.listing.commit is None or self._missing(self._files_of(cell)):
+            return None
+        d = self._snapshot() / self._cell_id(cell)
+        files = [self._snapshot() / p for p in self._files_of(cell)]
+        return f"{self.listing.commit}/{self._cell_id(cell)}", d, files
+
+    @cached_property
+    def _markers(self) -> _MarkerStore:
+        return _MarkerStore(self.storage / _STATE_DIRNAME / "verified.json")
+
+    # -- pull ------------------------------------------------------------------------------
+    def pull(self, cells: Sequence[Cell], *, workers: int = DEFAULT_WORKERS,
+             progress: bool | None = None) -> PullReport:
+        listing = self.listing
+        if listing.commit is None:
+            raise SourceError(f"{listing.problem}; nothing is cached for {self.repo}@{self.revision}"
+                              + (f" in {self.cache_dir}" if not self.offline_mode else ""))
+        wanted: dict[str, int] = {}
+        for cell in cells:
+            wanted.update(self._files_of(cell))
+        snap = self._snapshot()
+        try:
+            self.storage.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DownloadError(f"cannot write to the cache at {self.cache_dir}: {_os_reason(exc)}") from None
+        todo: list[tuple[str, int, bool]] = []  # (path, size, force: the cached copy is bad)
+        for path, size in sorted(wanted.items()):
+            have = _size(snap / path)
+            if have != size:
+                todo.append((path, size, have is not None or os.path.lexists(snap / path)))
+        if todo and not listing.online:
+            names = ", ".join(sorted({"/".join(p.split("/")[:4]) for p, _, _ in todo})[:3])
+            raise DownloadError(f"{listing.problem}; {len(todo)} file(s) not cached (cells: {names}). "
+                                "Pull them with network access first")
+        fetched_bytes, repaired = self._download(todo, workers=max(1, workers), progress=progress)
+        return PullReport(cells=tuple(cells), files_fetched=len(todo),
+                          files_skipped=len(wanted) - len(todo),
+                          files_repaired=repaired, bytes_fetched=fetched_bytes,
+                          bytes_total=sum(wanted.values()), root=snap, commit=listing.commit,
+                          offline=not listing.online)
+
+    def _download(self, todo: list[tuple[str, int, bool]], *, workers: int,
+                  progress: bool | None) -> tuple[int, int]:
+        """Fetch ``todo`` in parallel; returns (bytes received, files repaired)."""
+        if not todo:
+            return 0, 0
+        from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn,
+                                   TimeRemainingColumn, TransferSpeedColumn)
+
+        from .console import err_console
+
+        show = err_console.is_terminal if progress is None else progress
+        lock = threading.Lock()
+        cancel = threading.Event()
+        totals = {"bytes": 0, "repaired": 0, "done": 0}
+        bar = Progress(TextColumn("[bold]pull[/] {task.fields[files]}"), BarColumn(),
+                       DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
+                       console=err_console, disable=not show, transient=False)
+        task = bar.add_task("pull", total=sum(s for _, s, _ in todo), files=f"0/{len(todo)} files")
+
+        def on_bytes(n: int) -> None:
+            with lock:
+                totals["bytes"] += n
+            bar.update(task, advance=n)
+
+        def fetch(path: str, size: int, bad_in_cache: bool) -> None:
+            repaired = bad_in_cache
+            got = self._fetch_file(path, bad_in_cache, on_bytes, cancel)
+            if got != size:  # short or empty: never keep it; fetch it once more
+                self._discard(self._snapshot() / path)
+                repaired = True
+                got = self._fetch_file(path, True, on_bytes, cancel)
+                if got != size:
+                    self._discard(self._snapshot() / path)
+                    raise DownloadError(f"{path}: received {got or 0} bytes but the listing says "
+                                        f"{size}; the file was removed, run pull again")
+            with lock:
+                totals["repaired"] += repaired
+                totals["done"] += 1
+            bar.update(task, files=f"{totals['done']}/{len(todo)} files")
+
+        pool = ThreadPoolExecutor(max_workers=min(workers, len(todo)), thread_name_prefix="alem-pull")
+        with bar, _quiet_hub_logs():
+            try:
+                futures = [pool.submit(fetch, *item) for item in todo]
+                wait(futures, return_when=FIRST_EXCEPTION)
+                # On the first failure: start nothing new, let the files in flight finish
+                # (they are kept), then report that failure.
+                pool.shutdown(wait=True, cancel_futures=True)
+            except BaseException:  # Ctrl-C: abandon the files in flight; whole files are kept
+                cancel.set()
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
+            for fut in futures:
+                if not fut.cancelled() and fut.exception() is not None:
+                    raise fut.exception()  # type: ignore[misc]
+        return totals["bytes"], totals["repaired"]
+
+    def _fetch_file(self, path: str, force: bool, on_bytes: Callable[[int], None],
+                    cancel: threading.Event) -> int | None:
+        """Download one file into the cache; returns its size on disk."""
+        from functools import partial
+
+        from huggingface_hub import constants, hf_hub_download
+
+        try:
+            local = hf_hub_download(self.repo, path, revision=self.listing.commit,
+                                    cache_dir=str(self.cache_dir), endpoint=self._explicit_endpoint,
+                                    force_download=force, etag_timeout=constants.HF_HUB_ETAG_TIMEOUT,
+                                    tqdm_class=partial(_ByteCounter, on_bytes, cancel))  # type: ignore[arg-type]
+        except _Cancelled:
+            raise
+        except OSError as exc:
+            if _is_size_mismatch(exc):  # the client's own length check: a short transfer
+                return None
+            raise self._as_download_error(exc, path) from None
+        except Exception as exc:
+            raise self._as_download_error(exc, path) from None
+        return _size(Path(local))
+
+    def _as_download_error(self, exc: BaseException, path: str) -> Exception:
+        err = self._translate(exc, path)
+        if isinstance(err, _Unreachable):
+            return DownloadError(f"cannot download {path}: {err}; files already fetched are kept, "
+                                 "run pull again to resume")
+        return err
+
+    def _discard(self, pointer: Path) -> None:
+        """Remove a bad cached file (the snapshot entry and the blob it points to)."""
+        blobs = (self.storage / "blobs").resolve()
+        target = Path(os.path.realpath(pointer))
+        with contextlib.suppress(FileNotFoundError):
+            if blobs in target.parents:
+                target.unlink()
+        with contextlib.suppress(FileNotFoundError):
+            pointer.unlink()
+
+
+class _Unreachable(SourceError):
+    """The endpoint cannot be used right now; the cache may still serve."""
+
+
+def _is_size_mismatch(exc: OSError) -> bool:
+    return exc.errno is None and "consistency check failed" in str(exc).lower()
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None

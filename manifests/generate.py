@@ -1,0 +1,88 @@
+"""Write ``manifests/alem-rl-baselines.json``: one record per released cell.
+
+    .venv/bin/python manifests/generate.py          # rewrite the manifest
+    .venv/bin/python manifests/generate.py --check  # exit 1 if the file is stale
+
+The facts below come from the model card and the upstream trainers (see
+``shared/docs/upstream-format.md`` §5 and §9). ``tests/test_hub.py`` checks the parameter
+counts against ``alem_eval.networks`` at the released sizes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+# Run as a script from anywhere: make the checkout importable.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from alem_eval.config import ALGORITHMS, DIFFICULTIES, PAPER_ENV_VERSION  # noqa: E402
+from alem_eval.manifest import DEFAULT_REVISION, HUB_REPO, MANIFEST_PATHS, MANIFEST_SCHEMA_VERSION  # noqa: E402
+
+# The card's table says "100M", its prose "100m": sources resolve the label against the
+# repo listing case-insensitively.
+BUDGETS = ("100M", "1B")
+SEEDS = range(5)
+NUM_COMM_CHANNELS = 4
+FAMILIES = {"ippo-rnn": "ppo", "mappo-rnn": "ppo-ctde", "hypermarl-rnn": "hypermarl",
+            "pqn-vdn-rnn": "pqn"}
+# `num_params` as the trainers log it with NUM_COMM_CHANNELS=4 (MAPPO: actor + critic;
+# PQN: batch_stats included).
+EXPECTED_PARAMS = {"ippo-rnn": 2_589_885, "mappo-rnn": 7_508_797, "hypermarl-rnn": 25_614_013,
+                   "pqn-vdn-rnn": 18_462_800}
+# Measured on upstream-written checkpoints at the released sizes, optimiser state included.
+APPROX_SIZE_MB = {"ippo-rnn": 20, "mappo-rnn": 48, "hypermarl-rnn": 241, "pqn-vdn-rnn": 134}
+
+
+def manifest_data() -> dict:
+    cells = []
+    for budget in BUDGETS:
+        for algorithm in ALGORITHMS:
+            for difficulty in DIFFICULTIES:
+                for seed in SEEDS:
+                    cells.append({
+                        "budget": budget, "algorithm": algorithm, "difficulty": difficulty,
+                        "seed": seed, "repo": HUB_REPO,
+                        "path": f"{budget}/{algorithm}/{difficulty}/seed{seed}",
+                        "revision": DEFAULT_REVISION, "family": FAMILIES[algorithm],
+                        "expected_params": EXPECTED_PARAMS[algorithm],
+                        "num_comm_channels": NUM_COMM_CHANNELS,
+                        "env_version": PAPER_ENV_VERSION,
+                        "approx_size_mb": APPROX_SIZE_MB[algorithm],
+                    })
+    return {
+        "schema_version": MANIFEST_SCHEMA_VERSION,
+        "name": "alem-rl-baselines",
+        "repo": HUB_REPO,
+        "revision": DEFAULT_REVISION,
+        "env_version": PAPER_ENV_VERSION,
+        "notes": ("Budget folder spelling (100M vs 100m) is resolved against the repo listing "
+                  "case-insensitively; revision is not pinned yet (main)."),
+        "cells": cells,
+    }
+
+
+def render() -> str:
+    return json.dumps(manifest_data(), indent=1) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="fail if the manifest is stale")
+    args = ap.parse_args(argv)
+    path = MANIFEST_PATHS[0]
+    text = render()
+    if args.check:
+        current = path.read_text(encoding="utf-8") if path.is_file() else ""
+        if current != text:
+            print(f"{path} is stale: run manifests/generate.py", file=sys.stderr)
+            return 1
+        return 0
+    path.write_text(text, encoding="utf-8")
+    print(f"wrote {path} ({len(manifest_data()['cells'])} cells)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
