@@ -197,7 +197,8 @@ def score_cells(
                                   num_episodes=stack[0].num_episodes, max_steps=stack[0].max_steps)
             for job, episodes in zip(stack, records):
                 if store is not None:
-                    store.write(build_rows(job.key, episodes), job.key)
+                    store.write(build_rows(job.key, episodes), job.key,
+                                extra={"num_params": job.spec.num_params()})
                 done[(job.cell.id, job.eval_difficulty)] = CellScore(
                     job.cell, job.eval_difficulty, options.protocol, tuple(episodes),
                     provenance=_provenance(job.key))

@@ -1,0 +1,190 @@
+"""Interoperability: export to marl-eval's JSON, merge results directories.
+
+marl-eval (instadeepai/marl-eval) reads raw experiment data shaped as::
+
+    {environment: {task: {algorithm: {run: {
+        "step_0": {"step_count": int, metric: [one value per evaluation episode], ...},
+        "absolute_metrics": {metric: [...], ...}}}}}}
+
+Alem maps onto it as environment ``"alem"``, task = eval difficulty, algorithm =
+``"<algorithm>_<budget>"`` (lower case), run = ``"seed<N>"``. Only the final checkpoints are
+scored, so each run has one logging step (``step_count`` = the budget in env steps when it
+is numeric, else 0) and ``absolute_metrics`` holds the same per-episode values. marl-eval
+lower-cases metric names and splits them on ``_``; metric keys are therefore written as
+``team_reward_pct_of_max`` etc. (``/`` -> ``_``, lower case) and keep their raw scale
+(fractions in [0, 1]).
+
+:func:`merge_results` imports the files of another alem-eval results directory: new keys
+are copied (bytes unchanged, atomically), identical ones skipped, and two kinds of
+conflict reported: *content* (same provenance key, different numbers; ours is kept unless
+``prefer="theirs"``) and *provenance* (the same cell, eval difficulty and protocol scored
+from a different checkpoint, config, env version or episode count; both are kept and the
+loaders use the most recently written one).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .errors import UsageError
+from .results import (NON_METRIC_COLUMNS, ResultKey, ResultsError, ResultsStore, StoreEntry,
+                      collect_warnings)
+from .stats import (HEADLINE_METRICS, PreparedResults, budget_steps, prepare)
+
+MARL_EVAL_ENVIRONMENT = "alem"
+
+
+def marl_eval_metric_name(key: str) -> str:
+    """``"Team/reward_pct_of_max"`` -> ``"team_reward_pct_of_max"`` (marl-eval lower-cases)."""
+    return re.sub(r"[^a-z0-9]+", "_", key.lower()).strip("_")
+
+
+def marl_eval_algorithm_name(algorithm: str, budget: str) -> str:
+    return f"{algorithm}_{budget}".lower()
+
+
+def to_marl_eval(prepared: PreparedResults, metrics: Sequence[str] | None = None, *,
+                 environment: str = MARL_EVAL_ENVIRONMENT) -> dict[str, Any]:
+    """The prepared rows in marl-eval's raw-data layout (see the module docstring)."""
+    df = prepared.frame
+    keys = list(metrics) if metrics else [m for m in df.columns if m not in NON_METRIC_COLUMNS]
+    names = {k: marl_eval_metric_name(k) for k in keys}
+    clash = len(set(names.values())) != len(names) or "step_count" in names.values()
+    if clash:
+        raise UsageError("metric names collide once lower-cased for marl-eval; export fewer metrics")
+    tasks: dict[str, Any] = {}
+    for (diff, budget, alg, seed), g in df.groupby(
+            ["eval_difficulty", "budget", "algorithm", "seed"], sort=True):
+        g = g.sort_values("episode")
+        values = {names[k]: [float(v) for v in g[k].to_numpy(dtype=float)] for k in keys}
+        values = {k: [v for v in vs if np.isfinite(v)] for k, vs in values.items()}
+        run = {"step_0": {"step_count": budget_steps(str(budget)) or 0, **values},
+               "absolute_metrics": {k: list(v) for k, v in values.items()}}
+        algo = marl_eval_algorithm_name(str(alg), str(budget))
+        tasks.setdefault(str(diff).lower(), {}).setdefault(algo, {})[f"seed{int(seed)}"] = run
+    return {environment: tasks}
+
+
+def export_marl_eval(store: ResultsStore, out: str | Path | None, *,
+                     selectors: Sequence[str] | None = None, metrics: Sequence[str] = (),
+                     protocol: str | None = None) -> tuple[str, PreparedResults]:
+    """Write (or, with ``out=None``, just return) the marl-eval JSON of the selection.
+
+    Default metrics: the headline ones present (Base%, Coord%, Total%, achievement fractions).
+    """
+    prepared = prepare(store, selectors, metrics=metrics,
+                       optional_metrics=[] if metrics else [m.key for m in HEADLINE_METRICS],
+                       protocol=protocol)
+    keys = prepared.metrics or tuple(m.key for m in HEADLINE_METRICS
+                                     if m.key in prepared.frame.columns)
+    if not keys:
+        raise UsageError("no metric to export: name one with --metric")
+    text = json.dumps(to_marl_eval(prepared, keys), indent=1, allow_nan=False) + "\n"
+    if out is not None:
+        Path(out).write_text(text, encoding="utf-8")
+    return text, prepared
+
+
+# ----------------------------------------------------------------------------------------
+# Merge
+# ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MergeConflict:
+    cell: str
+    eval_difficulty: str
+    protocol: str
+    kind: str  # "content" | "provenance"
+    detail: str
+    resolution: str
+
+    def as_record(self) -> dict[str, str]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class MergeReport:
+    source: str
+    dest: str
+    copied: tuple[ResultKey, ...]
+    identical: tuple[ResultKey, ...]
+    replaced: tuple[ResultKey, ...]
+    conflicts: tuple[MergeConflict, ...]
+    notes: tuple[str, ...]
+    dry_run: bool = False
+
+    def summary(self) -> str:
+        verb = "would copy" if self.dry_run else "copied"
+        return (f"{verb} {len(self.copied)} new, {len(self.identical)} already present, "
+                f"{len(self.replaced)} replaced, {len(self.conflicts)} conflicts, "
+                f"{len(self.notes)} unreadable/skipped")
+
+
+def _same_numbers(a: pd.DataFrame, b: pd.DataFrame) -> bool:
+    cols_a = sorted(c for c in a.columns if c not in NON_METRIC_COLUMNS)
+    cols_b = sorted(c for c in b.columns if c not in NON_METRIC_COLUMNS)
+    if cols_a != cols_b or len(a) != len(b):
+        return False
+    a, b = a.sort_values("episode"), b.sort_values("episode")
+    return bool(np.array_equal(a[cols_a].to_numpy(float), b[cols_a].to_numpy(float),
+                               equal_nan=True))
+
+
+def _key_diff(ours: ResultKey, theirs: ResultKey) -> str:
+    return ", ".join(f"{f.name} {getattr(ours, f.name)!r} vs {getattr(theirs, f.name)!r}"
+                     for f in dataclasses.fields(ResultKey)
+                     if getattr(ours, f.name) != getattr(theirs, f.name))
+
+
+def merge_results(dest: ResultsStore, source: ResultsStore, *,
+                  selectors: Sequence[str] | None = None, prefer: str = "ours",
+                  dry_run: bool = False) -> MergeReport:
+    """Import the results of ``source`` into ``dest`` (see the module docstring)."""
+    if prefer not in ("ours", "theirs"):
+        raise UsageError(f"--prefer must be 'ours' or 'theirs', got {prefer!r}")
+    if Path(source.root).resolve() == Path(dest.root).resolve():
+        raise UsageError("cannot merge a results directory into itself")
+    if not Path(source.root).is_dir():
+        raise ResultsError(f"no results directory at {source.root}")
+    with collect_warnings() as notes:
+        theirs = source.entries(selectors)
+        ours_by_slot: dict[tuple, list[StoreEntry]] = {}
+        for e in dest.entries():
+            ours_by_slot.setdefault(e.key.slot, []).append(e)
+        if not theirs:
+            raise ResultsError(f"no scored results in {source.root}")
+        copied, identical, replaced, conflicts = [], [], [], []
+        for e in theirs:
+            k = e.key
+            same_slot = ours_by_slot.get(k.slot, [])
+            same_key = [o for o in same_slot if o.key == k]
+            if same_key:
+                a, b = dest.read(same_key), source.read([e])
+                if _same_numbers(a, b):
+                    identical.append(k)
+                    continue
+                take = prefer == "theirs"
+                conflicts.append(MergeConflict(
+                    k.cell, k.eval_difficulty, k.protocol, "content",
+                    "same provenance key, different numbers (e.g. another jax build or device)",
+                    "replaced with theirs" if take else "kept ours"))
+                if take:
+                    replaced.append(k)
+                    if not dry_run:
+                        dest.import_entry(e)
+                continue
+            for o in same_slot:
+                conflicts.append(MergeConflict(
+                    k.cell, k.eval_difficulty, k.protocol, "provenance", _key_diff(o.key, k),
+                    "kept both; loaders use the most recently written"))
+            copied.append(k)
+            if not dry_run:
+                dest.import_entry(e)
+    return MergeReport(str(source.root), str(dest.root), tuple(copied), tuple(identical),
+                       tuple(replaced), tuple(conflicts), tuple(notes), dry_run)

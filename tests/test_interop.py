@@ -1,0 +1,115 @@
+"""marl-eval export and merging another alem-eval results directory."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import alem_eval.commands.export  # noqa: F401  (registers export/merge on the app)
+from alem_eval.cli import main
+from alem_eval.errors import UsageError
+from alem_eval.interop import (export_marl_eval, marl_eval_metric_name, merge_results,
+                               to_marl_eval)
+from alem_eval.results import ResultKey, ResultsStore, build_rows
+from alem_eval.stats import prepare
+
+from .synthetic import fill_store, key_for, synthetic_records
+
+SMALL = dict(budgets=["100M", "1B"], algorithms=["ippo-rnn"], difficulties=["easy", "hard"],
+             seeds=range(2), num_episodes=3)
+
+
+def test_marl_eval_layout(tmp_path):
+    store = ResultsStore(tmp_path / "res")
+    fill_store(store, **SMALL)
+    text, prepared = export_marl_eval(store, tmp_path / "m.json")
+    data = json.loads((tmp_path / "m.json").read_text())
+    assert json.loads(text) == data and list(data) == ["alem"]
+    assert set(data["alem"]) == {"easy", "hard"}
+    task = data["alem"]["hard"]
+    assert set(task) == {"ippo-rnn_100m", "ippo-rnn_1b"}
+    run = task["ippo-rnn_1b"]["seed1"]
+    assert list(run) == ["step_0", "absolute_metrics"]
+    assert run["step_0"]["step_count"] == 1_000_000_000
+    assert "team_reward_pct_of_max" in run["absolute_metrics"]
+    df = store.load(["1B/ippo-rnn/hard/seed1"])
+    assert run["absolute_metrics"]["team_reward_pct_of_max"] == pytest.approx(
+        df.sort_values("episode")["Team/reward_pct_of_max"].tolist())
+    assert len(run["step_0"]["team_achievement_pct"]) == 3
+    assert marl_eval_metric_name("Team/coord_reward_pct_of_max") == "team_coord_reward_pct_of_max"
+
+
+def test_marl_eval_export_of_chosen_metrics_and_collisions(tmp_path):
+    store = ResultsStore(tmp_path / "res")
+    fill_store(store, **SMALL)
+    text, _ = export_marl_eval(store, None, metrics=["episode_return"])
+    run = json.loads(text)["alem"]["easy"]["ippo-rnn_100m"]["seed0"]
+    assert set(run["absolute_metrics"]) == {"episode_return"}
+    prepared = prepare(store, metrics=["Team/reward_pct_of_max"])
+    with pytest.raises(UsageError, match="collide"):
+        to_marl_eval(prepared, ["Team/reward_pct_of_max", "team/reward_pct_of_max"])
+
+
+def test_merge_copies_skips_and_reports_conflicts(tmp_path):
+    ours, theirs = ResultsStore(tmp_path / "ours"), ResultsStore(tmp_path / "theirs")
+    fill_store(ours, **{**SMALL, "budgets": ["1B"]})
+    fill_store(theirs, **SMALL)
+    rep = merge_results(ours, theirs, dry_run=True)
+    assert len(rep.copied) == 4 and len(rep.identical) == 4 and not ours.has(rep.copied[0])
+    rep = merge_results(ours, theirs)
+    assert len(rep.copied) == 4 and len(rep.identical) == 4 and not rep.conflicts
+    assert len(ours.entries()) == 8
+    assert merge_results(ours, theirs).copied == ()  # idempotent
+
+    # Same key, different numbers: a content conflict; ours kept unless told otherwise.
+    key = key_for("1B", "ippo-rnn", "hard", 0, num_episodes=3)
+    rows = build_rows(key, synthetic_records("1B", "ippo-rnn", "hard", 0, num_episodes=3,
+                                             rng_seed=99))
+    theirs.write(rows, key)
+    rep = merge_results(ours, theirs)
+    (c,) = rep.conflicts
+    assert c.kind == "content" and c.resolution == "kept ours" and c.cell == key.cell
+    rep = merge_results(ours, theirs, prefer="theirs")
+    assert rep.replaced == (key,)
+    assert ours.get(key)["Team/reward_pct_of_max"].tolist() == pytest.approx(
+        [r["Team/reward_pct_of_max"] for r in rows])
+
+    # The same cell scored from other weights: a provenance conflict; both kept.
+    other = ResultKey(key.cell, key.eval_difficulty, key.protocol, "different-weights",
+                      key.config_hash, key.env_version, 3, key.max_steps)
+    theirs.write(build_rows(other, synthetic_records("1B", "ippo-rnn", "hard", 0,
+                                                      num_episodes=3)), other)
+    rep = merge_results(ours, theirs)
+    (c,) = rep.conflicts
+    assert c.kind == "provenance" and "checkpoint_hash" in c.detail and rep.copied == (other,)
+    assert ours.has(key) and ours.has(other)
+
+
+def test_merge_bad_input(tmp_path):
+    store = ResultsStore(tmp_path / "ours")
+    with pytest.raises(UsageError, match="into itself"):
+        merge_results(store, ResultsStore(tmp_path / "ours"))
+    with pytest.raises(UsageError, match="--prefer"):
+        merge_results(store, ResultsStore(tmp_path / "x"), prefer="mine")
+
+
+def run(args, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    out = capsys.readouterr()
+    return exc.value.code or 0, out.out, out.err
+
+
+def test_export_and_merge_commands(tmp_path, capsys):
+    src, dst = ResultsStore(tmp_path / "a"), ResultsStore(tmp_path / "b")
+    fill_store(src, **SMALL)
+    code, out, err = run(["merge", str(src.root), "--results", str(dst.root), "--format", "json"],
+                         capsys)
+    assert code == 0, err
+    assert json.loads(out) == [] and "copied 8 new" in err
+    code, out, err = run(["export", "--results", str(dst.root), "--metric", "total"], capsys)
+    assert code == 0, err
+    assert set(json.loads(out)["alem"]["easy"]["ippo-rnn_1b"]["seed0"]["absolute_metrics"]) == {
+        "team_reward_pct_of_max"}
+    code, out, err = run(["merge", str(tmp_path / "none"), "--results", str(dst.root)], capsys)
+    assert code == 1 and "no results directory" in err
