@@ -19,4 +19,6 @@ def results_dir() -> Path:
 
 
 def compilation_cache_dir() -> Path:
-    return user_cache_dir() / "jax-compilation-cache"
+    """``$ALEM_EVAL_JAX_CACHE``, else ``<user cache>/jax-compilation-cache``."""
+    explicit = os.environ.get("ALEM_EVAL_JAX_CACHE")
+    return Path(explicit) if explicit else user_cache_dir() / "jax-compilation-cache"

@@ -8,6 +8,17 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+# --- JAX compilation cache shared by the whole session ------------------------------------
+# Compiling the Alem step dominates test time. In-process tests share jitted functions;
+# CLI subprocess tests find the same programs in this persistent cache (one per session,
+# so no stale programs leak between runs).
+import tempfile as _tmp_for_jax
+
+_OWN_JAX_CACHE = "ALEM_EVAL_JAX_CACHE" not in os.environ
+if _OWN_JAX_CACHE:
+    os.environ["ALEM_EVAL_JAX_CACHE"] = _tmp_for_jax.mkdtemp(prefix="alem-eval-test-jax-")
+# ------------------------------------------------------------------------------------------
 # The upstream-written fixture cells live in ../shared beside the repo (CI: same layout).
 FIXTURES = Path(os.environ.get("ALEM_EVAL_FIXTURES", REPO.parent / "shared" / "fixtures" / "hub"))
 
@@ -19,6 +30,16 @@ TINY_CELLS = (
     "tiny/pqn-vdn-rnn/easy/seed0",
 )
 ALL_CELLS = TINY_CELLS + ("full/ippo-rnn/hard/seed1",)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_compilation_cache():
+    from alem_eval.evaluate import enable_compilation_cache
+
+    enable_compilation_cache()
+    yield
+    if _OWN_JAX_CACHE:
+        shutil.rmtree(os.environ["ALEM_EVAL_JAX_CACHE"], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

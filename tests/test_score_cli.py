@@ -1,0 +1,81 @@
+"""`alem-eval score` end to end: loopback Hub, results store, resume after a kill."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from .clitools import assert_one_line_error, cli_env, closed_port_url, run_cli
+from .conftest import FIXTURES, REPO
+from .hub_server import HubServer
+
+QUICK = ["--episodes", "2", "--max-steps", "12"]
+
+
+def test_score_difficulty_hard_from_a_loopback_hub(tmp_path):
+    with HubServer(FIXTURES, include=("tiny/",)) as hub:
+        env = cli_env(tmp_path, hub.url)
+        proc = run_cli(["score", "--difficulty", "hard", *QUICK, "--format", "json"], env, timeout=900)
+        assert proc.returncode == 0, proc.stderr
+        records = json.loads(proc.stdout)
+        assert sorted(r["cell"] for r in records) == ["tiny/hypermarl-rnn/hard/seed0",
+                                                      "tiny/ippo-rnn/hard/seed2"]
+        for r in records:
+            assert r["protocol"] == "fast" and r["eval_difficulty"] == "hard"
+            assert len(r["episodes"]) == 2
+            ep = r["episodes"][0]
+            assert 1 <= ep["episode_length"] <= 12
+            assert {"Team/achievement_pct", "Team/reward_pct_of_max", "terminated"} <= set(ep)
+            assert r["aggregate"]["episode_length"] == sum(
+                e["episode_length"] for e in r["episodes"]) / 2
+        fetched = {p.split("/")[1] for p in hub.file_requests("GET")}
+        assert fetched == {"hypermarl-rnn", "ippo-rnn"}  # only the selected cells came down
+
+        # A second run reads everything back from the store: no file request, no compute.
+        hub.clear()
+        again = run_cli(["score", "--difficulty", "hard", *QUICK, "--format", "json"], env, timeout=300)
+        assert again.returncode == 0, again.stderr
+        assert json.loads(again.stdout) == records
+        assert "scored" not in again.stderr and hub.file_requests("GET") == []
+
+
+def test_killed_score_resumes_with_only_the_missing_cells(tmp_path):
+    env = cli_env(tmp_path, closed_port_url())
+    results = tmp_path / "results"
+    args = ["score", "tiny/ippo-rnn", "--source", str(FIXTURES), "--results", str(results),
+            "--stack", "1", *QUICK]
+    code = "import sys; from alem_eval.cli import main; sys.exit(main())"
+    proc = subprocess.Popen([sys.executable, "-c", code, *args], env=env, cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 900
+    while not list(results.rglob("*.parquet")) and time.monotonic() < deadline:
+        if proc.poll() is not None:
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    written = list(results.rglob("*.parquet"))
+    assert len(written) == 1, "the first cell should have been stored before the kill"
+
+    rerun = run_cli(args + ["--format", "json"], env, timeout=900)
+    assert rerun.returncode == 0, rerun.stderr
+    assert "[1/2] reused from the results store" in rerun.stderr
+    assert rerun.stderr.count("scored tiny/") == 1
+    assert len(json.loads(rerun.stdout)) == 2
+    assert len(list(results.rglob("*.parquet"))) == 2
+    assert not [p for p in results.rglob("*") if p.name.startswith(".tmp-")]
+
+
+@pytest.mark.parametrize("extra,fragment", [
+    (["--episodes", "0"], "--episodes"),
+    (["--max-steps", "-5"], "--max-steps"),
+    (["--protocol", "slow"], "unknown protocol"),
+])
+def test_bad_score_options_are_one_line_usage_errors(tmp_path, extra, fragment):
+    proc = run_cli(["score", "tiny/ippo-rnn/easy", "--source", str(FIXTURES), *extra],
+                   cli_env(tmp_path, closed_port_url()))
+    assert_one_line_error(proc, fragment)
+    assert proc.returncode == 2
