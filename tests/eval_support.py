@@ -1,0 +1,71 @@
+"""Shared helpers of the evaluator tests (tests/test_evaluate*.py).
+
+Compiling the Alem step dominates these tests (about a minute per program on a loaded
+2-core CPU), so the test modules share the evaluator's module-level program cache and load
+each fixture cell once per session. conftest.py points JAX's persistent compilation cache
+at a per-session directory; set ``ALEM_EVAL_JAX_CACHE`` to a lasting directory to keep
+compiled programs between runs (a warm rerun skips all XLA compiles).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from typing import Any
+
+from tests.conftest import FIXTURES
+
+CELL_DIFFICULTY = {
+    "tiny/ippo-rnn/easy/seed0": "easy",
+    "tiny/ippo-rnn/hard/seed2": "hard",
+    "tiny/mappo-rnn/medium/seed0": "medium",
+    "tiny/hypermarl-rnn/hard/seed0": "hard",
+    "tiny/pqn-vdn-rnn/easy/seed0": "easy",
+    "full/ippo-rnn/hard/seed1": "hard",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    cell_id: str
+    cfg: Any
+    weights: Any
+    upstream: dict  # upstream_eval.json
+
+    @property
+    def difficulty(self) -> str:
+        return CELL_DIFFICULTY[self.cell_id]
+
+    def upstream_episodes(self) -> list[dict]:
+        return self.upstream["eval_per_episode"][self.difficulty]
+
+
+@functools.lru_cache(maxsize=None)
+def load(cell_id: str) -> Cell:
+    """Config, policy weights and upstream numbers of a fixture cell (cached)."""
+    from alem_eval.loader import load_cell
+
+    _budget, algorithm, difficulty, seed = cell_id.split("/")
+    d = FIXTURES / cell_id
+    loaded = load_cell(d, algorithm=algorithm, difficulty=difficulty, seed=int(seed[4:]),
+                       policy_only=True, where=cell_id)
+    upstream = json.loads((d / "upstream_eval.json").read_text())
+    return Cell(cell_id, loaded.cfg, loaded.weights, upstream)
+
+
+def with_eval(cfg, **changes):
+    """A copy of ``cfg`` with some EvalConfig fields changed (e.g. eval_difficulties)."""
+    return dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, **changes))
+
+
+def diff_records(got: dict, expected: dict) -> list[str]:
+    """Human-readable differences between two flat records (exact comparison)."""
+    out = []
+    for k in sorted(set(got) | set(expected)):
+        if k not in got:
+            out.append(f"{k}: missing (expected {expected[k]!r})")
+        elif k not in expected:
+            out.append(f"{k}: unexpected {got[k]!r}")
+        elif got[k] != expected[k]:
+            out.append(f"{k}: got {got[k]!r}, expected {expected[k]!r}")
+    return out

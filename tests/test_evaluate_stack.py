@@ -1,0 +1,128 @@
+"""STACKING, the 'fast' protocol, early exit and multi-device sharding of the evaluator."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from alem_eval import evaluate as ev
+from tests.conftest import REPO
+from tests.eval_support import diff_records, load, with_eval
+
+IPPO_EASY = "tiny/ippo-rnn/easy/seed0"
+IPPO_HARD = "tiny/ippo-rnn/hard/seed2"
+FAST_EPISODES, FAST_STEPS = 4, 1000
+
+
+def _stack_members():
+    """Three tiny-IPPO checkpoints with different weights and/or key chains, all scored
+    on 'hard' with the same episode count and cap."""
+    hard, easy = load(IPPO_HARD), load(IPPO_EASY)
+    return [
+        (hard.cfg, hard.weights),
+        (with_eval(easy.cfg, eval_difficulties=("hard",)), easy.weights),
+        (with_eval(hard.cfg, seed=7), hard.weights),
+    ]
+
+
+def test_reference_stack_equals_each_alone_and_traces_once():
+    members = _stack_members()
+    cfgs = [c for c, _ in members]
+    weights = [w for _, w in members]
+    kw = dict(protocol="reference", eval_difficulty="hard", num_episodes=3, max_steps=100)
+    before = ev.TRACE_COUNTS["rollout"]
+    stacked = ev.score_stack(cfgs, weights, **kw)
+    assert ev.TRACE_COUNTS["rollout"] - before == 1  # one trace/compile for the whole stack
+    again = ev.score_stack(cfgs, weights, **kw)
+    assert ev.TRACE_COUNTS["rollout"] - before == 1  # and none for a repeat
+    assert again == stacked
+    for k, (cfg, w) in enumerate(members):
+        alone = ev.score_stack([cfg], [w], **kw)[0]
+        for i, (a, b) in enumerate(zip(stacked[k], alone)):
+            assert not diff_records(a, b), f"checkpoint {k} episode {i}: {diff_records(a, b)[:5]}"
+    # The members really differ (weights or key chain), so the test is not vacuous.
+    assert stacked[0] != stacked[1] and stacked[0] != stacked[2]
+
+
+def _fast(cell, difficulty):
+    return ev.run_stack([cell.cfg], [cell.weights], protocol="fast", eval_difficulty=difficulty,
+                        num_episodes=FAST_EPISODES, max_steps=FAST_STEPS)
+
+
+def test_fast_protocol_is_deterministic_and_exits_early():
+    cell = load(IPPO_EASY)
+    first = _fast(cell, "easy")
+    before = ev.TRACE_COUNTS["rollout"]
+    second = _fast(cell, "easy")
+    assert second.records == first.records
+    assert len(first.records) == 1 and len(first.records[0]) == FAST_EPISODES
+    lengths = [r["episode_length"] for r in first.records[0]]
+    for rec, chunks in zip(first.records[0], first.chunks[0]):
+        n = int(rec["episode_length"])
+        assert 1 <= n <= FAST_STEPS
+        assert (rec["terminated"] == 1.0) or n == FAST_STEPS
+        # the loop stops at the end of the chunk in which the episode ended
+        assert chunks == math.ceil(n / first.chunk)
+    # these near-untrained agents die long before the cap: the loop exits early
+    assert max(lengths) < FAST_STEPS
+    assert first.chunks[0].max() < math.ceil(FAST_STEPS / first.chunk)
+    # Another difficulty reuses the same compiled program (difficulty is a traced value).
+    hard = _fast(cell, "hard")
+    assert ev.TRACE_COUNTS["rollout"] == before
+    assert hard.records != first.records
+
+
+def test_fast_defaults_follow_the_spec():
+    assert (ev.FAST_NUM_EPISODES, ev.FAST_MAX_STEPS, ev.FAST_WORLD_SEED) == (20, 10_000, 9999)
+    worlds, chains = ev.fast_keys(3)
+    import jax
+    import numpy as np
+
+    for i in range(3):
+        assert np.array_equal(np.asarray(worlds[i]), np.asarray(jax.random.PRNGKey(9999 + i)))
+        assert np.array_equal(np.asarray(chains[i]),
+                              np.asarray(jax.random.fold_in(jax.random.PRNGKey(9999 + i), 1)))
+
+
+_SHARDED_SCRIPT = textwrap.dedent("""
+    import json, sys
+    sys.path.insert(0, {repo!r})
+    import jax
+    from alem_eval import evaluate as ev
+    from tests.eval_support import load
+    ev.enable_compilation_cache()  # the session's cache ($ALEM_EVAL_JAX_CACHE)
+    assert jax.local_device_count() == 4, jax.devices()
+    cell = load({cell!r})
+    ref = ev.score_stack([cell.cfg, cell.cfg], [cell.weights, cell.weights],
+                         protocol="reference", eval_difficulty="easy")
+    fast = ev.score_stack([cell.cfg], [cell.weights], protocol="fast", eval_difficulty="easy",
+                          num_episodes={episodes}, max_steps={steps})
+    devices = sorted({{k.num_devices for k in ev._PROGRAMS}})
+    print("RESULT" + json.dumps({{"ref": ref, "fast": fast, "devices": devices}}))
+""")
+
+
+@pytest.mark.slow
+def test_sharded_over_four_cpu_devices_matches_single_device():
+    cell = load(IPPO_EASY)
+    script = _SHARDED_SCRIPT.format(repo=str(REPO), cell=IPPO_EASY, episodes=FAST_EPISODES,
+                                    steps=FAST_STEPS)
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+               JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", script], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(l for l in proc.stdout.splitlines() if l.startswith("RESULT"))
+    out = json.loads(line[len("RESULT"):])
+    assert out["devices"] == [2, 4]  # reference: 2 checkpoints on 2 devices; fast: 4 episodes
+    expected = cell.upstream_episodes()
+    for recs in out["ref"]:
+        for i, (rec, exp) in enumerate(zip(recs, expected)):
+            assert not diff_records(ev.upstream_view(rec, i), exp)
+    single = _fast(cell, "easy").records
+    assert out["fast"] == single
