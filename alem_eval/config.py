@@ -215,6 +215,7 @@ _PQN = {
     "EPS_DECAY": (_to_float, 0.1),
     "TOTAL_TIMESTEPS_DECAY": (_to_int, 1_000_000_000),
     "REW_SCALE": (_to_float, 1.0),
+    "MEMORY_WINDOW": (_to_int, 0),
 }
 
 KEY_TABLE: dict[str, dict[str, tuple[Callable[[Any], Any], Any]]] = {
@@ -497,3 +498,175 @@ def load_config_file(path: str | Path, **layout: Any) -> RunConfig:
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
     return parse_config_json(data, where=str(path), **layout)
+
+
+# ----------------------------------------------------------------------------------------
+# Training (the trainers in ``trainers/``): typed hyperparameters of one run
+# ----------------------------------------------------------------------------------------
+# What regenerating a released cell sets beyond the yaml defaults: the released cells use
+# 4 communication channels (the yamls say 0), and the trainers run no visualisation.
+REGENERATION_DEFAULTS: dict[str, Any] = {"NUM_COMM_CHANNELS": 4, "VISUALIZE": False}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Hyperparameters every trainer reads (spec §5). ``num_epochs`` is PPO's UPDATE_EPOCHS
+    and PQN's NUM_EPOCHS; ``lr_decay`` is ANNEAL_LR (PPO) or LR_LINEAR_DECAY (PQN)."""
+
+    algorithm: str
+    seed: int
+    total_timesteps: int
+    num_envs: int
+    num_steps: int
+    num_minibatches: int
+    num_epochs: int
+    lr: float
+    max_grad_norm: float
+    lr_decay: bool
+    gamma: float
+
+    @property
+    def steps_per_update(self) -> int:
+        return self.num_envs * self.num_steps
+
+    @property
+    def num_updates(self) -> int:
+        return self.total_timesteps // self.num_steps // self.num_envs
+
+    @property
+    def compile_key(self) -> "TrainConfig":
+        """This config with every value that only feeds traced arrays (seed, budget, LR)
+        zeroed: two runs with equal keys share one compiled trainer."""
+        return dataclasses.replace(self, seed=0, total_timesteps=0, lr=0.0)
+
+
+@dataclass(frozen=True)
+class PPOTrainConfig(TrainConfig):
+    """IPPO, MAPPO and HyperMARL. ``clip_eps`` is already divided by the agent count when
+    MAPPO's SCALE_CLIP_EPS is set."""
+
+    gae_lambda: float
+    clip_eps: float
+    ent_coef: float
+    vf_coef: float
+    lr_warmup: float
+
+
+@dataclass(frozen=True)
+class PQNTrainConfig(TrainConfig):
+    q_lambda: float
+    total_timesteps_decay: int
+    eps_start: float
+    eps_finish: float
+    eps_decay: float
+    rew_scale: float
+    memory_window: int
+
+    @property
+    def num_updates_decay(self) -> int:
+        return self.total_timesteps_decay // self.num_steps // self.num_envs
+
+    @property
+    def compile_key(self) -> "TrainConfig":
+        return dataclasses.replace(self, seed=0, total_timesteps=0, total_timesteps_decay=0, lr=0.0)
+
+
+def training_run_config(
+    algorithm: str,
+    *,
+    difficulty: str,
+    seed: int,
+    total_timesteps: int | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    where: str = "train",
+) -> RunConfig:
+    """The run config a trainer uses to (re)generate one cell.
+
+    Layers: trainer defaults <- :data:`REGENERATION_DEFAULTS` and the cell's identity
+    (difficulty, seed, budget) <- ``overrides`` (``--set KEY=VALUE``; strings are coerced
+    like ``reload_overrides``). Unknown keys are errors here (a typo must not train a
+    different model silently). PQN's TOTAL_TIMESTEPS_DECAY follows TOTAL_TIMESTEPS unless
+    set explicitly. EVAL_DIFFICULTIES is the training difficulty (one model per difficulty).
+    """
+    algo = canonical_algorithm(algorithm)
+    if algo is None:
+        raise ConfigError(f"{where}: unknown algorithm {algorithm!r} (one of {', '.join(ALGORITHMS)})")
+    table = KEY_TABLE[algo]
+    user: dict[str, Any] = {}
+    for key, value in (overrides or {}).items():
+        k = str(key).strip().upper()
+        if k not in table:
+            close = difflib_close(k, table)
+            hint = f"did you mean {', '.join(close)}?" if close else \
+                "the keys are the upstream yaml's, see alem_eval.config.KEY_TABLE"
+            raise ConfigError(f"{where}: unknown training key {key!r} for {algo} ({hint})")
+        user[k] = value
+    cell = {"TRAINING_COORDINATION_DIFFICULTY": difficulty, "SEED": seed}
+    base: dict[str, Any] = {**REGENERATION_DEFAULTS, **cell, "EVAL_DIFFICULTIES": [difficulty]}
+    if total_timesteps is not None:
+        base["TOTAL_TIMESTEPS"] = total_timesteps
+    merged, _ = resolve_values(algo, full_config=base, overrides=user, where=where)
+    for k, v in cell.items():  # the cell's identity wins over --set
+        coerced = _coerce(table, k, v, where)
+        if merged[k] != coerced:
+            raise ConfigError(f"{where}: key {k}={merged[k]!r} contradicts the cell ({coerced!r})")
+    if algo == "pqn-vdn-rnn" and "TOTAL_TIMESTEPS_DECAY" not in user:
+        merged["TOTAL_TIMESTEPS_DECAY"] = merged["TOTAL_TIMESTEPS"]
+    merged["NUM_SEEDS"] = 1  # one cell = one seed; several cells train side by side (vmap)
+    return build_run_config(algo, merged, where=where)
+
+
+def difflib_close(key: str, table: Mapping[str, Any]) -> list[str]:
+    import difflib
+
+    return difflib.get_close_matches(key, list(table), n=3, cutoff=0.6)
+
+
+def build_train_config(cfg: RunConfig, where: str = "train") -> PPOTrainConfig | PQNTrainConfig:
+    """Typed training hyperparameters from a resolved run config (validated)."""
+    v = dict(cfg.values)
+    a = cfg.algorithm
+    pqn = a == "pqn-vdn-rnn"
+    common = dict(
+        algorithm=a, seed=v["SEED"], total_timesteps=v["TOTAL_TIMESTEPS"], num_envs=v["NUM_ENVS"],
+        num_steps=v["NUM_STEPS"], num_minibatches=v["NUM_MINIBATCHES"],
+        num_epochs=v["NUM_EPOCHS"] if pqn else v["UPDATE_EPOCHS"], lr=v["LR"],
+        max_grad_norm=v["MAX_GRAD_NORM"], lr_decay=v["LR_LINEAR_DECAY"] if pqn else v["ANNEAL_LR"],
+        gamma=v["GAMMA"],
+    )
+    for key in ("NUM_ENVS", "NUM_STEPS", "NUM_MINIBATCHES", "TOTAL_TIMESTEPS"):
+        if v[key] < 1:
+            raise ConfigError(f"{where}: key {key}={v[key]} must be positive")
+    if common["num_epochs"] < 1:
+        raise ConfigError(f"{where}: key {'NUM_EPOCHS' if pqn else 'UPDATE_EPOCHS'} must be positive")
+    if v["TOTAL_TIMESTEPS"] < v["NUM_ENVS"] * v["NUM_STEPS"]:
+        raise ConfigError(
+            f"{where}: TOTAL_TIMESTEPS={v['TOTAL_TIMESTEPS']} is less than one update "
+            f"(NUM_ENVS x NUM_STEPS = {v['NUM_ENVS'] * v['NUM_STEPS']})")
+    if pqn:
+        if v["NUM_ENVS"] % v["NUM_MINIBATCHES"]:
+            raise ConfigError(f"{where}: NUM_ENVS={v['NUM_ENVS']} must be divisible by "
+                              f"NUM_MINIBATCHES={v['NUM_MINIBATCHES']}")
+        if v["MEMORY_WINDOW"] != 0:
+            raise ConfigError(f"{where}: MEMORY_WINDOW={v['MEMORY_WINDOW']} is not supported "
+                              "(the released runs use 0)")
+        if v["NUM_STEPS"] < 2:
+            raise ConfigError(f"{where}: PQN needs NUM_STEPS >= 2 (the last step only bootstraps)")
+        return PQNTrainConfig(
+            **common, q_lambda=v["LAMBDA"], total_timesteps_decay=max(1, v["TOTAL_TIMESTEPS_DECAY"]),
+            eps_start=v["EPS_START"], eps_finish=v["EPS_FINISH"], eps_decay=v["EPS_DECAY"],
+            rew_scale=v["REW_SCALE"], memory_window=v["MEMORY_WINDOW"],
+        )
+    if a == "hypermarl-rnn" and not v["APPEND_AGENT_ID"]:
+        raise ConfigError(f"{where}: HyperMARL trains on observations with the agent id "
+                          "appended; APPEND_AGENT_ID must be true")
+    actors = cfg.env.num_agents * v["NUM_ENVS"]
+    if actors % v["NUM_MINIBATCHES"]:
+        raise ConfigError(
+            f"{where}: NUM_MINIBATCHES={v['NUM_MINIBATCHES']} must divide the number of actors "
+            f"(agents x NUM_ENVS = {cfg.env.num_agents} x {v['NUM_ENVS']} = {actors})")
+    clip = v["CLIP_EPS"]
+    if a == "mappo-rnn" and v["SCALE_CLIP_EPS"]:
+        clip = clip / cfg.env.num_agents
+    return PPOTrainConfig(**common, gae_lambda=v["GAE_LAMBDA"], clip_eps=clip,
+                          ent_coef=v["ENT_COEF"], vf_coef=v["VF_COEF"], lr_warmup=v["LR_WARMUP"])

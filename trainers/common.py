@@ -1,0 +1,825 @@
+"""What the four trainers share: maths, optimisers, batched env helpers, saved-state types,
+the training driver (chunked jit calls, resume checkpoints, multi-device sharding) and the
+released-format writers.
+
+Sections: 1. maths  2. optimisers and schedules  3. batched env helpers  4. saved-state
+types  5. the compiled trainer  6. the driver (resume, sharding, progress)  7. writers.
+
+Every trainer module exposes ``build_trainer(run: RunConfig, tcfg: TrainConfig) -> Trainer``.
+A :class:`Trainer` holds two per-seed pure functions, ``init(key, plan)`` and
+``update(state, warm) -> (state, totals)``; this module vmaps them over seeds, jits them once
+per compile key, and runs ``n`` updates per call (``n`` is traced, so any chunk size
+reuses one executable).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import shutil
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax.training.train_state import TrainState
+
+from alem_eval.config import RunConfig, TrainConfig
+from alem_eval.errors import CheckpointError, ConfigError
+
+# ========================================================================================
+# 1. Maths (time-major arrays: [T, ...])
+# ========================================================================================
+MASK_PENALTY = 1e10  # masked logits / Q-values get -1e10 (upstream)
+
+
+def gae(reward, value, done, last_value, *, gamma: float, lam: float):
+    """Generalised advantage estimation, scanned backwards over time.
+
+    ``done[t]`` is true when the step taken at ``t`` ended the episode (no bootstrap from
+    ``t+1``). Returns ``(advantages, targets = advantages + value)``, both ``[T, ...]``.
+    """
+
+    def back(carry, xs):
+        adv_next, value_next = carry
+        r, v, d = xs
+        live = 1.0 - d.astype(jnp.float32)
+        delta = r + gamma * value_next * live - v
+        adv = delta + gamma * lam * live * adv_next
+        return (adv, v), adv
+
+    _, adv = jax.lax.scan(back, (jnp.zeros_like(last_value), last_value), (reward, value, done),
+                          reverse=True)
+    return adv, adv + value
+
+
+def normalize_advantages(adv):
+    """Per-minibatch standardisation, as upstream (population std, +1e-8)."""
+    return (adv - adv.mean()) / (adv.std() + 1e-8)
+
+
+def ppo_actor_loss(log_prob, old_log_prob, advantages, *, clip_eps: float):
+    """Clipped surrogate: ``mean(-min(r A, clip(r, 1-eps, 1+eps) A))``; returns
+    ``(loss, {"approx_kl", "clip_frac"})``. ``advantages`` are used as given."""
+    log_ratio = log_prob - old_log_prob
+    ratio = jnp.exp(log_ratio)
+    unclipped = ratio * advantages
+    clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages
+    loss = -jnp.minimum(unclipped, clipped).mean()
+    approx_kl = ((ratio - 1.0) - log_ratio).mean()
+    clip_frac = (jnp.abs(ratio - 1.0) > clip_eps).mean()
+    return loss, {"approx_kl": approx_kl, "clip_frac": clip_frac}
+
+
+def ppo_value_loss(value, old_value, targets, *, clip_eps: float):
+    """Clipped value loss: ``0.5 * mean(max((v - R)^2, (v_old + clip(v - v_old) - R)^2))``."""
+    v_clipped = old_value + jnp.clip(value - old_value, -clip_eps, clip_eps)
+    return 0.5 * jnp.maximum(jnp.square(value - targets), jnp.square(v_clipped - targets)).mean()
+
+
+def mask_logits(logits, mask):
+    """Upstream masking: add -1e10 to the logits of unavailable actions."""
+    return logits + jnp.where(mask, 0.0, -MASK_PENALTY)
+
+
+def log_prob_of(logits, actions):
+    return jnp.take_along_axis(jax.nn.log_softmax(logits), actions[..., None], axis=-1)[..., 0]
+
+
+def entropy_of(logits):
+    logp = jax.nn.log_softmax(logits)
+    return -jnp.sum(jnp.exp(logp) * logp, axis=-1)
+
+
+# ========================================================================================
+# 2. Optimisers and schedules (horizons may be traced: one executable serves any budget)
+# ========================================================================================
+def linear_schedule(count, *, init: float, end: float, steps):
+    """optax.linear_schedule with a possibly traced ``steps``."""
+    frac = 1.0 - jnp.clip(count, 0, steps) / jnp.maximum(steps, 1e-12)
+    return (init - end) * frac + end
+
+
+def ppo_learning_rate(count, *, lr: float, num_updates, grads_per_update: int, warmup: float):
+    """Upstream PPO annealing: linear decay to 0 over the updates, after an optional linear
+    warmup over ``warmup`` x the updates; the update index is ``count // grads_per_update``."""
+    update = (count // grads_per_update).astype(jnp.float32)
+    num_updates = jnp.asarray(num_updates, jnp.float32)
+    if warmup <= 0.0:
+        return lr * jnp.maximum(0.0, 1.0 - update / num_updates)
+    warm = num_updates * warmup
+    decay = num_updates - warm
+    warm_lr = lr * update / jnp.maximum(1.0, warm)
+    decay_lr = lr * jnp.maximum(0.0, 1.0 - (update - warm) / jnp.maximum(1.0, decay))
+    return jnp.where(update < warm, warm_lr, decay_lr)
+
+
+def ppo_optimizer(tcfg: TrainConfig, plan: Mapping[str, Any]) -> optax.GradientTransformation:
+    """chain(clip_by_global_norm, adam(eps=1e-5)): opt_state[1] = (Adam, schedule) like
+    upstream. The LR and the horizon come from the (traced) ``plan``."""
+    if tcfg.lr_decay:
+        lr = lambda count: ppo_learning_rate(  # noqa: E731
+            count, lr=plan["lr"], num_updates=plan["num_updates"],
+            grads_per_update=tcfg.num_minibatches * tcfg.num_epochs, warmup=tcfg.lr_warmup)
+    else:
+        lr = plan["lr"]
+    return optax.chain(optax.clip_by_global_norm(tcfg.max_grad_norm), optax.adam(lr, eps=1e-5))
+
+
+def epochs_over_minibatches(key, carry, batches, num_items: int, *, num_epochs: int,
+                            num_minibatches: int, step: Callable):
+    """``num_epochs`` passes over shuffled minibatches: each epoch permutes ``num_items``
+    (actors for PPO, envs for PQN), cuts the permutation into ``num_minibatches`` equal
+    parts and scans ``step(carry, minibatch) -> (carry, metrics)`` over them. ``batches``
+    is a tuple of ``(tree, axis)`` pairs: the axis of each tree that holds the items.
+    Minibatches are gathered one at a time (the rollout is never copied whole). Returns
+    the carry and the metrics averaged over all minibatch steps."""
+
+    def epoch(c, k):
+        parts = jax.random.permutation(k, num_items).reshape(num_minibatches, -1)
+
+        def minibatch_step(c, idx):
+            mb = tuple(jax.tree_util.tree_map(lambda x, a=axis: jnp.take(x, idx, axis=a), tree)
+                       for tree, axis in batches)
+            return step(c, mb)
+
+        return jax.lax.scan(minibatch_step, c, parts)
+
+    carry, metrics = jax.lax.scan(epoch, carry, jax.random.split(key, num_epochs))
+    return carry, jax.tree_util.tree_map(jnp.mean, metrics)
+
+
+# ========================================================================================
+# 3. Batched env helpers
+# ========================================================================================
+def append_agent_id(obs):
+    """``[..., A, D] -> [..., A, D + A]``: the one-hot agent id after the observation."""
+    a = obs.shape[-2]
+    ids = jnp.broadcast_to(jnp.eye(a, dtype=obs.dtype), obs.shape[:-2] + (a, a))
+    return jnp.concatenate([obs, ids], axis=-1)
+
+
+def reset_envs(tenv, key, num_envs: int):
+    """``num_envs`` fresh worlds: ``(obs [E, A, D], states)``."""
+    return jax.vmap(tenv.reset)(jax.random.split(key, num_envs))
+
+
+def step_envs(tenv, key, states, actions, fresh=None):
+    """Step ``E`` envs with auto-reset. ``actions [E, A]``; returns obs, states, reward
+    ``[E, A]``, done ``[E]``, info (``[E]`` leaves).
+
+    ``fresh``: ``(obs, states)`` of ``E`` pre-generated worlds (:func:`reset_envs`, drawn
+    once per rollout) that an env continues with when its episode ends. Upstream generates
+    a new world on every step of every env and keeps it only where the episode ended;
+    world generation costs ~20x a game step, so the trainers draw one fresh world per env
+    per rollout instead (an env that ends two episodes within one rollout replays the same
+    world; episodes last hundreds of steps, rollouts 64-128).
+    """
+    keys = jax.random.split(key, actions.shape[0])
+    if fresh is None:
+        return jax.vmap(tenv.step)(keys, states, actions)
+    return jax.vmap(tenv.step)(keys, states, actions, fresh)
+
+
+def placeholder_worlds(tenv, num_envs: int):
+    """Zero-filled ``(obs, states)`` of the right shapes for ``num_envs`` envs. ``init``
+    uses them instead of generating worlds (which would compile world generation a second
+    time); the first rollout swaps in real worlds (:func:`begin_rollout`)."""
+    obs, state = jax.eval_shape(tenv.reset, jax.random.PRNGKey(0))
+    zeros = lambda s: jnp.zeros((num_envs,) + s.shape, s.dtype)  # noqa: E731
+    return zeros(obs), jax.tree_util.tree_map(zeros, state)
+
+
+def begin_rollout(tenv, key, obs, states, first):
+    """Draw the rollout's fresh worlds (see :func:`step_envs`); where ``first`` (the run's
+    first update) they also replace the placeholder worlds. Returns ``(obs, states, fresh)``."""
+    fresh = reset_envs(tenv, key, obs.shape[0])
+    obs = jnp.where(first, fresh[0], obs)
+    states = jax.tree_util.tree_map(lambda f, s: jnp.where(first, f, s), fresh[1], states)
+    return obs, states, fresh
+
+
+def action_masks(tenv, states):
+    return jax.vmap(tenv.action_mask)(states)  # [E, A, num_actions]
+
+
+class EpisodeLog(NamedTuple):
+    """Running per-env episode statistics (what upstream's LogWrapper tracks)."""
+
+    returns: jax.Array  # [E, A] undiscounted return so far, per agent
+    lengths: jax.Array  # [E]
+
+    @classmethod
+    def zeros(cls, num_envs: int, num_agents: int) -> "EpisodeLog":
+        return cls(jnp.zeros((num_envs, num_agents), jnp.float32), jnp.zeros((num_envs,), jnp.int32))
+
+
+EPISODE_KEYS = ("episodes", "return", "length", "achievement_pct", "normal_achievement_pct",
+                "coordination_achievement_pct")
+
+
+def log_episodes(log: EpisodeLog, reward, done, info):
+    """Advance the log by one step; return it and the totals of the episodes that ended.
+
+    The episode return is the mean over agents of the per-agent undiscounted return (the
+    eval's ``mean_episode_return`` convention); the length counts steps.
+    """
+    returns = log.returns + reward
+    lengths = log.lengths + 1
+    d = done.astype(jnp.float32)
+    totals = {
+        "env_steps": jnp.asarray(done.shape[0], jnp.float32),
+        "reward": reward.mean(-1).sum(),  # summed over envs, averaged over agents
+        "episodes": d.sum(),
+        "return": (returns.mean(-1) * d).sum(),
+        "length": (lengths * d).sum(),
+        **{k: (info[k] * d).sum() for k in EPISODE_KEYS[3:]},
+    }
+    keep = 1 - done.astype(jnp.int32)
+    return EpisodeLog(returns * (1.0 - d)[:, None], lengths * keep), totals
+
+
+def sum_totals(per_step: Mapping[str, jax.Array]) -> dict[str, jax.Array]:
+    return {k: v.sum() for k, v in per_step.items()}
+
+
+# ========================================================================================
+# 4. Saved-state types (the released on-disk pytrees, spec §1)
+# ========================================================================================
+@flax.struct.dataclass
+class Learner:
+    """Weights and optimiser of one network, as carried through training."""
+
+    step: jax.Array  # number of gradient steps applied (TrainState.step)
+    params: Any  # PPO family: {"params": ...} (the whole variables dict); PQN: inner params
+    opt_state: Any
+
+    @classmethod
+    def create(cls, params, tx: optax.GradientTransformation) -> "Learner":
+        return cls(jnp.zeros((), jnp.int32), params, tx.init(params))
+
+    def apply_gradients(self, grads, tx: optax.GradientTransformation) -> "Learner":
+        updates, opt_state = tx.update(grads, self.opt_state, self.params)
+        return self.replace(step=self.step + 1, params=optax.apply_updates(self.params, updates),
+                            opt_state=opt_state)
+
+    def to_train_state(self) -> TrainState:
+        """A flax TrainState with the same leaves: saves exactly like upstream's."""
+        return TrainState(step=self.step, apply_fn=None, params=self.params, tx=None,
+                          opt_state=self.opt_state)
+
+
+@flax.struct.dataclass
+class QLearner(Learner):
+    """PQN's learner: a :class:`Learner` plus BatchNorm statistics and counters."""
+
+    batch_stats: Any = None
+    timesteps: Any = None  # env steps trained on (the warm-up is not counted)
+    n_updates: Any = None
+    grad_steps: Any = None
+
+    def to_train_state(self) -> "PQNTrainState":
+        return PQNTrainState(step=self.step, apply_fn=None, params=self.params, tx=None,
+                             opt_state=self.opt_state, batch_stats=self.batch_stats,
+                             timesteps=self.timesteps, n_updates=self.n_updates,
+                             grad_steps=self.grad_steps)
+
+
+class PQNTrainState(TrainState):
+    """Upstream's ``CustomTrainState``: TrainState plus batch_stats and counters."""
+
+    batch_stats: Any = None
+    timesteps: Any = 0
+    n_updates: Any = 0
+    grad_steps: Any = 0
+
+
+# ========================================================================================
+# 5. The compiled trainer
+# ========================================================================================
+@dataclass(frozen=True, eq=False)
+class Trainer:
+    """One algorithm's training functions for one compile key (see module docstring).
+
+    ``init(key, plan) -> state`` and ``update(state, warm) -> (state, totals)`` work on
+    ONE seed; ``state`` must be a :class:`RunnerState`. ``released(state)`` maps one
+    seed's host state to the pytree saved in the released format. With ``warmup`` the
+    driver makes one ``warm=True`` call before the first update of a fresh run (PQN's
+    random-action warm-up; the same executable, ``warm`` is a traced flag).
+    """
+
+    algorithm: str
+    run: RunConfig
+    tcfg: TrainConfig
+    spec: Any  # alem_eval.networks.NetworkSpec
+    tenv: Any  # alem_env.training.TrainingEnv
+    init: Callable[[jax.Array, dict], Any]
+    update: Callable[[Any], tuple[Any, dict]]
+    released: Callable[[Any], Any]
+    warmup: bool = False
+    _jitted: dict = field(default_factory=dict, repr=False)
+
+    def plan(self, tcfg: TrainConfig) -> dict[str, np.ndarray]:
+        """The run's values that enter the program as arrays (LR, and the horizons of the
+        LR / epsilon schedules): changing them needs no recompilation."""
+        p = {"num_updates": np.int32(tcfg.num_updates), "lr": np.float32(tcfg.lr)}
+        if hasattr(tcfg, "num_updates_decay"):
+            p["num_updates_decay"] = np.int32(tcfg.num_updates_decay)
+        return p
+
+    def compiled(self, shardings=None, key: str | None = None):
+        """``(init, update_n)``: vmapped over seeds and jitted; cached per ``key`` (a name
+        for the sharding layout; None = one device)."""
+        if key not in self._jitted:
+            init = jax.vmap(self.init)
+
+            def update_n(state, n, warm):
+                def body(_, carry):
+                    st, acc = carry
+                    st, tot = self.update(st, warm)
+                    return st, jax.tree_util.tree_map(jnp.add, acc, tot)
+
+                shapes = jax.eval_shape(lambda s: self.update(s, warm)[1], state)
+                zeros = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+                return jax.lax.fori_loop(0, n, body, (state, zeros))
+
+            vupdate = jax.vmap(update_n, in_axes=(0, None, None))
+            if shardings is None:
+                self._jitted[key] = (jax.jit(init), jax.jit(vupdate, donate_argnums=0))
+            else:
+                self._jitted[key] = (
+                    jax.jit(init, out_shardings=shardings),
+                    jax.jit(vupdate, in_shardings=(shardings, None, None),
+                            out_shardings=(shardings, None), donate_argnums=0),
+                )
+        return self._jitted[key]
+
+
+@flax.struct.dataclass
+class RunnerState:
+    """Everything one seed carries between updates. ``envs`` holds only arrays with a
+    leading NUM_ENVS axis (sharded over devices when seeds cannot be)."""
+
+    learner: Any
+    envs: Any
+    key: jax.Array
+    updates: jax.Array  # completed updates
+    plan: Any  # traced horizons (see Trainer.plan)
+
+
+_TRAINERS: dict[tuple, Trainer] = {}
+
+
+def cached_trainer(run: RunConfig, tcfg: TrainConfig, build: Callable[[RunConfig, TrainConfig], Trainer]) -> Trainer:
+    """One :class:`Trainer` (and one compilation) per network, env and compile key."""
+    key = (run.algorithm, run.network_key, run.env, tcfg.compile_key)
+    if key not in _TRAINERS:
+        _TRAINERS[key] = build(run, tcfg)
+    return _TRAINERS[key]
+
+
+def seed_key(seed: int) -> jax.Array:
+    """The training key of a seed: upstream's ``split(PRNGKey(SEED), NUM_SEEDS=1)[0]``."""
+    return jax.random.split(jax.random.PRNGKey(seed), 1)[0]
+
+
+# ========================================================================================
+# 6. The driver: chunks, progress, resume checkpoints, devices
+# ========================================================================================
+RESUME_DIR = "_resume"
+FINAL_WINDOW = 0.05  # "final" metrics: episodes finished in the last 5% of updates
+
+
+@dataclass
+class Progress:
+    """What the driver reports after every chunk (and once while compiling)."""
+
+    phase: str  # "compiling" | "training" | "saving" | "done"
+    cells: tuple[str, ...]
+    updates: int
+    num_updates: int
+    steps: int  # env steps per cell so far
+    total_steps: int  # per cell
+    steps_per_s: float  # env steps per second, all cells together
+    mean_return: float | None
+    achievement_pct: float | None
+    eta_s: float | None
+
+
+@dataclass
+class CellResult:
+    cell_dir: Path
+    summary: dict
+
+
+def _config_identity(run: RunConfig, tcfg: TrainConfig) -> str:
+    payload = json.dumps([run.algorithm, run.network_key, dataclasses.asdict(run.env),
+                          dataclasses.asdict(tcfg)], sort_keys=True, default=list)
+    import hashlib
+
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _device_shardings(state_shape, num_seeds: int, num_envs: int):
+    """Shardings over all local devices: the seed axis if it divides, else the env axis."""
+    devices = jax.local_devices()
+    n = len(devices)
+    if n == 1:
+        return None, "1 device"
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    mesh = Mesh(np.array(devices), ("d",))
+    if num_seeds % n == 0:
+        sh = jax.tree_util.tree_map(lambda _: NamedSharding(mesh, P("d")), state_shape)
+        return sh, f"{n} devices, seeds sharded"
+    if num_envs % n == 0:
+        rep = NamedSharding(mesh, P())
+        env = NamedSharding(mesh, P(None, "d"))
+        sh = jax.tree_util.tree_map(lambda _: rep, state_shape)
+        sh = sh.replace(envs=jax.tree_util.tree_map(lambda _: env, state_shape.envs))
+        return sh, f"{n} devices, envs sharded"
+    return None, f"1 of {n} devices (neither {num_seeds} seeds nor {num_envs} envs divide evenly)"
+
+
+def _save_resume(state, cell_dirs: Sequence[Path], meta: dict) -> None:
+    """Each cell's slice of the state (all leaves, flat) under ``<cell>/_resume/``."""
+    import orbax.checkpoint as ocp
+
+    host = jax.device_get(state)
+    leaves = jax.tree_util.tree_leaves(host)
+    ckptr = ocp.PyTreeCheckpointer()
+    for i, cell_dir in enumerate(cell_dirs):
+        root = cell_dir / RESUME_DIR
+        root.mkdir(parents=True, exist_ok=True)
+        name = f"state_{meta['updates']:08d}"
+        tree = {f"{j:05d}": np.asarray(leaf[i]) for j, leaf in enumerate(leaves)}
+        if (root / name).exists():
+            shutil.rmtree(root / name)
+        ckptr.save((root / name).absolute(), tree)
+        _write_json(root / "resume.json", {**meta, "state": name, "seed_index": i})
+        for old in root.glob("state_*"):
+            if old.name != name:
+                shutil.rmtree(old, ignore_errors=True)
+
+
+def _read_resume(cell_dir: Path) -> dict | None:
+    try:
+        meta = json.loads((cell_dir / RESUME_DIR / "resume.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return meta if (cell_dir / RESUME_DIR / meta.get("state", "?")).is_dir() else None
+
+
+def _load_resume(state_shape, cell_dirs: Sequence[Path], metas: Sequence[dict]):
+    import orbax.checkpoint as ocp
+
+    leaves_shape, treedef = jax.tree_util.tree_flatten(state_shape)
+    per_cell = []
+    ckptr = ocp.PyTreeCheckpointer()
+    for cell_dir, meta in zip(cell_dirs, metas):
+        path = (cell_dir / RESUME_DIR / meta["state"]).absolute()
+        meta_tree = ckptr.metadata(path)
+        args = jax.tree_util.tree_map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), meta_tree)
+        tree = ckptr.restore(path, restore_args=args)
+        leaves = [tree[f"{j:05d}"] for j in range(len(leaves_shape))]
+        if len(tree) != len(leaves_shape) or any(
+                np.shape(x) != s.shape[1:] for x, s in zip(leaves, leaves_shape)):
+            raise CheckpointError(f"{cell_dir / RESUME_DIR}: resume state does not match this "
+                                  "trainer (delete it or pass --fresh)")
+        per_cell.append(leaves)
+    stacked = [np.stack([c[j] for c in per_cell]).astype(s.dtype) for j, s in enumerate(leaves_shape)]
+    return jax.tree_util.tree_unflatten(treedef, stacked)
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=False, default=_json_default) + "\n")
+    os.replace(tmp, path)
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, (tuple, set)):
+        return list(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+class _Window:
+    """Per-seed totals over the trailing ``size`` updates (for "final" metrics)."""
+
+    def __init__(self, size: int):
+        self.size = max(1, size)
+        self.chunks: deque = deque()
+
+    def add(self, n: int, totals: dict[str, np.ndarray]) -> None:
+        self.chunks.append((n, totals))
+        while len(self.chunks) > 1 and sum(c[0] for c in self.chunks) - self.chunks[0][0] >= self.size:
+            self.chunks.popleft()
+
+    def means(self, i: int) -> dict[str, float]:
+        if not self.chunks:
+            return {}
+        tot = {k: sum(float(c[1][k][i]) for c in self.chunks) for k in self.chunks[0][1]}
+        n_upd = sum(c[0] for c in self.chunks)
+        out = {"updates_in_window": n_upd, "episodes": tot.get("episodes", 0.0),
+               "reward_per_step": tot["reward"] / tot["env_steps"] if tot.get("env_steps") else None}
+        ep = tot.get("episodes", 0.0)
+        for k in EPISODE_KEYS[1:]:
+            out[f"mean_episode_{k}" if k in ("return", "length") else k] = (
+                tot[k] / ep if ep > 0 else None)
+        for k, v in tot.items():
+            if k.startswith(("loss/", "sched/")):  # per-update means
+                out[k] = v / max(1, n_upd)
+        return out
+
+
+def train_cells(
+    trainer: Trainer,
+    runs: Sequence[RunConfig],
+    tcfg_of: Callable[[RunConfig], TrainConfig],
+    cell_dirs: Sequence[Path],
+    *,
+    cell_ids: Sequence[str] | None = None,
+    fresh: bool = False,
+    save_every_updates: int | None = None,
+    save_every_seconds: float = 600.0,
+    chunk_seconds: float = 5.0,
+    chunk_updates: int | None = None,
+    max_updates: int | None = None,
+    history: list | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
+) -> list[CellResult] | None:
+    """Train several cells that differ only by seed side by side (one vmapped program).
+
+    Resumes from ``<cell>/_resume/`` when every cell has resume state at the same update
+    (``fresh`` ignores it). Saves resume state every ``save_every_updates`` updates or
+    ``save_every_seconds`` seconds, and on KeyboardInterrupt (then re-raises). Writes the
+    released layout (``checkpoint/`` + ``config.json``) per cell at the end and removes
+    the resume state. ``max_updates`` stops early after that many updates in this call
+    (resume state saved, nothing released; returns None) — for tests and time-boxed jobs.
+    ``chunk_updates`` fixes the updates per compiled call (default: adaptive, about
+    ``chunk_seconds`` per call); ``history`` collects ``(updates_done, totals)`` per call
+    (totals: per-seed sums over that call's updates).
+    """
+    tcfgs = [tcfg_of(r) for r in runs]
+    base = tcfgs[0]
+    for t in tcfgs[1:]:
+        if dataclasses.replace(t, seed=base.seed) != base:
+            raise ConfigError("cells trained together must share every setting but the seed")
+    cell_dirs = [Path(d) for d in cell_dirs]
+    ids = tuple(cell_ids or [str(d) for d in cell_dirs])
+    num_seeds = len(runs)
+    num_updates = base.num_updates
+    spu = base.steps_per_update
+    identity = _config_identity(runs[0], dataclasses.replace(base, seed=0))
+
+    keys = jnp.stack([seed_key(t.seed) for t in tcfgs])
+    plan = {k: np.full((num_seeds,), v) for k, v in trainer.plan(base).items()}
+    shape = jax.eval_shape(jax.vmap(trainer.init), keys, plan)
+    shardings, device_note = _device_shardings(shape, num_seeds, base.num_envs)
+    init, update_n = trainer.compiled(shardings, None if shardings is None else device_note)
+    window = _Window(int(math.ceil(num_updates * FINAL_WINDOW)))
+
+    def report(phase, updates, sps=0.0, eta=None):
+        if on_progress is not None:
+            on_progress(Progress(phase, ids, updates, num_updates, updates * spu,
+                                 num_updates * spu, sps,
+                                 _mean_over(window, num_seeds, "mean_episode_return"),
+                                 _mean_over(window, num_seeds, "achievement_pct"), eta))
+
+    # -- start or resume ------------------------------------------------------------------
+    metas = [None if fresh else _read_resume(d) for d in cell_dirs]
+    resumed_from, prior_wall, prior_timed, prior_elapsed = 0, 0.0, 0, 0.0
+    t_start = time.perf_counter()
+    report("compiling", 0)
+    if all(m is not None for m in metas) and len({m["updates"] for m in metas}) == 1:
+        if any(m.get("identity") != identity for m in metas):
+            raise ConfigError(f"{cell_dirs[0] / RESUME_DIR}: resume state was written with other "
+                              "settings; pass --fresh to discard it")
+        state = _load_resume(shape, cell_dirs, metas)
+        state = jax.device_put(state, shardings) if shardings is not None else jax.device_put(state)
+        resumed_from = int(metas[0]["updates"])
+        prior_wall = float(metas[0].get("wall_s", 0.0))
+        prior_timed = int(metas[0].get("timed_updates", 0))
+        prior_elapsed = float(metas[0].get("elapsed_s", 0.0))
+    else:
+        state = init(keys, plan)
+        if trainer.warmup:  # compiles the update program too
+            state, _ = update_n(state, np.int32(1), np.bool_(True))
+
+    # -- the loop: n updates per compiled call ---------------------------------------------
+    updates = resumed_from
+    n = chunk_updates or 1
+    compile_s = None
+    timed_updates, train_wall = 0, 0.0  # after the first (compiling) call
+    last_save_t, last_save_u = time.perf_counter(), updates
+    stop_at = num_updates if max_updates is None else min(num_updates, updates + max_updates)
+
+    def save(now_updates):
+        _save_resume(state, cell_dirs, {
+            "updates": now_updates, "num_updates": num_updates, "identity": identity,
+            "wall_s": prior_wall + train_wall, "timed_updates": prior_timed + timed_updates,
+            "elapsed_s": prior_elapsed + time.perf_counter() - t_start,
+            "cells": list(ids)})
+
+    state_updates = updates  # the update count ``state`` will hold once computed
+    try:
+        while updates < stop_at:
+            n = max(1, min(n, stop_at - updates))
+            t0 = time.perf_counter()
+            state, totals = update_n(state, np.int32(n), np.bool_(False))
+            state_updates = updates + n
+            totals = jax.device_get(totals)
+            dt = time.perf_counter() - t0
+            first_call = compile_s is None
+            if first_call:
+                compile_s = time.perf_counter() - t_start
+            else:
+                train_wall += dt
+                timed_updates += n
+            updates += n
+            window.add(n, totals)
+            if history is not None:
+                history.append((updates, totals))
+            report("training", updates, num_seeds * n * spu / dt,
+                   None if first_call else (stop_at - updates) * dt / n)
+            if updates >= stop_at:
+                break
+            if chunk_updates is None and not first_call:  # about chunk_seconds per call
+                n = max(1, int(n * min(4.0, chunk_seconds / max(dt, 1e-3))))
+            due_u = save_every_updates is not None and updates - last_save_u >= save_every_updates
+            if due_u or time.perf_counter() - last_save_t >= save_every_seconds:
+                report("saving", updates)
+                save(updates)
+                last_save_t, last_save_u = time.perf_counter(), updates
+            if save_every_updates is not None:
+                n = min(n, max(1, save_every_updates - (updates - last_save_u)))
+    except KeyboardInterrupt:
+        if state_updates > resumed_from:
+            jax.block_until_ready(state)
+            save(state_updates)
+        raise
+
+    if updates < num_updates:  # stopped early on purpose (max_updates)
+        save(updates)
+        return None
+
+    # -- the released cells ----------------------------------------------------------------
+    report("saving", updates)
+    host = jax.device_get(state)
+    total_wall = prior_wall + train_wall
+    timed_steps = (prior_timed + timed_updates) * spu  # per cell
+    steps = num_updates * spu
+    results = []
+    for i, (run, tcfg, cell_dir) in enumerate(zip(runs, tcfgs, cell_dirs)):
+        one = jax.tree_util.tree_map(lambda x: x[i], host)
+        summary = {
+            "complete": True,
+            "identity": identity,
+            "total_timesteps": steps,
+            "num_updates": num_updates,
+            "wall_time_s": round(prior_elapsed + time.perf_counter() - t_start, 3),
+            "compile_time_s": round(compile_s or 0.0, 3),
+            # throughput after compilation (the first, compiling call is not timed)
+            "steps_per_second": round(num_seeds * timed_steps / total_wall, 1) if total_wall > 0 else None,
+            "steps_per_second_per_cell": round(timed_steps / total_wall, 1) if total_wall > 0 else None,
+            "cells_trained_together": list(ids),
+            "resumed_from_update": resumed_from or None,
+            "devices": device_note,
+            "platform": jax.devices()[0].platform,
+            "final_metrics": window.means(i),
+        }
+        write_released_cell(cell_dir, trainer.released(one), config_json(trainer, run, tcfg, summary))
+        shutil.rmtree(cell_dir / RESUME_DIR, ignore_errors=True)
+        results.append(CellResult(cell_dir, summary))
+    report("done", updates)
+    return results
+
+
+def _mean_over(window: _Window | None, num_seeds: int, key: str) -> float | None:
+    if window is None or not window.chunks:
+        return None
+    vals = [window.means(i).get(key) for i in range(num_seeds)]
+    vals = [v for v in vals if v is not None]
+    return float(np.mean(vals)) if vals else None
+
+
+def is_complete(cell_dir: Path, run: RunConfig, tcfg: TrainConfig) -> bool:
+    """A released checkpoint written by these trainers with these settings exists."""
+    try:
+        data = json.loads((Path(cell_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    summ = data.get("training_summary") or {}
+    return (bool(summ.get("complete")) and (Path(cell_dir) / "checkpoint").is_dir()
+            and summ.get("identity") == _config_identity(run, dataclasses.replace(tcfg, seed=0)))
+
+
+# ========================================================================================
+# 7. Writers: the released layout
+# ========================================================================================
+# reload_overrides per algorithm (spec §5 "reload-critical keys"; hub README).
+_RELOAD_KEYS = {
+    "ippo-rnn": ("NUM_COMM_CHANNELS", "NUM_AGENTS", "ACTION_MASKING", "FC_DIM_SIZE",
+                 "GRU_HIDDEN_DIM", "ACTIVATION", "SHARED_REWARD", "ENV_NAME"),
+    "mappo-rnn": ("NUM_COMM_CHANNELS", "ACTION_MASKING", "FC_DIM_SIZE", "GRU_HIDDEN_DIM",
+                  "ACTIVATION", "SHARED_REWARD", "ENV_NAME"),
+    "hypermarl-rnn": ("NUM_COMM_CHANNELS", "ACTION_MASKING", "FC_DIM_SIZE", "GRU_HIDDEN_DIM",
+                      "ACTIVATION", "APPEND_AGENT_ID", "HYPERNET_EMBEDDING_DIM",
+                      "HYPERNET_HIDDEN_DIMS", "HYPERNET_INIT_SCALE", "USE_AGENT_ID_EMBEDDINGS",
+                      "USE_BIAS_IN_HYPERNET", "SHARED_REWARD", "ENV_NAME"),
+    "pqn-vdn-rnn": ("NUM_COMM_CHANNELS", "ACTION_MASKING", "HIDDEN_SIZE", "NUM_LAYERS",
+                    "NORM_TYPE", "NORM_INPUT", "DUELING", "SHARED_REWARD", "ENV_NAME"),
+}
+# Keys of the full config that only the evaluator of another algorithm reads: not logged.
+_NOT_LOGGED = {
+    "ippo-rnn": ("APPEND_AGENT_ID",),
+    "mappo-rnn": ("APPEND_AGENT_ID", "NUM_AGENTS"),
+    "hypermarl-rnn": ("NUM_AGENTS",),
+    "pqn-vdn-rnn": ("APPEND_AGENT_ID", "NUM_AGENTS", "UPDATE_EPOCHS", "ANNEAL_LR"),
+}
+
+
+def _plain(v: Any) -> Any:
+    return list(v) if isinstance(v, tuple) else v
+
+
+def config_json(trainer: Trainer, run: RunConfig, tcfg: TrainConfig, summary: dict) -> dict:
+    """The cell's ``config.json``: algorithm, env_config, reload_overrides, wandb_summary,
+    config (the full resolved config, with env_version and coord_* like upstream's W&B
+    config) and training_summary."""
+    values = {k: _plain(v) for k, v in run.values}
+    tenv = trainer.tenv
+    env = run.env
+    full = {"ALG_NAME": run.algorithm,
+            **{k: v for k, v in values.items() if k not in _NOT_LOGGED[run.algorithm]},
+            "env_version": tenv.env_version}
+    full["coord_alpha"] = {"easy": 0.3, "medium": 0.6, "hard": 0.9}.get(env.training_difficulty)
+    for k, v in tenv.coord_params.items():
+        full[f"coord_{k}"] = _plain(v)
+    final = summary.get("final_metrics") or {}
+    wandb = {"num_params": trainer.spec.num_params(), "env_step": summary["total_timesteps"],
+             "sps": summary.get("steps_per_second_per_cell")}
+    for k in ("mean_episode_return", "mean_episode_length", "achievement_pct"):
+        if final.get(k) is not None:
+            wandb[k] = final[k]
+    return {
+        "algorithm": run.algorithm,
+        "env_config": {
+            "env_name": env.env_name,
+            "env_version": tenv.env_version,
+            "num_agents": tenv.num_agents,
+            "num_comm_channels": env.num_comm_channels,
+            "coordination_difficulty": env.training_difficulty,
+            "shared_reward": bool(env.shared_reward),
+            "soft_specialization": bool(tenv.coord_params.get("soft_specialization",
+                                                              env.soft_specialization)),
+            "action_masking": bool(env.action_masking),
+        },
+        "reload_overrides": {k: values[k] for k in _RELOAD_KEYS[run.algorithm]},
+        "wandb_summary": wandb,
+        "config": full,
+        "training_summary": {
+            "trainer": f"alem-eval trainers/{run.algorithm.replace('-', '_')}.py",
+            "jax_version": jax.__version__,
+            **summary,
+        },
+    }
+
+
+def write_released_cell(cell_dir: Path, pytree: Any, config: dict) -> None:
+    """``<cell>/checkpoint/`` (orbax PyTreeCheckpointer, OCDBT) and ``<cell>/config.json``."""
+    import orbax.checkpoint as ocp
+
+    cell_dir = Path(cell_dir)
+    cell_dir.mkdir(parents=True, exist_ok=True)
+    ckpt = (cell_dir / "checkpoint").absolute()
+    if ckpt.exists():
+        shutil.rmtree(ckpt)
+    ocp.PyTreeCheckpointer().save(ckpt, pytree)
+    _write_json(cell_dir / "config.json", config)
+
+
+TRAINER_MODULES = {
+    "ippo-rnn": "trainers.ippo_rnn",
+    "mappo-rnn": "trainers.mappo_rnn",
+    "hypermarl-rnn": "trainers.hypermarl_rnn",
+    "pqn-vdn-rnn": "trainers.pqn_vdn_rnn",
+}
+
+
+def trainer_for(run: RunConfig, tcfg: TrainConfig) -> Trainer:
+    """The (cached) trainer of ``run.algorithm`` for this config."""
+    import importlib
+
+    return importlib.import_module(TRAINER_MODULES[run.algorithm]).make_train(run, tcfg)
