@@ -390,3 +390,15 @@ def test_compare_command_wiring(tmp_path, monkeypatch):
     assert rows[0]["p_improvement"] == 1.0 and rows[0]["verdict"] == "A better"
     bad = CliRunner().invoke(app, ["compare", cell, "--source", str(tmp_path / "A")])
     assert bad.exit_code != 0
+
+
+def test_device_owned_never_aliases_host_memory():
+    """Resumed state is donated to the update program, so it must not alias the numpy
+    arrays it was read into (plain device_put on CPU does, for aligned arrays)."""
+    from trainers.common import device_owned
+
+    for _ in range(40):  # alignment varies per allocation: try many
+        host = {"w": np.zeros((1 << 16,), np.float32), "n": np.zeros((3, 1024), np.int32)}
+        dev = device_owned(host)
+        host["w"][0], host["n"][0, 0] = 5.0, 7
+        assert float(dev["w"][0]) == 0.0 and int(dev["n"][0, 0]) == 0

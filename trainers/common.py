@@ -448,6 +448,19 @@ def _device_shardings(state_shape, num_seeds: int, num_envs: int):
     return None, f"1 of {n} devices (neither {num_seeds} seeds nor {num_envs} envs divide evenly)"
 
 
+def device_owned(tree, shardings=None):
+    """Host arrays -> device arrays whose buffers XLA owns, safe to donate.
+
+    On CPU, ``jax.device_put`` of a suitably aligned numpy array may alias its memory
+    instead of copying (jax 0.4.38; ``may_alias=False`` does not prevent it). The update
+    program donates its state, and donating such an alias lets XLA write into host memory
+    that is freed once the numpy array is gone (a resumed run then trained on garbage).
+    An on-device copy after the transfer gives buffers XLA allocated itself.
+    """
+    placed = jax.device_put(tree) if shardings is None else jax.device_put(tree, shardings)
+    return jax.tree_util.tree_map(lambda x: x.copy(), placed)
+
+
 def _save_resume(state, cell_dirs: Sequence[Path], meta: dict) -> None:
     """Each cell's slice of the state (all leaves, flat) under ``<cell>/_resume/``."""
     import orbax.checkpoint as ocp
@@ -606,8 +619,7 @@ def train_cells(
         if any(m.get("identity") != identity for m in metas):
             raise ConfigError(f"{cell_dirs[0] / RESUME_DIR}: resume state was written with other "
                               "settings; pass --fresh to discard it")
-        state = _load_resume(shape, cell_dirs, metas)
-        state = jax.device_put(state, shardings) if shardings is not None else jax.device_put(state)
+        state = device_owned(_load_resume(shape, cell_dirs, metas), shardings)
         resumed_from = int(metas[0]["updates"])
         prior_wall = float(metas[0].get("wall_s", 0.0))
         prior_timed = int(metas[0].get("timed_updates", 0))
