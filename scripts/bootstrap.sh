@@ -13,5 +13,9 @@ if [ ! -f "$stamp" ] || [ requirements.lock -nt "$stamp" ] || [ pyproject.toml -
   .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
   .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements.lock
   .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps -e .
+  # alem-env builds its texture cache (next to the installed package) on its first import:
+  # about two minutes, once. Do it here, so no command or test pays for it (and parallel
+  # test workers never race to write that file).
+  .venv/bin/python -c "from alem_env.loader import import_alem; import_alem()"
   touch "$stamp"
 fi

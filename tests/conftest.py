@@ -11,13 +11,15 @@ REPO = Path(__file__).resolve().parents[1]
 
 # --- JAX compilation cache shared by the whole session ------------------------------------
 # Compiling the Alem step dominates test time. In-process tests share jitted functions;
-# CLI subprocess tests find the same programs in this persistent cache (one per session,
-# so no stale programs leak between runs).
+# other processes (CLI subprocesses, pytest-xdist workers, which inherit this environment
+# from the controller) find the same programs in this persistent cache: one per test run,
+# so no stale programs leak between runs. Whoever created it removes it at exit.
+import atexit as _atexit_jax
 import tempfile as _tmp_for_jax
 
-_OWN_JAX_CACHE = "ALEM_EVAL_JAX_CACHE" not in os.environ
-if _OWN_JAX_CACHE:
+if "ALEM_EVAL_JAX_CACHE" not in os.environ:
     os.environ["ALEM_EVAL_JAX_CACHE"] = _tmp_for_jax.mkdtemp(prefix="alem-eval-test-jax-")
+    _atexit_jax.register(shutil.rmtree, os.environ["ALEM_EVAL_JAX_CACHE"], ignore_errors=True)
 # ------------------------------------------------------------------------------------------
 # The upstream-written fixture cells live in ../shared beside the repo (CI: same layout).
 FIXTURES = Path(os.environ.get("ALEM_EVAL_FIXTURES", REPO.parent / "shared" / "fixtures" / "hub"))
@@ -37,9 +39,6 @@ def _shared_compilation_cache():
     from alem_eval.evaluate import enable_compilation_cache
 
     enable_compilation_cache()
-    yield
-    if _OWN_JAX_CACHE:
-        shutil.rmtree(os.environ["ALEM_EVAL_JAX_CACHE"], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

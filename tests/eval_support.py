@@ -15,6 +15,14 @@ from typing import Any
 
 from tests.conftest import FIXTURES
 
+# Group marker of the in-process evaluator tests: under pytest-xdist (``--dist loadgroup``)
+# they run in one worker, so they share its compiled programs (module-level caches).
+EVALUATOR_GROUP = "evaluator"
+# The fast-protocol batch used by the in-process and the CLI tests alike (one checkpoint,
+# this many episodes, a step cap <= 1024): equal shapes give one program, which the
+# persistent compilation cache then serves to every process of the test run.
+FAST_EPISODES = 4
+
 CELL_DIFFICULTY = {
     "tiny/ippo-rnn/easy/seed0": "easy",
     "tiny/ippo-rnn/hard/seed2": "hard",

@@ -14,7 +14,9 @@ import pytest
 from alem_eval import evaluate as ev
 from alem_eval.errors import EvaluationError, UsageError
 from tests.conftest import REPO
-from tests.eval_support import load, with_eval
+from tests.eval_support import EVALUATOR_GROUP, load, with_eval
+
+pytestmark = pytest.mark.xdist_group(EVALUATOR_GROUP)
 
 CELL = "tiny/ippo-rnn/easy/seed0"
 HYPERMARL = "tiny/hypermarl-rnn/hard/seed0"

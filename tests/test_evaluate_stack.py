@@ -12,11 +12,13 @@ import pytest
 
 from alem_eval import evaluate as ev
 from tests.conftest import REPO
-from tests.eval_support import diff_records, load, with_eval
+from tests.eval_support import EVALUATOR_GROUP, FAST_EPISODES, diff_records, load, with_eval
+
+pytestmark = pytest.mark.xdist_group(EVALUATOR_GROUP)
 
 IPPO_EASY = "tiny/ippo-rnn/easy/seed0"
 IPPO_HARD = "tiny/ippo-rnn/hard/seed2"
-FAST_EPISODES, FAST_STEPS = 4, 1000
+FAST_STEPS = 1000
 
 
 def _stack_members():
@@ -108,6 +110,7 @@ _SHARDED_SCRIPT = textwrap.dedent("""
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("evaluator-sharded")  # its own process: may run beside the others
 def test_sharded_over_four_cpu_devices_matches_single_device():
     cell = load(IPPO_EASY)
     script = _SHARDED_SCRIPT.format(repo=str(REPO), cell=IPPO_EASY, episodes=FAST_EPISODES,

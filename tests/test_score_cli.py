@@ -10,9 +10,10 @@ import pytest
 
 from .clitools import assert_one_line_error, cli_env, closed_port_url, run_cli
 from .conftest import FIXTURES, REPO
+from .eval_support import FAST_EPISODES
 from .hub_server import HubServer
 
-QUICK = ["--episodes", "2", "--max-steps", "12"]
+QUICK = ["--episodes", str(FAST_EPISODES), "--max-steps", "12"]
 
 
 def test_score_difficulty_hard_from_a_loopback_hub(tmp_path):
@@ -25,12 +26,12 @@ def test_score_difficulty_hard_from_a_loopback_hub(tmp_path):
                                                       "tiny/ippo-rnn/hard/seed2"]
         for r in records:
             assert r["protocol"] == "fast" and r["eval_difficulty"] == "hard"
-            assert len(r["episodes"]) == 2
+            assert len(r["episodes"]) == FAST_EPISODES
             ep = r["episodes"][0]
             assert 1 <= ep["episode_length"] <= 12
             assert {"Team/achievement_pct", "Team/reward_pct_of_max", "terminated"} <= set(ep)
             assert r["aggregate"]["episode_length"] == sum(
-                e["episode_length"] for e in r["episodes"]) / 2
+                e["episode_length"] for e in r["episodes"]) / FAST_EPISODES
         fetched = {p.split("/")[1] for p in hub.file_requests("GET")}
         assert fetched == {"hypermarl-rnn", "ippo-rnn"}  # only the selected cells came down
 

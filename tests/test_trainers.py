@@ -21,7 +21,8 @@ from alem_eval.config import build_train_config, training_run_config
 from alem_eval.loader import load_cell
 from alem_eval.networks import build_network
 
-pytestmark = pytest.mark.slow
+# One xdist worker for the whole module: its fixtures share compiled trainers.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("trainers")]
 
 PPO_TINY = {"NUM_ENVS": 4, "NUM_STEPS": 8, "NUM_MINIBATCHES": 2, "UPDATE_EPOCHS": 2,
             "FC_DIM_SIZE": 8, "GRU_HIDDEN_DIM": 16}
