@@ -323,6 +323,14 @@ class NetworkSpec:
     def num_params(self) -> int:
         return int(sum(np.prod(x.shape) for x in jax.tree_util.tree_leaves(self.expected_tree())))
 
+    def apply_constants(self, variables: Any) -> dict[str, Any]:
+        """Keyword arguments of ``module.apply`` that depend on the parameters only, to
+        compute once per parameter set rather than on every forward pass: HyperMARL's
+        generated per-agent heads (``heads=``); empty for the other algorithms."""
+        if self.algorithm == "hypermarl-rnn":
+            return {"heads": self.module.apply(variables, method="generate_heads")}
+        return {}
+
     def policy_variables(self, weights: dict[str, Any]) -> dict[str, Any]:
         """The flax variables ``module.apply`` needs, from a weights tree in disk layout."""
         if self.algorithm == "mappo-rnn":

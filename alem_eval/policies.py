@@ -50,10 +50,7 @@ class GreedyPolicy:
     def prepare(self, variables: Any) -> dict[str, Any]:
         """Per-checkpoint constants: the flax variables (from ``spec.policy_variables``)
         and, for HyperMARL, the generated per-agent head weights (computed once here)."""
-        out = {"variables": variables}
-        if self.algorithm == "hypermarl-rnn":
-            out["heads"] = self.spec.module.apply(variables, method="generate_heads")
-        return out
+        return {"variables": variables, "constants": self.spec.apply_constants(variables)}
 
     def init_carry(self) -> Any:
         """Zero recurrent state for one episode: ``[P, H]``; PQN ``(c, h)`` each ``[P, 1, H]``."""
@@ -73,8 +70,7 @@ class GreedyPolicy:
     # ---------------------------------------------------------------- PPO family
     def _act_pg(self, params, carry, obs, dones, mask):
         module, v = self.spec.module, params["variables"]
-        kwargs = {"heads": params["heads"]} if "heads" in params else {}
-        out = module.apply(v, carry, obs[None], dones[None], **kwargs)
+        out = module.apply(v, carry, obs[None], dones[None], **params["constants"])
         carry, logits = out[0], out[1]  # [P, H], [1, P, A]
         normalised = jax.nn.log_softmax(logits, axis=-1)  # distrax Categorical(logits).logits
         masked = normalised + jnp.where(mask[None], 0.0, MASK_PENALTY)

@@ -6,24 +6,18 @@ Algorithm facts kept from upstream (``baselines/ippo_hypermarl_rnn.py``, spec §
   (APPEND_AGENT_ID, upstream's AppendAgentIDWrapper); the network
   (``alem_eval.networks.HyperActorCriticRNN``) strips the id before its trunk and uses it to
   pick each row's generated heads;
-* everything else is IPPO's: actors = agents x envs with their own GRU carries, masked
-  categorical policy, GAE, clipped PPO, Adam with linear annealing (LR 1e-4 in the yaml);
-* masked categorical policy (logits + -1e10 on unavailable actions) when ACTION_MASKING,
-  the same mask reused in the loss;
-* GAE on per-agent rewards with the episode-done flag of each step, bootstrapped from the
-  value of the observation after the rollout;
-* UPDATE_EPOCHS x NUM_MINIBATCHES minibatches of whole actor sequences (initial carry =
-  the carry at the start of the rollout); advantages standardised per minibatch; clipped
-  surrogate + 0.5 x clipped value loss x VF_COEF - ENT_COEF x entropy;
-* Adam(eps 1e-5) behind clip_by_global_norm(MAX_GRAD_NORM); with ANNEAL_LR the learning
-  rate decays linearly to 0 over the updates (optional LR_WARMUP);
+* everything else is IPPO's (``trainers.ippo_rnn``, which this module reuses section by
+  section): actors = agents x envs with their own GRU carries, masked categorical policy,
+  GAE, clipped PPO, Adam with linear annealing (LR 1e-4 in the yaml);
 * the training env uses 3 players and the difficulty preset (NUM_AGENTS and the
-  SOFT_SPECIALIZATION / *_EFFICIENCY keys are not applied, as upstream);
+  SOFT_SPECIALIZATION / *_EFFICIENCY keys are not applied, as upstream;
+  ``alem_env.training``);
 * saved: a flax TrainState ``{step, params: {params: ...}, opt_state}``.
 
-The generated heads depend on the parameters only, so the rollout computes them once per
-update (``generate_heads``) instead of once per step; the loss regenerates them (gradients
-flow into the hypernetworks).
+What differs from IPPO lives in the network spec, so IPPO's rollout and update serve
+unchanged: ``spec.appends_agent_id`` makes the rollout append the id one-hot, and
+``spec.apply_constants`` generates the heads once per rollout instead of once per step (the
+loss regenerates them, so gradients flow into the hypernetworks).
 
 Sections: 1. config  2. maths  3. rollout  4. update  5. make_train  6. entry point.
 """
@@ -33,163 +27,43 @@ from __future__ import annotations
 # 1. Config
 # ========================================================================================
 import sys
-from typing import Any, NamedTuple
-
-import jax
-import jax.numpy as jnp
 
 from alem_eval.config import PPOTrainConfig, RunConfig
-from alem_eval.networks import build_network
 
-from .common import (EpisodeLog, Learner, RunnerState, Trainer, action_masks, append_agent_id,
-                     begin_rollout, cached_trainer, entropy_of, epochs_over_minibatches, gae,
-                     log_episodes, log_prob_of, mask_logits, normalize_advantages,
-                     placeholder_worlds, ppo_actor_loss, ppo_optimizer, ppo_value_loss,
-                     step_envs, sum_totals)
+from .common import Trainer, cached_trainer, gae, ppo_actor_loss, ppo_value_loss
 
 ALGORITHM = "hypermarl-rnn"
 # Hyperparameters: alem_eval.config.PPOTrainConfig, built by build_train_config() from the
 # resolved run config (upstream hypermarl_rnn.yaml defaults, spec §5).
 
 # ========================================================================================
-# 2. Maths: gae, ppo_actor_loss, ppo_value_loss (trainers.common), and the PPO loss
+# 2. Maths: IPPO's (gae, ppo_actor_loss, ppo_value_loss and the shared PPO loss)
 # ========================================================================================
-__all__ = ["ALGORITHM", "gae", "ppo_actor_loss", "ppo_value_loss", "ppo_loss", "make_train"]
+from .ippo_rnn import Transition, ppo_loss  # noqa: E402
 
-
-class Transition(NamedTuple):
-    """One rollout step of every actor (time-major once scanned: ``[T, N, ...]``)."""
-
-    obs: jax.Array  # [N, D] policy input
-    reset: jax.Array  # [N] the done flag fed to the GRU with this obs
-    action: jax.Array  # [N]
-    log_prob: jax.Array  # [N]
-    value: jax.Array  # [N]
-    reward: jax.Array  # [N]
-    done: jax.Array  # [N] this step ended the episode
-    mask: jax.Array  # [N, num_actions] available actions
-
-
-def ppo_loss(logits, value, tr: Transition, advantages, targets, tcfg: PPOTrainConfig):
-    """Total PPO loss of one minibatch (actor and critic heads together) and its parts."""
-    logits = mask_logits(logits, tr.mask)
-    log_prob = log_prob_of(logits, tr.action)
-    actor, aux = ppo_actor_loss(log_prob, tr.log_prob, normalize_advantages(advantages),
-                                clip_eps=tcfg.clip_eps)
-    critic = ppo_value_loss(value, tr.value, targets, clip_eps=tcfg.clip_eps)
-    entropy = entropy_of(logits).mean()
-    total = actor + tcfg.vf_coef * critic - tcfg.ent_coef * entropy
-    return total, {"loss/total": total, "loss/actor": actor, "loss/value": critic,
-                   "loss/entropy": entropy, "loss/approx_kl": aux["approx_kl"],
-                   "loss/clip_frac": aux["clip_frac"]}
-
+__all__ = ["ALGORITHM", "gae", "ppo_actor_loss", "ppo_value_loss", "ppo_loss", "Transition",
+           "make_train"]
 
 # ========================================================================================
-# 3. Rollout
+# 3. Rollout: IPPO's (the id one-hot and the generated heads come from the network spec)
 # ========================================================================================
-class Envs(NamedTuple):
-    """Per-env arrays (leading axis NUM_ENVS)."""
-
-    state: Any
-    obs: jax.Array  # [E, A, D] raw observations (the id is appended when acting)
-    done: jax.Array  # [E, A] done flags of the last step (GRU resets)
-    hidden: jax.Array  # [E, A, H]
-    log: EpisodeLog
-
-
-def make_rollout(spec, tenv, tcfg: PPOTrainConfig):
-    E, A = tcfg.num_envs, tenv.num_agents
-    N = E * A
-
-    def rollout(params, envs: Envs, key, first):
-        key, k_fresh = jax.random.split(key)
-        obs, states, fresh = begin_rollout(tenv, k_fresh, envs.obs, envs.state, first)
-        envs = envs._replace(obs=obs, state=states)
-        heads = spec.module.apply(params, method="generate_heads")
-
-        def step(carry, _):
-            envs, key = carry
-            key, k_act, k_env = jax.random.split(key, 3)
-            obs, reset = append_agent_id(envs.obs).reshape(N, -1), envs.done.reshape(N)
-            hidden, logits, value = spec.module.apply(params, envs.hidden.reshape(N, -1),
-                                                      obs[None], reset[None], heads=heads)
-            mask = action_masks(tenv, envs.state).reshape(N, -1)
-            logits = mask_logits(logits[0], mask)
-            action = jax.random.categorical(k_act, logits)
-            obs2, state2, reward, done, info = step_envs(tenv, k_env, envs.state,
-                                                         action.reshape(E, A), fresh)
-            log, totals = log_episodes(envs.log, reward, done, info)
-            tr = Transition(obs, reset, action, log_prob_of(logits, action), value[0],
-                            reward.reshape(N), jnp.repeat(done, A), mask)
-            done_agents = jnp.broadcast_to(done[:, None], (E, A))
-            return (Envs(state2, obs2, done_agents, hidden.reshape(E, A, -1), log), key), (tr, totals)
-
-        (envs, key), (traj, totals) = jax.lax.scan(step, (envs, key), None, tcfg.num_steps)
-        _, _, last_value = spec.module.apply(
-            params, envs.hidden.reshape(N, -1), append_agent_id(envs.obs).reshape(N, -1)[None],
-            envs.done.reshape(N)[None], heads=heads)
-        return envs, key, traj, last_value[0], sum_totals(totals)
-
-    return rollout
-
+from .ippo_rnn import Envs, make_rollout  # noqa: E402,F401
 
 # ========================================================================================
-# 4. Update
+# 4. Update: IPPO's
 # ========================================================================================
-def make_update(spec, tenv, tcfg: PPOTrainConfig):
-    N = tcfg.num_envs * tenv.num_agents
-    rollout = make_rollout(spec, tenv, tcfg)
-
-    def update(state: RunnerState, warm=False):  # no warm-up in PPO
-        learner, key = state.learner, state.key
-        h0 = state.envs.hidden.reshape(N, -1)
-        envs, key, traj, last_value, totals = rollout(learner.params, state.envs, key,
-                                                      state.updates == 0)
-        adv, targets = gae(traj.reward, traj.value, traj.done, last_value,
-                           gamma=tcfg.gamma, lam=tcfg.gae_lambda)
-        tx = ppo_optimizer(tcfg, state.plan)
-
-        def minibatch_step(learner: Learner, mb):
-            h, (tr, a, t) = mb
-
-            def loss_fn(params):
-                _, logits, value = spec.module.apply(params, h, tr.obs, tr.reset)
-                return ppo_loss(logits, value, tr, a, t, tcfg)
-
-            (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(learner.params)
-            return learner.apply_gradients(grads, tx), metrics
-
-        key, k_upd = jax.random.split(key)
-        learner, losses = epochs_over_minibatches(
-            k_upd, learner, ((h0, 0), ((traj, adv, targets), 1)), N,
-            num_epochs=tcfg.num_epochs, num_minibatches=tcfg.num_minibatches, step=minibatch_step)
-        state = state.replace(learner=learner, envs=envs, key=key, updates=state.updates + 1)
-        return state, {**totals, **losses}
-
-    return update
+from .ippo_rnn import make_update  # noqa: E402,F401
 
 
 # ========================================================================================
 # 5. make_train
 # ========================================================================================
 def build_trainer(run: RunConfig, tcfg: PPOTrainConfig) -> Trainer:
-    from alem_env.training import make_training_env
+    from .ippo_rnn import build_trainer as build_ippo_trainer
 
-    spec = build_network(run)
-    tenv = make_training_env(run)
-    E, A = tcfg.num_envs, tenv.num_agents
-
-    def init(key, plan):
-        k_net, k_run = jax.random.split(key)
-        params = spec.init_variables(k_net)["params"]  # the variables dict {"params": ...}
-        learner = Learner.create(params, ppo_optimizer(tcfg, plan))
-        obs, states = placeholder_worlds(tenv, E)  # real worlds arrive with the first rollout
-        envs = Envs(states, obs, jnp.zeros((E, A), bool), jnp.zeros((E, A, spec.hidden), jnp.float32),
-                    EpisodeLog.zeros(E, A))
-        return RunnerState(learner, envs, k_run, jnp.zeros((), jnp.int32), plan)
-
-    return Trainer(ALGORITHM, run, tcfg, spec, tenv, init, make_update(spec, tenv, tcfg),
-                   released=lambda s: s.learner.to_train_state())
+    if run.algorithm != ALGORITHM:
+        raise ValueError(f"{run.algorithm} config given to the {ALGORITHM} trainer")
+    return build_ippo_trainer(run, tcfg)
 
 
 def make_train(run: RunConfig, tcfg: PPOTrainConfig) -> Trainer:

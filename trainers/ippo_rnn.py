@@ -32,10 +32,11 @@ import jax.numpy as jnp
 from alem_eval.config import PPOTrainConfig, RunConfig
 from alem_eval.networks import build_network
 
-from .common import (EpisodeLog, Learner, RunnerState, Trainer, action_masks, begin_rollout,
-                     cached_trainer, entropy_of, epochs_over_minibatches, gae, log_episodes,
-                     log_prob_of, mask_logits, normalize_advantages, placeholder_worlds,
-                     ppo_actor_loss, ppo_optimizer, ppo_value_loss, step_envs, sum_totals)
+from .common import (EpisodeLog, Learner, RunnerState, Trainer, action_masks, append_agent_id,
+                     begin_rollout, cached_trainer, entropy_of, epochs_over_minibatches, gae,
+                     log_episodes, log_prob_of, mask_logits, normalize_advantages,
+                     placeholder_worlds, ppo_actor_loss, ppo_optimizer, ppo_value_loss,
+                     step_envs, sum_totals)
 
 ALGORITHM = "ippo-rnn"
 # Hyperparameters: alem_eval.config.PPOTrainConfig, built by build_train_config() from the
@@ -91,7 +92,11 @@ def make_rollout(spec, tenv, tcfg: PPOTrainConfig):
     E, A = tcfg.num_envs, tenv.num_agents
     N = E * A
 
+    def policy_input(obs):  # [E, A, D] -> [N, input_dim]
+        return (append_agent_id(obs) if spec.appends_agent_id else obs).reshape(N, -1)
+
     def rollout(params, envs: Envs, key, first):
+        consts = spec.apply_constants(params)  # HyperMARL: heads generated once per rollout
         key, k_fresh = jax.random.split(key)
         obs, states, fresh = begin_rollout(tenv, k_fresh, envs.obs, envs.state, first)
         envs = envs._replace(obs=obs, state=states)
@@ -99,9 +104,9 @@ def make_rollout(spec, tenv, tcfg: PPOTrainConfig):
         def step(carry, _):
             envs, key = carry
             key, k_act, k_env = jax.random.split(key, 3)
-            obs, reset = envs.obs.reshape(N, -1), envs.done.reshape(N)
+            obs, reset = policy_input(envs.obs), envs.done.reshape(N)
             hidden, logits, value = spec.module.apply(params, envs.hidden.reshape(N, -1),
-                                                      obs[None], reset[None])
+                                                      obs[None], reset[None], **consts)
             mask = action_masks(tenv, envs.state).reshape(N, -1)
             logits = mask_logits(logits[0], mask)
             action = jax.random.categorical(k_act, logits)
@@ -115,7 +120,8 @@ def make_rollout(spec, tenv, tcfg: PPOTrainConfig):
 
         (envs, key), (traj, totals) = jax.lax.scan(step, (envs, key), None, tcfg.num_steps)
         _, _, last_value = spec.module.apply(params, envs.hidden.reshape(N, -1),
-                                             envs.obs.reshape(N, -1)[None], envs.done.reshape(N)[None])
+                                             policy_input(envs.obs)[None],
+                                             envs.done.reshape(N)[None], **consts)
         return envs, key, traj, last_value[0], sum_totals(totals)
 
     return rollout
@@ -176,7 +182,7 @@ def build_trainer(run: RunConfig, tcfg: PPOTrainConfig) -> Trainer:
                     EpisodeLog.zeros(E, A))
         return RunnerState(learner, envs, k_run, jnp.zeros((), jnp.int32), plan)
 
-    return Trainer(ALGORITHM, run, tcfg, spec, tenv, init, make_update(spec, tenv, tcfg),
+    return Trainer(run.algorithm, run, tcfg, spec, tenv, init, make_update(spec, tenv, tcfg),
                    released=lambda s: s.learner.to_train_state())
 
 
