@@ -137,6 +137,23 @@ def use_host_devices(n: int | None = None) -> int | None:
     return n
 
 
+def parse_devices(value: str | int | None) -> int | None:
+    """``--devices``: None (leave JAX's devices as they are), a count >= 1, or ``"auto"``
+    (one per CPU core). Raises :class:`UsageError` for anything else."""
+    if value is None:
+        return None
+    text = str(value).strip().lower()
+    if text == "auto":
+        return os.cpu_count() or 1
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise UsageError(f"--devices must be a positive integer or 'auto', got {value!r}")
+    return n
+
+
 # ----------------------------------------------------------------------------------------
 # Validation
 # ----------------------------------------------------------------------------------------

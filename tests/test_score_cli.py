@@ -86,6 +86,8 @@ def test_killed_score_resumes_with_only_the_missing_cells(tmp_path):
     (["--episodes", "0"], "--episodes"),
     (["--max-steps", "-5"], "--max-steps"),
     (["--protocol", "slow"], "unknown protocol"),
+    (["--devices", "0"], "--devices"),
+    (["--devices", "many"], "--devices"),
 ])
 def test_bad_score_options_are_one_line_usage_errors(tmp_path, extra, fragment):
     proc = run_cli(["score", "tiny/ippo-rnn/easy", "--source", str(FIXTURES), *extra],

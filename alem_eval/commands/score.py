@@ -33,6 +33,11 @@ def score(
     results: Optional[Path] = typer.Option(None, "--results", help="Results store directory (default: user cache)."),
     stack: int = typer.Option(5, "--stack", help="Checkpoints evaluated together in one compiled call."),
     on_env_mismatch: str = typer.Option("error", "--on-env-mismatch", help="error | warn when a cell's env version differs from the installed alem-env."),
+    devices: Optional[str] = typer.Option(
+        None, "--devices", help="CPU: split the batch over N host devices, one per core with "
+        "'auto' (the Alem step is single-threaded, so this scales with cores). 'reference' "
+        "numbers are identical however they are split; 'fast' ones may differ in rare "
+        "near-ties, so leave it unset for numbers that must not depend on the core count."),
     fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table | json | csv"),
 ) -> None:
     """Score cells the way the paper did, as one compiled batched computation per stack.
@@ -40,11 +45,14 @@ def score(
     The table shows mean ± s.e. over episodes of Total%, Base%, Coord% (Team/*_reward_pct_of_max
     ×100) and Team/achievement_pct. Episode lengths are true lengths (upstream logs length − 1).
     """
-    from ..evaluate import enable_compilation_cache
+    from ..evaluate import enable_compilation_cache, parse_devices, use_host_devices
     from ..results import open_store
     from ..scoring import ScoreOptions, score_cells
     from ..sources import open_source
 
+    n_devices = parse_devices(devices)
+    if n_devices is not None and use_host_devices(n_devices):  # before JAX starts its backends
+        err_console.print(f"splitting the work over {n_devices} CPU devices", highlight=False)
     options = ScoreOptions(protocol=protocol, num_episodes=episodes, max_steps=max_steps,
                            eval_difficulties=tuple(_split(difficulty) or ()) or None,
                            max_stack=stack, on_env_mismatch=on_env_mismatch)
