@@ -39,7 +39,10 @@ def emit_records(records: Sequence[dict[str, Any]], fmt: OutputFormat, *,
             table.add_column(c)
         for r in records:
             table.add_row(*(_cell(r.get(c)) for c in columns))
-        Console(soft_wrap=True).print(table)
+        # On a terminal rich fits the table to its width; into a pipe or file nothing may be
+        # cut (rich would assume 80 columns and truncate cells to "algorit…").
+        width = None if sys.stdout.isatty() else 100_000
+        Console(soft_wrap=True, width=width).print(table)
 
 
 def _cell(v: Any) -> str:
