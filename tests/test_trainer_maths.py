@@ -392,13 +392,22 @@ def test_compare_command_wiring(tmp_path, monkeypatch):
     assert bad.exit_code != 0
 
 
+def _aligned_zeros(shape, dtype, align: int = 64):
+    """Zeros whose buffer starts on an ``align``-byte boundary (what CPU device_put aliases)."""
+    n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    raw = np.zeros(n + align, np.uint8)
+    off = (-raw.ctypes.data) % align
+    return raw[off:off + n].view(dtype).reshape(shape)
+
+
 def test_device_owned_never_aliases_host_memory():
     """Resumed state is donated to the update program, so it must not alias the numpy
-    arrays it was read into (plain device_put on CPU does, for aligned arrays)."""
+    arrays it was read into. On CPU a plain device_put of a 64-byte-aligned array does."""
     from trainers.common import device_owned
 
-    for _ in range(40):  # alignment varies per allocation: try many
-        host = {"w": np.zeros((1 << 16,), np.float32), "n": np.zeros((3, 1024), np.int32)}
-        dev = device_owned(host)
-        host["w"][0], host["n"][0, 0] = 5.0, 7
-        assert float(dev["w"][0]) == 0.0 and int(dev["n"][0, 0]) == 0
+    host = {"w": _aligned_zeros((1 << 16,), np.float32), "n": _aligned_zeros((3, 1024), np.int32)}
+    plain = jax.block_until_ready(jax.device_put(host["w"]))
+    dev = device_owned(host)  # returns once the copy is complete
+    host["w"][0], host["n"][0, 0] = 5.0, 7
+    assert float(plain[0]) == 5.0  # the hazard is real: the plain transfer is an alias
+    assert float(dev["w"][0]) == 0.0 and int(dev["n"][0, 0]) == 0

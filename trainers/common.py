@@ -455,10 +455,11 @@ def device_owned(tree, shardings=None):
     instead of copying (jax 0.4.38; ``may_alias=False`` does not prevent it). The update
     program donates its state, and donating such an alias lets XLA write into host memory
     that is freed once the numpy array is gone (a resumed run then trained on garbage).
-    An on-device copy after the transfer gives buffers XLA allocated itself.
+    An on-device copy after the transfer gives buffers XLA allocated itself; it is waited
+    for, so the host arrays are read completely before their owner may free or reuse them.
     """
     placed = jax.device_put(tree) if shardings is None else jax.device_put(tree, shardings)
-    return jax.tree_util.tree_map(lambda x: x.copy(), placed)
+    return jax.block_until_ready(jax.tree_util.tree_map(lambda x: x.copy(), placed))
 
 
 def _save_resume(state, cell_dirs: Sequence[Path], meta: dict) -> None:
