@@ -50,26 +50,6 @@ class EnvStatics:
     action_masking: bool
     append_agent_id: bool  # append the one-hot agent id to each agent's obs
 
-    @classmethod
-    def from_config(cls, cfg: Any) -> "EnvStatics":
-        """The eval env of a resolved run config (spec §3.2; id columns per spec §1.4/§1.5).
-
-        The id one-hot is appended for PQN always (its policy preprocesses the obs) and for
-        HyperMARL when APPEND_AGENT_ID is set (the eval env wrapper); IPPO and the MAPPO
-        actor see the raw observation.
-        """
-        algo = cfg.algorithm
-        append = algo == "pqn-vdn-rnn" or (algo == "hypermarl-rnn" and cfg.eval.append_agent_id)
-        return cls(
-            env_name=cfg.env.env_name,
-            num_agents=cfg.env.num_agents,
-            num_comm_channels=cfg.env.num_comm_channels,
-            shared_reward=bool(cfg.env.shared_reward),
-            scale_base_difficulty=bool(cfg.env.scale_base_difficulty),
-            action_masking=bool(cfg.env.action_masking),
-            append_agent_id=append,
-        )
-
     @property
     def world(self) -> "EnvStatics":
         """The statics that matter for world generation and scoring only (no policy-side

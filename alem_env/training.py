@@ -9,9 +9,11 @@ Per-algorithm facts reproduced here (spec §1.2-1.5, §3.2, §5):
 
 * IPPO applies SOFT_SPECIALIZATION / SPECIALIST_EFFICIENCY / NON_SPECIALIST_EFFICIENCY on
   top of the difficulty preset and honours NUM_AGENTS; MAPPO, HyperMARL and PQN use the
-  preset values and always 3 players.
+  preset values and always 3 players. The caller says which (``env_overrides``; alem-eval's
+  algorithm registry knows it per algorithm).
 * PQN's training env reads a lower-case ``shared_reward`` key that no config sets, so it
-  always trains with per-agent rewards (SHARED_REWARD has no effect on PQN training).
+  always trains with per-agent rewards (SHARED_REWARD has no effect on PQN training): the
+  caller passes ``shared_reward=False`` for it.
 * ``step`` is the JaxMARL-style auto-reset step of the upstream base class (split the key
   into step and reset keys, select the reset world where the episode ended), written out
   here so the metrics can be read from the *terminal* state before the reset replaces it,
@@ -28,8 +30,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-
-from alem_eval.config import RunConfig
 
 from .loader import import_alem
 
@@ -99,33 +99,38 @@ def achievement_metrics(state) -> dict[str, jax.Array]:
     }
 
 
-def coordination_kwargs(cfg: RunConfig) -> dict[str, Any]:
-    """The EnvParams difficulty fields the upstream trainer of ``cfg.algorithm`` applies."""
+def coordination_kwargs(env_cfg: Any, *, env_overrides: bool) -> dict[str, Any]:
+    """The EnvParams difficulty fields a trainer applies: the preset of
+    ``env_cfg.training_difficulty``, plus the SOFT_SPECIALIZATION / *_EFFICIENCY values of
+    the config when ``env_overrides`` (only IPPO's upstream trainer applies them)."""
     alem = import_alem()
-    env = cfg.env
-    kw = dict(alem.get_coordination_params(env.training_difficulty,
-                                           scale_base=env.scale_base_difficulty))
-    if cfg.algorithm == "ippo-rnn":  # only IPPO's trainer applies these yaml keys
-        kw["soft_specialization"] = bool(env.soft_specialization)
-        kw["non_specialist_efficiency"] = float(env.non_specialist_efficiency)
-        kw["specialist_efficiency"] = float(env.specialist_efficiency)
+    kw = dict(alem.get_coordination_params(env_cfg.training_difficulty,
+                                           scale_base=env_cfg.scale_base_difficulty))
+    if env_overrides:
+        kw["soft_specialization"] = bool(env_cfg.soft_specialization)
+        kw["non_specialist_efficiency"] = float(env_cfg.non_specialist_efficiency)
+        kw["specialist_efficiency"] = float(env_cfg.specialist_efficiency)
     return kw
 
 
-def make_training_env(cfg: RunConfig) -> TrainingEnv:
-    """The training env of one run, built as the upstream trainer builds it."""
+def make_training_env(env_cfg: Any, *, label: str, env_overrides: bool,
+                      shared_reward: bool) -> TrainingEnv:
+    """A training env built as an upstream trainer builds it.
+
+    ``env_cfg`` has the fields of ``alem_eval.config.EnvConfig``; ``env_overrides`` and
+    ``shared_reward`` are the trainer's own habits (see the module docstring); ``label``
+    names the run's algorithm in reprs and logs.
+    """
     alem = import_alem()
-    env_cfg = cfg.env
-    kw = coordination_kwargs(cfg)
-    shared = False if cfg.algorithm == "pqn-vdn-rnn" else bool(env_cfg.shared_reward)
-    params = alem.EnvParams(shared_reward=shared, randomize_alpha=False, **kw)
+    kw = coordination_kwargs(env_cfg, env_overrides=env_overrides)
+    params = alem.EnvParams(shared_reward=bool(shared_reward), randomize_alpha=False, **kw)
     static = alem.StaticEnvParams(player_count=int(env_cfg.num_agents),
                                   num_comm_channels=int(env_cfg.num_comm_channels))
     env = alem.make_alem_env_from_name(env_cfg.env_name, env_params=params,
                                        static_env_params=static, compute_full_info=False)
     agent0 = env.agents[0]
     return TrainingEnv(
-        algorithm=cfg.algorithm, env=env, num_agents=env.num_agents,
+        algorithm=label, env=env, num_agents=env.num_agents,
         obs_dim=int(env.observation_space(agent0).shape[0]),
         num_actions=int(env.action_space(agent0).n), action_masking=bool(env_cfg.action_masking),
         env_version=str(static.version), coord_params=kw,

@@ -22,6 +22,7 @@ import numpy as np
 
 from alem_env.spaces import num_actions, obs_dim
 
+from .algorithms import get_algorithm
 from .errors import CheckpointError, LeafMismatch, ShapeMismatchError
 
 Path_ = tuple[str, ...]
@@ -172,6 +173,7 @@ def _obs_explanations(width: int, *, extra_id: bool, times: int = 1) -> list[tup
 def mismatch_hints(cfg, mismatches: Iterable[LeafMismatch]) -> list[str]:
     """Known config keys that explain shape differences (e.g. obs 9718 vs 9730 => comm)."""
     hints: list[str] = []
+    algo = get_algorithm(cfg.algorithm)
     p, nc = cfg.env.num_agents, cfg.env.num_comm_channels
     for m in mismatches:
         if m.expected is None or m.found is None or m.expected == m.found:
@@ -179,7 +181,7 @@ def mismatch_hints(cfg, mismatches: Iterable[LeafMismatch]) -> list[str]:
         leaf = m.path
         if leaf.endswith("Dense_0/kernel") and "hypernet" not in leaf:
             critic = leaf.startswith("critic/")
-            extra_id = cfg.algorithm == "pqn-vdn-rnn"
+            extra_id = algo.id_in_first_layer
             for fp, fnc in _obs_explanations(m.found[0], extra_id=extra_id,
                                              times=2 if critic else 1):
                 if (fp, fnc) != (p, nc):
@@ -187,11 +189,11 @@ def mismatch_hints(cfg, mismatches: Iterable[LeafMismatch]) -> list[str]:
                                  f"NUM_AGENTS={fp}, NUM_COMM_CHANNELS={fnc} (config says "
                                  f"NUM_AGENTS={p}, NUM_COMM_CHANNELS={nc}).")
             if len(m.found) > 1 and len(m.expected) > 1 and m.found[1] != m.expected[1]:
-                key = "HIDDEN_SIZE" if cfg.algorithm == "pqn-vdn-rnn" else "FC_DIM_SIZE"
-                hints.append(f"first layer width {m.found[1]} vs {m.expected[1]}: check {key}.")
+                hints.append(f"first layer width {m.found[1]} vs {m.expected[1]}: "
+                             f"check {algo.input_layer_key}.")
         elif re.search(r"(GRUCell_1|OptimizedLSTMCell_0)/h\w/kernel$", leaf):
-            key = "HIDDEN_SIZE" if cfg.algorithm == "pqn-vdn-rnn" else "GRU_HIDDEN_DIM"
-            hints.append(f"recurrent width {m.found[-1]} vs {m.expected[-1]}: check {key}.")
+            hints.append(f"recurrent width {m.found[-1]} vs {m.expected[-1]}: "
+                         f"check {algo.recurrent_key}.")
         elif leaf.endswith("bias") and len(m.found) == 1 and m.found[0] != m.expected[0]:
             for fnc in range(0, 33):
                 if num_actions(p, fnc) == m.found[0] and m.expected[0] == num_actions(p, nc):

@@ -24,7 +24,6 @@ from typing import Any, Callable, Mapping, Union
 
 from .errors import ConfigError
 
-ALGORITHMS: tuple[str, ...] = ("ippo-rnn", "mappo-rnn", "hypermarl-rnn", "pqn-vdn-rnn")
 DIFFICULTIES: tuple[str, ...] = ("easy", "medium", "hard")
 ACTIVATIONS: tuple[str, ...] = ("tanh", "relu")
 NORM_TYPES: tuple[str, ...] = ("layer_norm", "batch_norm", "none")
@@ -32,23 +31,21 @@ ENV_NAMES: tuple[str, ...] = ("Alem-Coop-Symbolic",)
 # StaticEnvParams.version of alem-env 0.1.0, the paper's environment.
 PAPER_ENV_VERSION = "v0.13741-fix-construction-more-metrics"
 
-_ALGORITHM_ALIASES = {
-    "ippo": "ippo-rnn",
-    "mappo": "mappo-rnn",
-    "hypermarl": "hypermarl-rnn",
-    "ippo-hypermarl-rnn": "hypermarl-rnn",
-    "hypermarl-ippo-rnn": "hypermarl-rnn",
-    "pqn": "pqn-vdn-rnn",
-    "pqn-vdn": "pqn-vdn-rnn",
-    "pqn-rnn": "pqn-vdn-rnn",
-}
+
+def __getattr__(name: str) -> Any:
+    # Transitional re-export for modules not yet reading the registry directly.
+    if name == "ALGORITHMS":
+        from .algorithms import ALGORITHMS
+
+        return ALGORITHMS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def canonical_algorithm(name: str) -> str | None:
-    """'IPPO_RNN' -> 'ippo-rnn'; None if the name is not one of the four algorithms."""
-    key = str(name).strip().lower().replace("_", "-")
-    key = _ALGORITHM_ALIASES.get(key, key)
-    return key if key in ALGORITHMS else None
+def _algorithm(name: str, where: str = "config"):
+    """The registry record (imported lazily: the registry itself reads this module)."""
+    from .algorithms import get_algorithm
+
+    return get_algorithm(name, where=where)
 
 
 # ----------------------------------------------------------------------------------------
@@ -144,7 +141,9 @@ def _norm_type(v: Any) -> str:
 # ----------------------------------------------------------------------------------------
 # The key table: every upstream key alem-eval reads, its type and trainer defaults (§5)
 # ----------------------------------------------------------------------------------------
-_COMMON = {
+KeySpec = tuple[Callable[[Any], Any], Any]  # (coercion, trainer default)
+
+COMMON_KEYS: dict[str, KeySpec] = {
     "ENV_NAME": (_choice(ENV_NAMES, lower=False), "Alem-Coop-Symbolic"),
     "SHARED_REWARD": (_to_bool, False),
     "SOFT_SPECIALIZATION": (_to_bool, True),
@@ -175,7 +174,7 @@ _COMMON = {
     "MAX_GRAD_NORM": (_to_float, 1.0),
     "ANNEAL_LR": (_to_bool, True),
 }
-_PPO = {
+PPO_KEYS: dict[str, KeySpec] = {
     "GRU_HIDDEN_DIM": (_to_int, 512),
     "FC_DIM_SIZE": (_to_int, 128),
     "ACTIVATION": (_choice(ACTIVATIONS), "tanh"),
@@ -186,7 +185,8 @@ _PPO = {
     "VF_COEF": (_to_float, 0.5),
     "LR_WARMUP": (_to_float, 0.0),
 }
-_HYPER = {
+MAPPO_KEYS: dict[str, KeySpec] = {"NUM_ENVS": (_to_int, 512)}
+HYPERMARL_KEYS: dict[str, KeySpec] = {
     "ACTIVATION": (_choice(ACTIVATIONS), "relu"),
     "APPEND_AGENT_ID": (_to_bool, True),
     "HYPERNET_EMBEDDING_DIM": (_to_int, 64),
@@ -196,7 +196,7 @@ _HYPER = {
     "USE_BIAS_IN_HYPERNET": (_to_bool, True),
     "LR": (_to_float, 1e-4),
 }
-_PQN = {
+PQN_KEYS: dict[str, KeySpec] = {
     "HIDDEN_SIZE": (_to_int, 1024),
     "NUM_LAYERS": (_to_int, 1),
     "NORM_INPUT": (_to_bool, False),
@@ -218,12 +218,12 @@ _PQN = {
     "MEMORY_WINDOW": (_to_int, 0),
 }
 
-KEY_TABLE: dict[str, dict[str, tuple[Callable[[Any], Any], Any]]] = {
-    "ippo-rnn": {**_COMMON, **_PPO},
-    "mappo-rnn": {**_COMMON, **_PPO, "NUM_ENVS": (_to_int, 512)},
-    "hypermarl-rnn": {**_COMMON, **_PPO, **_HYPER},
-    "pqn-vdn-rnn": {**_COMMON, **_PQN},
-}
+
+
+def key_table(algorithm: str) -> Mapping[str, KeySpec]:
+    """Every upstream key the trainer of ``algorithm`` reads: ``{KEY: (coerce, default)}``."""
+    return _algorithm(algorithm).key_table
+
 
 # Keys the trainers log but that carry no meaning for alem-eval: not warned about.
 _IGNORED_PREFIXES = ("coord_", "WANDB", "ENTITY", "PROJECT", "RUN_NAME", "ALG_NAME",
@@ -350,7 +350,7 @@ def resolve_values(
     defaults: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """Merge trainer defaults <- full config <- overrides, coercing every known key."""
-    table = KEY_TABLE[algorithm]
+    table = key_table(algorithm)
     merged = {k: d for k, (_, d) in table.items()}
     merged.update(defaults or {})
     warnings: list[str] = []
@@ -367,15 +367,19 @@ def resolve_values(
     return merged, warnings
 
 
-def _network_config(algorithm: str, v: Mapping[str, Any]) -> NetworkConfig:
-    if algorithm in ("ippo-rnn", "mappo-rnn"):
-        return PPONetConfig(v["FC_DIM_SIZE"], v["GRU_HIDDEN_DIM"], v["ACTIVATION"])
-    if algorithm == "hypermarl-rnn":
-        return HyperMARLNetConfig(
-            v["FC_DIM_SIZE"], v["GRU_HIDDEN_DIM"], v["ACTIVATION"], v["HYPERNET_EMBEDDING_DIM"],
-            tuple(v["HYPERNET_HIDDEN_DIMS"]), v["HYPERNET_INIT_SCALE"],
-            v["USE_AGENT_ID_EMBEDDINGS"], v["USE_BIAS_IN_HYPERNET"],
-        )
+def ppo_network_config(v: Mapping[str, Any]) -> PPONetConfig:
+    return PPONetConfig(v["FC_DIM_SIZE"], v["GRU_HIDDEN_DIM"], v["ACTIVATION"])
+
+
+def hypermarl_network_config(v: Mapping[str, Any]) -> HyperMARLNetConfig:
+    return HyperMARLNetConfig(
+        v["FC_DIM_SIZE"], v["GRU_HIDDEN_DIM"], v["ACTIVATION"], v["HYPERNET_EMBEDDING_DIM"],
+        tuple(v["HYPERNET_HIDDEN_DIMS"]), v["HYPERNET_INIT_SCALE"],
+        v["USE_AGENT_ID_EMBEDDINGS"], v["USE_BIAS_IN_HYPERNET"],
+    )
+
+
+def pqn_network_config(v: Mapping[str, Any]) -> PQNNetConfig:
     return PQNNetConfig(v["HIDDEN_SIZE"], v["NUM_LAYERS"], v["NORM_TYPE"], v["NORM_INPUT"],
                         v["DUELING"])
 
@@ -391,8 +395,9 @@ def build_run_config(
 ) -> RunConfig:
     """Typed records from a merged UPPER_CASE mapping (after :func:`resolve_values`)."""
     v = dict(values)
-    # mappo, hypermarl and pqn trainers always build the env with 3 players (spec §1.6).
-    num_agents = v["NUM_AGENTS"] if algorithm == "ippo-rnn" else 3
+    algo = _algorithm(algorithm, where)
+    # Only IPPO's trainer reads NUM_AGENTS; the others always build 3 players (spec §1.6).
+    num_agents = v["NUM_AGENTS"] if algo.reads_num_agents else 3
     if num_agents < 2:
         raise ConfigError(f"{where}: key NUM_AGENTS={num_agents} must be at least 2")
     if v["NUM_COMM_CHANNELS"] < 0:
@@ -415,7 +420,7 @@ def build_run_config(
         eval_seed=v["EVAL_SEED"], append_agent_id=v["APPEND_AGENT_ID"],
     )
     return RunConfig(
-        algorithm=algorithm, env=env, network=_network_config(algorithm, v), eval=ev,
+        algorithm=algo.name, env=env, network=algo.network_config(v), eval=ev,
         env_version=env_version, logged_num_params=logged_num_params,
         values=tuple(sorted((k, _freeze(x)) for k, x in v.items())), warnings=tuple(warnings),
     )
@@ -448,11 +453,13 @@ def parse_config_json(
         overrides = {}
     env_cfg = data.get("env_config") if isinstance(data.get("env_config"), Mapping) else {}
 
+    from .algorithms import ALGORITHMS, canonical_algorithm
+
     declared = data.get("algorithm") or (full or {}).get("ALG_NAME")
     algo = canonical_algorithm(declared) if declared else None
     if declared and algo is None and algorithm is None:
         raise ConfigError(f"{where}: field algorithm={declared!r} is not one of {', '.join(ALGORITHMS)}")
-    algo = algo or algorithm
+    algo = algo or (_algorithm(algorithm, where).name if algorithm else None)
     if algo is None:
         raise ConfigError(f"{where}: cannot tell the algorithm (no 'algorithm' field, no layout)")
 
@@ -461,7 +468,7 @@ def parse_config_json(
     train_diff = env_cfg.get("coordination_difficulty") or difficulty
     if train_diff is not None:
         defaults["TRAINING_COORDINATION_DIFFICULTY"] = _coerce(
-            KEY_TABLE[algo], "TRAINING_COORDINATION_DIFFICULTY", train_diff, f"{where} env_config")
+            key_table(algo), "TRAINING_COORDINATION_DIFFICULTY", train_diff, f"{where} env_config")
     if seed is not None:
         defaults["SEED"] = seed
     merged, warnings = resolve_values(algo, full_config=full, overrides=overrides, where=where,
@@ -588,17 +595,16 @@ def training_run_config(
     different model silently). PQN's TOTAL_TIMESTEPS_DECAY follows TOTAL_TIMESTEPS unless
     set explicitly. EVAL_DIFFICULTIES is the training difficulty (one model per difficulty).
     """
-    algo = canonical_algorithm(algorithm)
-    if algo is None:
-        raise ConfigError(f"{where}: unknown algorithm {algorithm!r} (one of {', '.join(ALGORITHMS)})")
-    table = KEY_TABLE[algo]
+    record = _algorithm(algorithm, where)
+    algo = record.name
+    table = record.key_table
     user: dict[str, Any] = {}
     for key, value in (overrides or {}).items():
         k = str(key).strip().upper()
         if k not in table:
             close = difflib_close(k, table)
             hint = f"did you mean {', '.join(close)}?" if close else \
-                "the keys are the upstream yaml's, see alem_eval.config.KEY_TABLE"
+                "the keys are the upstream yaml's, see alem_eval.config.key_table()"
             raise ConfigError(f"{where}: unknown training key {key!r} for {algo} ({hint})")
         user[k] = value
     cell = {"TRAINING_COORDINATION_DIFFICULTY": difficulty, "SEED": seed}
@@ -610,8 +616,9 @@ def training_run_config(
         coerced = _coerce(table, k, v, where)
         if merged[k] != coerced:
             raise ConfigError(f"{where}: key {k}={merged[k]!r} contradicts the cell ({coerced!r})")
-    if algo == "pqn-vdn-rnn" and "TOTAL_TIMESTEPS_DECAY" not in user:
-        merged["TOTAL_TIMESTEPS_DECAY"] = merged["TOTAL_TIMESTEPS"]
+    for key in record.train_family.budget_tied_keys:  # schedules that follow the budget
+        if key not in user:
+            merged[key] = merged["TOTAL_TIMESTEPS"]
     merged["NUM_SEEDS"] = 1  # one cell = one seed; several cells train side by side (vmap)
     return build_run_config(algo, merged, where=where)
 
@@ -622,43 +629,34 @@ def difflib_close(key: str, table: Mapping[str, Any]) -> list[str]:
     return difflib.get_close_matches(key, list(table), n=3, cutoff=0.6)
 
 
-def build_train_config(cfg: RunConfig, where: str = "train") -> PPOTrainConfig | PQNTrainConfig:
-    """Typed training hyperparameters from a resolved run config (validated)."""
-    v = dict(cfg.values)
-    a = cfg.algorithm
-    pqn = a == "pqn-vdn-rnn"
-    common = dict(
-        algorithm=a, seed=v["SEED"], total_timesteps=v["TOTAL_TIMESTEPS"], num_envs=v["NUM_ENVS"],
-        num_steps=v["NUM_STEPS"], num_minibatches=v["NUM_MINIBATCHES"],
-        num_epochs=v["NUM_EPOCHS"] if pqn else v["UPDATE_EPOCHS"], lr=v["LR"],
-        max_grad_norm=v["MAX_GRAD_NORM"], lr_decay=v["LR_LINEAR_DECAY"] if pqn else v["ANNEAL_LR"],
-        gamma=v["GAMMA"],
-    )
-    for key in ("NUM_ENVS", "NUM_STEPS", "NUM_MINIBATCHES", "TOTAL_TIMESTEPS"):
+def _positive(v: Mapping[str, Any], keys: tuple[str, ...], where: str) -> None:
+    for key in keys:
         if v[key] < 1:
             raise ConfigError(f"{where}: key {key}={v[key]} must be positive")
-    if common["num_epochs"] < 1:
-        raise ConfigError(f"{where}: key {'NUM_EPOCHS' if pqn else 'UPDATE_EPOCHS'} must be positive")
+
+
+def _common_train_fields(cfg: RunConfig, family: "TrainFamily", where: str) -> dict[str, Any]:
+    """The :class:`TrainConfig` fields every trainer reads, validated."""
+    v = dict(cfg.values)
+    _positive(v, ("NUM_ENVS", "NUM_STEPS", "NUM_MINIBATCHES", "TOTAL_TIMESTEPS",
+                  family.epochs_key), where)
     if v["TOTAL_TIMESTEPS"] < v["NUM_ENVS"] * v["NUM_STEPS"]:
         raise ConfigError(
             f"{where}: TOTAL_TIMESTEPS={v['TOTAL_TIMESTEPS']} is less than one update "
             f"(NUM_ENVS x NUM_STEPS = {v['NUM_ENVS'] * v['NUM_STEPS']})")
-    if pqn:
-        if v["NUM_ENVS"] % v["NUM_MINIBATCHES"]:
-            raise ConfigError(f"{where}: NUM_ENVS={v['NUM_ENVS']} must be divisible by "
-                              f"NUM_MINIBATCHES={v['NUM_MINIBATCHES']}")
-        if v["MEMORY_WINDOW"] != 0:
-            raise ConfigError(f"{where}: MEMORY_WINDOW={v['MEMORY_WINDOW']} is not supported "
-                              "(the released runs use 0)")
-        if v["NUM_STEPS"] < 2:
-            raise ConfigError(f"{where}: PQN needs NUM_STEPS >= 2 (the last step only bootstraps)")
-        return PQNTrainConfig(
-            **common, q_lambda=v["LAMBDA"], total_timesteps_decay=max(1, v["TOTAL_TIMESTEPS_DECAY"]),
-            eps_start=v["EPS_START"], eps_finish=v["EPS_FINISH"], eps_decay=v["EPS_DECAY"],
-            rew_scale=v["REW_SCALE"], memory_window=v["MEMORY_WINDOW"],
-        )
-    if a == "hypermarl-rnn" and not v["APPEND_AGENT_ID"]:
-        raise ConfigError(f"{where}: HyperMARL trains on observations with the agent id "
+    return dict(
+        algorithm=cfg.algorithm, seed=v["SEED"], total_timesteps=v["TOTAL_TIMESTEPS"],
+        num_envs=v["NUM_ENVS"], num_steps=v["NUM_STEPS"], num_minibatches=v["NUM_MINIBATCHES"],
+        num_epochs=v[family.epochs_key], lr=v["LR"], max_grad_norm=v["MAX_GRAD_NORM"],
+        lr_decay=v[family.lr_decay_key], gamma=v["GAMMA"],
+    )
+
+
+def _ppo_train_config(cfg: RunConfig, family: "TrainFamily", where: str) -> PPOTrainConfig:
+    v = dict(cfg.values)
+    common = _common_train_fields(cfg, family, where)
+    if family.needs_agent_id and not v["APPEND_AGENT_ID"]:
+        raise ConfigError(f"{where}: {cfg.algorithm} trains on observations with the agent id "
                           "appended; APPEND_AGENT_ID must be true")
     actors = cfg.env.num_agents * v["NUM_ENVS"]
     if actors % v["NUM_MINIBATCHES"]:
@@ -666,7 +664,50 @@ def build_train_config(cfg: RunConfig, where: str = "train") -> PPOTrainConfig |
             f"{where}: NUM_MINIBATCHES={v['NUM_MINIBATCHES']} must divide the number of actors "
             f"(agents x NUM_ENVS = {cfg.env.num_agents} x {v['NUM_ENVS']} = {actors})")
     clip = v["CLIP_EPS"]
-    if a == "mappo-rnn" and v["SCALE_CLIP_EPS"]:
+    if family.scales_clip_eps and v["SCALE_CLIP_EPS"]:
         clip = clip / cfg.env.num_agents
     return PPOTrainConfig(**common, gae_lambda=v["GAE_LAMBDA"], clip_eps=clip,
                           ent_coef=v["ENT_COEF"], vf_coef=v["VF_COEF"], lr_warmup=v["LR_WARMUP"])
+
+
+def _pqn_train_config(cfg: RunConfig, family: "TrainFamily", where: str) -> PQNTrainConfig:
+    v = dict(cfg.values)
+    common = _common_train_fields(cfg, family, where)
+    if v["NUM_ENVS"] % v["NUM_MINIBATCHES"]:
+        raise ConfigError(f"{where}: NUM_ENVS={v['NUM_ENVS']} must be divisible by "
+                          f"NUM_MINIBATCHES={v['NUM_MINIBATCHES']}")
+    if v["MEMORY_WINDOW"] != 0:
+        raise ConfigError(f"{where}: MEMORY_WINDOW={v['MEMORY_WINDOW']} is not supported "
+                          "(the released runs use 0)")
+    if v["NUM_STEPS"] < 2:
+        raise ConfigError(f"{where}: PQN needs NUM_STEPS >= 2 (the last step only bootstraps)")
+    return PQNTrainConfig(
+        **common, q_lambda=v["LAMBDA"], total_timesteps_decay=max(1, v["TOTAL_TIMESTEPS_DECAY"]),
+        eps_start=v["EPS_START"], eps_finish=v["EPS_FINISH"], eps_decay=v["EPS_DECAY"],
+        rew_scale=v["REW_SCALE"], memory_window=v["MEMORY_WINDOW"],
+    )
+
+
+@dataclass(frozen=True)
+class TrainFamily:
+    """How one trainer family types and checks its hyperparameters (a registry field)."""
+
+    epochs_key: str  # PPO's UPDATE_EPOCHS, PQN's NUM_EPOCHS
+    lr_decay_key: str  # PPO's ANNEAL_LR, PQN's LR_LINEAR_DECAY
+    build: Callable[[RunConfig, "TrainFamily", str], TrainConfig]
+    needs_agent_id: bool = False  # trains on obs + one-hot id (APPEND_AGENT_ID must be set)
+    scales_clip_eps: bool = False  # SCALE_CLIP_EPS divides CLIP_EPS by the agent count
+    budget_tied_keys: tuple[str, ...] = ()  # default to TOTAL_TIMESTEPS unless set
+
+
+PPO_TRAINING = TrainFamily("UPDATE_EPOCHS", "ANNEAL_LR", _ppo_train_config)
+MAPPO_TRAINING = dataclasses.replace(PPO_TRAINING, scales_clip_eps=True)
+HYPERMARL_TRAINING = dataclasses.replace(PPO_TRAINING, needs_agent_id=True)
+PQN_TRAINING = TrainFamily("NUM_EPOCHS", "LR_LINEAR_DECAY", _pqn_train_config,
+                           budget_tied_keys=("TOTAL_TIMESTEPS_DECAY",))
+
+
+def build_train_config(cfg: RunConfig, where: str = "train") -> TrainConfig:
+    """Typed training hyperparameters from a resolved run config (validated)."""
+    family = _algorithm(cfg.algorithm, where).train_family
+    return family.build(cfg, family, where)

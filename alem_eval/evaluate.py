@@ -65,7 +65,7 @@ import numpy as np
 from .config import DIFFICULTIES, RunConfig
 from .errors import EvaluationError, UsageError
 from .networks import NetworkSpec, build_network
-from .policies import GreedyPolicy
+from .policies import GreedyPolicy, make_policy
 
 PROTOCOLS: tuple[str, ...] = ("fast", "reference")
 DEFAULT_PROTOCOL = "fast"
@@ -204,6 +204,27 @@ def _validate_request(protocol: str, eval_difficulty: str, num_episodes: int | N
                          f"(expected one of {', '.join(DIFFICULTIES)})")
     _check_count("--episodes", num_episodes)
     _check_count("--max-steps", max_steps)
+
+
+def eval_statics(cfg: RunConfig):
+    """The eval env of a resolved run config (spec §3.2): :class:`alem_env.eval_env.EnvStatics`.
+
+    The agent-id one-hot is appended when the algorithm's policy takes it (the registry's
+    ``agent_id_input``: PQN always, HyperMARL when APPEND_AGENT_ID is set).
+    """
+    from alem_env.eval_env import EnvStatics
+
+    from .algorithms import get_algorithm
+
+    return EnvStatics(
+        env_name=cfg.env.env_name,
+        num_agents=cfg.env.num_agents,
+        num_comm_channels=cfg.env.num_comm_channels,
+        shared_reward=bool(cfg.env.shared_reward),
+        scale_base_difficulty=bool(cfg.env.scale_base_difficulty),
+        action_masking=bool(cfg.env.action_masking),
+        append_agent_id=get_algorithm(cfg.algorithm).appends_agent_id(cfg.eval.append_agent_id),
+    )
 
 
 # ----------------------------------------------------------------------------------------
@@ -397,7 +418,7 @@ class _Program:
 
         self.key = key
         self.env = get_eval_env(key.statics)
-        self.policy = GreedyPolicy(spec)
+        self.policy = make_policy(spec)
         fn = self._reference if key.protocol == "reference" else self._fast
         if key.num_devices > 1:
             fn = self._sharded(fn)
@@ -539,7 +560,6 @@ def run_stack(cfgs: Sequence[RunConfig], weights: Sequence[Any], *,
         raise EvaluationError("protocol 'reference' needs jax_threefry_partitionable=False and "
                               "jax_enable_x64=False (the PRNG mode and precision the released "
                               "numbers were produced with)")
-    from alem_env.eval_env import EnvStatics
     from alem_env.loader import installed_env_version
 
     installed = installed_env_version()
@@ -551,7 +571,7 @@ def run_stack(cfgs: Sequence[RunConfig], weights: Sequence[Any], *,
             reference_key(cfg, eval_difficulty)  # fail early when the difficulty was not run
 
     spec = build_network(cfgs[0])
-    statics = [EnvStatics.from_config(c) for c in cfgs]
+    statics = [eval_statics(c) for c in cfgs]
     if statics[0].input_dim != spec.input_dim:
         raise EvaluationError(
             f"{cfgs[0].algorithm}: the network expects inputs of width {spec.input_dim} but "

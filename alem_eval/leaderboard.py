@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 
 from .config import DIFFICULTIES
 from .errors import UsageError
+from .algorithms import get_algorithm
 from .stats import (LEADERBOARD_METRICS, BootstrapSettings, Entry, Group, Interval,
                     PreparedResults, budget_steps, difficulty_order, grid, prepare, summarize)
 
@@ -24,10 +25,6 @@ FORMATS: tuple[str, ...] = ("md", "csv", "latex", "json")
 SCORES: tuple[str, ...] = tuple(LEADERBOARD_METRICS)  # base, coord, total
 SCORE_LABELS = {"base": "Base%", "coord": "Coord%", "total": "Total%"}
 MISSING = {"md": "–", "latex": "--", "csv": ""}
-_DISPLAY = {"ippo-rnn": "IPPO-RNN", "mappo-rnn": "MAPPO-RNN", "hypermarl-rnn": "HyperMARL-RNN",
-            "pqn-vdn-rnn": "PQN-VDN-RNN"}
-_FAMILY = {"ippo-rnn": "IPPO", "mappo-rnn": "MAPPO", "hypermarl-rnn": "HyperMARL",
-           "pqn-vdn-rnn": "PQN-VDN"}
 
 _TRIPLE: dict[str, Any] = {"type": ["array", "null"], "items": {"type": "number"},
                            "minItems": 3, "maxItems": 3}
@@ -274,15 +271,16 @@ def to_entries(lb: Leaderboard) -> list[dict[str, Any]]:
     out = []
     for r in lb.rows:
         a, b = r.entry.algorithm, r.entry.budget
+        algo = get_algorithm(a, where="leaderboard")
         steps = budget_steps(b)
-        name = f"{_DISPLAY.get(a, a)} ({b} steps)" if steps else f"{_DISPLAY.get(a, a)} ({b})"
+        name = f"{algo.display_name} ({b} steps)" if steps else f"{algo.display_name} ({b})"
         seeds = ", ".join(f"{d} {n}" for d, n in r.seeds.items())
         out.append({
             "id": f"{a}-{b}".lower(),
             "name": name,
             "config": f"{lb.config}; seeds per difficulty: {seeds}",
             "type": "open-weight",
-            "family": _FAMILY.get(a, a),
+            "family": algo.family,
             "params": r.params,
             "harness_version": lb.harness_version,
             "verified": False,

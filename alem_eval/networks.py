@@ -13,7 +13,7 @@ Inputs are time-major: ``obs [T, B, D]``, ``dones [T, B]``; carries are ``[B, H]
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import flax.linen as nn
@@ -278,9 +278,49 @@ class QNetwork(nn.Module):
 # ----------------------------------------------------------------------------------------
 # One description per configured run
 # ----------------------------------------------------------------------------------------
+def _nested_params(spec: "NetworkSpec", key: jax.Array) -> dict[str, Any]:
+    """IPPO / HyperMARL disk layout: the whole variables dict under ``params``."""
+    b = spec.num_agents
+    obs = jnp.zeros((1, b, spec.input_dim), jnp.float32)
+    return {"params": spec.module.init(key, spec.init_carry(b), obs, jnp.zeros((1, b), bool))}
+
+
+def _actor_critic(spec: "NetworkSpec", key: jax.Array) -> dict[str, Any]:
+    """MAPPO disk layout: ``{"actor": {"params": v}, "critic": {"params": v}}``."""
+    b = spec.num_agents
+    dones = jnp.zeros((1, b), bool)
+    ka, kc = jax.random.split(key)
+    obs = jnp.zeros((1, b, spec.input_dim), jnp.float32)
+    actor = spec.module.init(ka, spec.init_carry(b), obs, dones)
+    world_state = jnp.zeros((1, b, spec.obs_dim * spec.num_agents), jnp.float32)
+    assert spec.critic is not None
+    critic = spec.critic.init(kc, spec.init_carry(b), world_state, dones)
+    return {"actor": {"params": actor}, "critic": {"params": critic}}
+
+
+def _params_and_stats(spec: "NetworkSpec", key: jax.Array) -> dict[str, Any]:
+    """PQN disk layout: inner ``params`` and ``batch_stats`` side by side."""
+    b = spec.num_agents
+    obs = jnp.zeros((1, b, spec.input_dim), jnp.float32)
+    v = spec.module.init(key, spec.init_carry(b), obs, jnp.zeros((1, b), bool), train=False)
+    return {"params": v["params"], "batch_stats": v["batch_stats"]}
+
+
+def _no_constants(spec: "NetworkSpec", variables: Any) -> dict[str, Any]:
+    return {}
+
+
+def _hypermarl_heads(spec: "NetworkSpec", variables: Any) -> dict[str, Any]:
+    return {"heads": spec.module.apply(variables, method="generate_heads")}
+
+
 @dataclass(frozen=True)
 class NetworkSpec:
-    """The configured network of one run: modules, input widths and the saved-tree layout."""
+    """The configured network of one run: modules, input widths and the saved-tree layout.
+
+    Built by the algorithm's builder below (the registry's ``network`` field); the
+    behaviour that differs by algorithm is carried as functions, never as name checks.
+    """
 
     algorithm: str
     module: nn.Module  # the policy network (MAPPO: the actor)
@@ -290,31 +330,24 @@ class NetworkSpec:
     input_dim: int  # policy input width (obs + id one-hot for HyperMARL and PQN)
     num_actions: int
     hidden: int  # recurrent width
+    # (batch, hidden) -> zero carry
+    make_carry: Callable[[int, int], Any] = field(repr=False, compare=False)
+    init_fn: Callable[["NetworkSpec", jax.Array], dict[str, Any]] = field(repr=False, compare=False)
+    # disk-layout weights -> the variables module.apply takes
+    policy_fn: Callable[[dict[str, Any]], Any] = field(repr=False, compare=False)
+    constants_fn: Callable[["NetworkSpec", Any], dict[str, Any]] = field(
+        default=_no_constants, repr=False, compare=False)
 
     @property
     def appends_agent_id(self) -> bool:
         return self.input_dim != self.obs_dim
 
     def init_carry(self, batch: int):
-        if self.algorithm == "pqn-vdn-rnn":
-            return lstm_carry(batch, self.hidden)
-        return gru_carry(batch, self.hidden)
+        return self.make_carry(batch, self.hidden)
 
     def init_variables(self, key: jax.Array) -> dict[str, Any]:
         """Fresh variables in the released on-disk layout (weights only, no optimiser)."""
-        b = self.num_agents
-        obs = jnp.zeros((1, b, self.input_dim), jnp.float32)
-        dones = jnp.zeros((1, b), bool)
-        if self.algorithm == "mappo-rnn":
-            ka, kc = jax.random.split(key)
-            actor = self.module.init(ka, self.init_carry(b), obs, dones)
-            ws = jnp.zeros((1, b, self.obs_dim * self.num_agents), jnp.float32)
-            critic = self.critic.init(kc, self.init_carry(b), ws, dones)
-            return {"actor": {"params": actor}, "critic": {"params": critic}}
-        if self.algorithm == "pqn-vdn-rnn":
-            v = self.module.init(key, self.init_carry(b), obs, dones, train=False)
-            return {"params": v["params"], "batch_stats": v["batch_stats"]}
-        return {"params": self.module.init(key, self.init_carry(b), obs, dones)}
+        return self.init_fn(self, key)
 
     def expected_tree(self) -> dict[str, Any]:
         """``jax.eval_shape`` of :meth:`init_variables`: ShapeDtypeStructs, nothing allocated."""
@@ -327,35 +360,60 @@ class NetworkSpec:
         """Keyword arguments of ``module.apply`` that depend on the parameters only, to
         compute once per parameter set rather than on every forward pass: HyperMARL's
         generated per-agent heads (``heads=``); empty for the other algorithms."""
-        if self.algorithm == "hypermarl-rnn":
-            return {"heads": self.module.apply(variables, method="generate_heads")}
-        return {}
+        return self.constants_fn(self, variables)
 
     def policy_variables(self, weights: dict[str, Any]) -> dict[str, Any]:
         """The flax variables ``module.apply`` needs, from a weights tree in disk layout."""
-        if self.algorithm == "mappo-rnn":
-            return weights["actor"]["params"]
-        if self.algorithm == "pqn-vdn-rnn":
-            return {"params": weights["params"], "batch_stats": weights["batch_stats"]}
-        return weights["params"]
+        return self.policy_fn(weights)
+
+
+def _sizes(cfg: RunConfig, *, with_id: bool) -> tuple[int, int, int, int]:
+    """(agents, obs width, input width, actions) of a run's env."""
+    n_agents, nc = cfg.env.num_agents, cfg.env.num_comm_channels
+    o = obs_dim(n_agents, nc)
+    return n_agents, o, o + (n_agents if with_id else 0), num_actions(n_agents, nc)
+
+
+def build_ippo(cfg: RunConfig) -> NetworkSpec:
+    net = cfg.network
+    assert isinstance(net, PPONetConfig)
+    p, o, i, a = _sizes(cfg, with_id=False)
+    return NetworkSpec(cfg.algorithm, ActorCriticRNN(a, net.fc_dim, net.gru_hidden, net.activation),
+                       None, p, o, i, a, net.gru_hidden, make_carry=gru_carry,
+                       init_fn=_nested_params, policy_fn=lambda w: w["params"])
+
+
+def build_mappo(cfg: RunConfig) -> NetworkSpec:
+    net = cfg.network
+    assert isinstance(net, PPONetConfig)
+    p, o, i, a = _sizes(cfg, with_id=False)
+    return NetworkSpec(cfg.algorithm, ActorRNN(a, net.fc_dim, net.gru_hidden, net.activation),
+                       CriticRNN(net.fc_dim, net.gru_hidden, net.activation), p, o, i, a,
+                       net.gru_hidden, make_carry=gru_carry, init_fn=_actor_critic,
+                       policy_fn=lambda w: w["actor"]["params"])
+
+
+def build_hypermarl(cfg: RunConfig) -> NetworkSpec:
+    net = cfg.network
+    assert isinstance(net, HyperMARLNetConfig)
+    p, o, i, a = _sizes(cfg, with_id=True)
+    return NetworkSpec(cfg.algorithm, HyperActorCriticRNN(a, p, net), None, p, o, i, a,
+                       net.gru_hidden, make_carry=gru_carry, init_fn=_nested_params,
+                       policy_fn=lambda w: w["params"], constants_fn=_hypermarl_heads)
+
+
+def build_pqn(cfg: RunConfig) -> NetworkSpec:
+    net = cfg.network
+    assert isinstance(net, PQNNetConfig)
+    p, o, i, a = _sizes(cfg, with_id=True)
+    return NetworkSpec(cfg.algorithm, QNetwork(a, net), None, p, o, i, a, net.hidden_size,
+                       make_carry=lstm_carry, init_fn=_params_and_stats,
+                       policy_fn=lambda w: {"params": w["params"],
+                                            "batch_stats": w["batch_stats"]})
 
 
 def build_network(cfg: RunConfig) -> NetworkSpec:
-    """The network a resolved run config describes, sized from the config."""
-    a = cfg.algorithm
-    n_agents, nc = cfg.env.num_agents, cfg.env.num_comm_channels
-    o, n_act = obs_dim(n_agents, nc), num_actions(n_agents, nc)
-    net = cfg.network
-    if a in ("ippo-rnn", "mappo-rnn"):
-        assert isinstance(net, PPONetConfig)
-        cls = ActorCriticRNN if a == "ippo-rnn" else ActorRNN
-        module = cls(n_act, net.fc_dim, net.gru_hidden, net.activation)
-        critic = CriticRNN(net.fc_dim, net.gru_hidden, net.activation) if a == "mappo-rnn" else None
-        return NetworkSpec(a, module, critic, n_agents, o, o, n_act, net.gru_hidden)
-    if a == "hypermarl-rnn":
-        assert isinstance(net, HyperMARLNetConfig)
-        module = HyperActorCriticRNN(n_act, n_agents, net)
-        return NetworkSpec(a, module, None, n_agents, o, o + n_agents, n_act, net.gru_hidden)
-    assert isinstance(net, PQNNetConfig)
-    return NetworkSpec(a, QNetwork(n_act, net), None, n_agents, o, o + n_agents, n_act,
-                       net.hidden_size)
+    """The network a resolved run config describes (the registry's builder), sized from it."""
+    from .algorithms import get_algorithm
+
+    return get_algorithm(cfg.algorithm).network(cfg)

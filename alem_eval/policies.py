@@ -1,35 +1,80 @@
-"""Greedy evaluation policies of the four released algorithms (spec §2).
+"""Greedy evaluation policies of the released algorithms (spec §2).
 
-A :class:`GreedyPolicy` is a pure, traceable description of how upstream's eval loop turns
-one environment step's observations into actions for one episode of ``P`` agents:
+Two kinds of greedy head cover the four algorithms; the registry's ``greedy_policy`` field
+says which one an algorithm uses:
 
-* IPPO, MAPPO (actor only) and HyperMARL call the network once with time-major input
-  ``obs [T=1, B=P, D]`` and the per-agent done flags. As in upstream, the network's logits
-  go through a distrax ``Categorical`` twice: ``pi.logits`` is ``log_softmax(logits)``, the
-  mask adds ``0`` / ``-1e10``, and ``pi.mode()`` of the re-built Categorical is the argmax
-  of ``log_softmax`` of the masked values (ties -> lowest index). Both normalisations are
-  kept because float rounding in them can create ties the raw logits do not have.
-* PQN applies the Q-network per agent (``vmap`` over agents, ``T=1, B=1``, eval mode with
-  the BatchNorm running statistics), then ``q - (1 - mask) * 1e10`` and argmax.
+* :data:`CATEGORICAL` (IPPO, MAPPO's actor, HyperMARL) calls the network once with
+  time-major input ``obs [T=1, B=P, D]`` and the per-agent done flags. As in upstream, the
+  network's logits go through a distrax ``Categorical`` twice: ``pi.logits`` is
+  ``log_softmax(logits)``, the mask adds ``0`` / ``-1e10``, and ``pi.mode()`` of the
+  re-built Categorical is the argmax of ``log_softmax`` of the masked values (ties -> lowest
+  index). Both normalisations are kept because float rounding in them can create ties the
+  raw logits do not have.
+* :data:`Q_VALUES` (PQN) applies the Q-network per agent (``vmap`` over agents, ``T=1,
+  B=1``, eval mode with the BatchNorm running statistics), then ``q - (1 - mask) * 1e10``
+  and argmax.
 
 The recurrent carry starts at zeros with done flags of zeros; after every step the env's
-per-agent done flags are fed back as the reset flags. HyperMARL's hypernetworks do not
-depend on the observation, so :meth:`GreedyPolicy.prepare` evaluates them once per
-checkpoint and every step reuses the generated per-agent weights (``heads=``).
+per-agent done flags are fed back as the reset flags. Parameter-only work (HyperMARL's
+generated heads) is done once per checkpoint by :meth:`GreedyPolicy.prepare`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 
 from .networks import NetworkSpec
 
-# Additive mask value of upstream's PPO-family policies and PQN's penalty (spec §2).
-MASK_PENALTY = -1e10
-PQN_MASK_SCALE = 1e10
+# Upstream's masked-action penalty (spec §2): masked logits get + (-1e10), masked Q-values
+# - 1e10; the same magnitude the trainers use (trainers.common.MASK_PENALTY).
+MASK_PENALTY = 1e10
+
+
+def _categorical_carry(spec: NetworkSpec) -> Any:
+    return spec.init_carry(spec.num_agents)
+
+
+def _per_agent_carry(spec: NetworkSpec) -> Any:
+    p = spec.num_agents
+    return jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (p,) + x.shape), spec.init_carry(1))
+
+
+def _categorical_act(spec: NetworkSpec, params, carry, obs, dones, mask):
+    out = spec.module.apply(params["variables"], carry, obs[None], dones[None],
+                            **params["constants"])
+    carry, logits = out[0], out[1]  # [P, H], [1, P, A]
+    normalised = jax.nn.log_softmax(logits, axis=-1)  # distrax Categorical(logits).logits
+    masked = normalised + jnp.where(mask[None], 0.0, -MASK_PENALTY)
+    actions = jnp.argmax(jax.nn.log_softmax(masked, axis=-1), axis=-1)  # .mode()
+    return carry, actions[0].astype(jnp.int32)
+
+
+def _q_values_act(spec: NetworkSpec, params, carry, obs, dones, mask):
+    module, v = spec.module, params["variables"]
+
+    def one_agent(c, o, d):  # c: ([1, H], [1, H]); o: [1, 1, D]; d: [1, 1]
+        return module.apply(v, c, o, d, False)
+
+    carry, q = jax.vmap(one_agent)(carry, obs[:, None, None, :], dones[:, None, None])
+    q = q[:, 0, 0, :]  # [P, A]
+    q = q - (1 - mask) * MASK_PENALTY
+    return carry, jnp.argmax(q, axis=-1).astype(jnp.int32)
+
+
+@dataclass(frozen=True)
+class PolicyKind:
+    """How one family of networks acts greedily: its zero carry and its step."""
+
+    name: str
+    init_carry: Callable[[NetworkSpec], Any]
+    act: Callable[..., tuple[Any, jax.Array]]
+
+
+CATEGORICAL = PolicyKind("categorical", _categorical_carry, _categorical_act)
+Q_VALUES = PolicyKind("q-values", _per_agent_carry, _q_values_act)
 
 
 @dataclass(frozen=True)
@@ -42,6 +87,7 @@ class GreedyPolicy:
     """
 
     spec: NetworkSpec
+    kind: PolicyKind
 
     @property
     def algorithm(self) -> str:
@@ -54,42 +100,16 @@ class GreedyPolicy:
 
     def init_carry(self) -> Any:
         """Zero recurrent state for one episode: ``[P, H]``; PQN ``(c, h)`` each ``[P, 1, H]``."""
-        p = self.spec.num_agents
-        if self.algorithm == "pqn-vdn-rnn":
-            return jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (p,) + x.shape),
-                                          self.spec.init_carry(1))
-        return self.spec.init_carry(p)
+        return self.kind.init_carry(self.spec)
 
     def act(self, params: dict[str, Any], carry: Any, obs: jax.Array, dones: jax.Array,
             mask: jax.Array) -> tuple[Any, jax.Array]:
         """One greedy step -> (new carry, actions ``[P]`` int32)."""
-        if self.algorithm == "pqn-vdn-rnn":
-            return self._act_pqn(params, carry, obs, dones, mask)
-        return self._act_pg(params, carry, obs, dones, mask)
-
-    # ---------------------------------------------------------------- PPO family
-    def _act_pg(self, params, carry, obs, dones, mask):
-        module, v = self.spec.module, params["variables"]
-        out = module.apply(v, carry, obs[None], dones[None], **params["constants"])
-        carry, logits = out[0], out[1]  # [P, H], [1, P, A]
-        normalised = jax.nn.log_softmax(logits, axis=-1)  # distrax Categorical(logits).logits
-        masked = normalised + jnp.where(mask[None], 0.0, MASK_PENALTY)
-        actions = jnp.argmax(jax.nn.log_softmax(masked, axis=-1), axis=-1)  # .mode()
-        return carry, actions[0].astype(jnp.int32)
-
-    # ---------------------------------------------------------------- PQN
-    def _act_pqn(self, params, carry, obs, dones, mask):
-        module, v = self.spec.module, params["variables"]
-
-        def one_agent(c, o, d):  # c: ([1, H], [1, H]); o: [1, 1, D]; d: [1, 1]
-            return module.apply(v, c, o, d, False)
-
-        carry, q = jax.vmap(one_agent)(carry, obs[:, None, None, :], dones[:, None, None])
-        q = q[:, 0, 0, :]  # [P, A]
-        q = q - (1 - mask) * PQN_MASK_SCALE
-        return carry, jnp.argmax(q, axis=-1).astype(jnp.int32)
+        return self.kind.act(self.spec, params, carry, obs, dones, mask)
 
 
 def make_policy(spec: NetworkSpec) -> GreedyPolicy:
     """The greedy policy of a configured network (see :func:`alem_eval.networks.build_network`)."""
-    return GreedyPolicy(spec)
+    from .algorithms import get_algorithm
+
+    return GreedyPolicy(spec, get_algorithm(spec.algorithm).greedy_policy.resolve())

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from .config import canonical_algorithm
+from .algorithms import canonical_algorithm
 from .errors import SelectorError
 from .manifest import Cell, sort_cells
 

@@ -37,7 +37,8 @@ import numpy as np
 import pandas as pd
 import scipy.stats
 
-from .config import ALGORITHMS, DIFFICULTIES
+from .algorithms import algorithm_rank
+from .config import DIFFICULTIES
 from .errors import UsageError
 from .manifest import budget_sort_key
 from .results import ResultsError
@@ -143,8 +144,7 @@ def budget_order(budget: str) -> tuple:
 
 
 def algorithm_order(algorithm: str) -> tuple:
-    return (ALGORITHMS.index(algorithm) if algorithm in ALGORITHMS else len(ALGORITHMS),
-            algorithm)
+    return (algorithm_rank(algorithm), algorithm)
 
 
 def difficulty_order(difficulty: str) -> tuple:

@@ -69,10 +69,10 @@ def main(argv=None) -> int:
     import jax
     import jax.numpy as jnp
 
-    from alem_env.eval_env import EnvStatics, get_eval_env
+    from alem_env.eval_env import get_eval_env
     from alem_eval import evaluate as ev
     from alem_eval.loader import load_cell
-    from alem_eval.policies import GreedyPolicy
+    from alem_eval.policies import make_policy
 
     load_before = os.getloadavg()
     ev.enable_compilation_cache()
@@ -81,8 +81,8 @@ def main(argv=None) -> int:
     difficulty = args.difficulty or cfg.env.training_difficulty
     k, e, t = args.checkpoints, args.episodes, args.steps
     b = k * e
-    env = get_eval_env(EnvStatics.from_config(cfg))
-    policy = GreedyPolicy(spec)
+    env = get_eval_env(ev.eval_statics(cfg))
+    policy = make_policy(spec)
     dyn = env.difficulty_params(difficulty)
     variables = spec.policy_variables(cell.weights)
     worlds, _ = ev.fast_keys(e)

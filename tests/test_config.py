@@ -4,7 +4,8 @@ import json
 import pytest
 
 from alem_eval.config import (HyperMARLNetConfig, PPONetConfig, PQNNetConfig, load_config_file,
-                              parse_config_json, canonical_algorithm)
+                              parse_config_json)
+from alem_eval.algorithms import canonical_algorithm
 from alem_eval.errors import ConfigError
 
 from .conftest import TINY_CELLS

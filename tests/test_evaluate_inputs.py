@@ -92,8 +92,10 @@ def test_hypermarl_without_agent_id_is_refused():
 def test_eval_env_matches_upstream_construction():
     from alem_env.eval_env import EnvStatics, get_eval_env
 
+    from alem_eval.evaluate import eval_statics
+
     cfg = load(CELL).cfg
-    statics = EnvStatics.from_config(cfg)
+    statics = eval_statics(cfg)
     assert statics == EnvStatics("Alem-Coop-Symbolic", 3, 4, False, False, True, False)
     env = get_eval_env(statics)
     a = env.alem
@@ -110,11 +112,11 @@ def test_eval_env_matches_upstream_construction():
                                        "handover_window_max", "soft_solo_fail_prob",
                                        "non_specialist_efficiency"}
     assert env.static_env_params == a.StaticEnvParams(player_count=3, num_comm_channels=4)
-    pqn = EnvStatics.from_config(load("tiny/pqn-vdn-rnn/easy/seed0").cfg)
+    pqn = eval_statics(load("tiny/pqn-vdn-rnn/easy/seed0").cfg)
     assert pqn.append_agent_id and pqn.input_dim == 9733
-    hyp = EnvStatics.from_config(load(HYPERMARL).cfg)
+    hyp = eval_statics(load(HYPERMARL).cfg)
     assert hyp.append_agent_id and hyp.input_dim == 9733
-    assert not EnvStatics.from_config(load("tiny/mappo-rnn/medium/seed0").cfg).append_agent_id
+    assert not eval_statics(load("tiny/mappo-rnn/medium/seed0").cfg).append_agent_id
 
 
 def test_upstream_mean_reproduces_eager_float32_mean():

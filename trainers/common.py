@@ -29,17 +29,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from flax.training.train_state import TrainState
 
+from alem_eval.algorithms import get_algorithm
 from alem_eval.config import RunConfig, TrainConfig
 from alem_eval.errors import CheckpointError, ConfigError
+from alem_eval.policies import MASK_PENALTY
+from alem_eval.released import write_json_atomic, write_released_cell
 
 # ========================================================================================
 # 1. Maths (time-major arrays: [T, ...])
 # ========================================================================================
-MASK_PENALTY = 1e10  # masked logits / Q-values get -1e10 (upstream)
-
-
 def gae(reward, value, done, last_value, *, gamma: float, lam: float):
     """Generalised advantage estimation, scanned backwards over time.
 
@@ -270,11 +269,6 @@ class Learner:
         return self.replace(step=self.step + 1, params=optax.apply_updates(self.params, updates),
                             opt_state=opt_state)
 
-    def to_train_state(self) -> TrainState:
-        """A flax TrainState with the same leaves: saves exactly like upstream's."""
-        return TrainState(step=self.step, apply_fn=None, params=self.params, tx=None,
-                          opt_state=self.opt_state)
-
 
 @flax.struct.dataclass
 class QLearner(Learner):
@@ -285,20 +279,10 @@ class QLearner(Learner):
     n_updates: Any = None
     grad_steps: Any = None
 
-    def to_train_state(self) -> "PQNTrainState":
-        return PQNTrainState(step=self.step, apply_fn=None, params=self.params, tx=None,
-                             opt_state=self.opt_state, batch_stats=self.batch_stats,
-                             timesteps=self.timesteps, n_updates=self.n_updates,
-                             grad_steps=self.grad_steps)
-
-
-class PQNTrainState(TrainState):
-    """Upstream's ``CustomTrainState``: TrainState plus batch_stats and counters."""
-
-    batch_stats: Any = None
-    timesteps: Any = 0
-    n_updates: Any = 0
-    grad_steps: Any = 0
+    def extras(self) -> dict[str, Any]:
+        """The leaves PQN saves beside its TrainState (see ``alem_eval.released``)."""
+        return {"batch_stats": self.batch_stats, "timesteps": self.timesteps,
+                "n_updates": self.n_updates, "grad_steps": self.grad_steps}
 
 
 # ========================================================================================
@@ -477,7 +461,7 @@ def _save_resume(state, cell_dirs: Sequence[Path], meta: dict) -> None:
         if (root / name).exists():
             shutil.rmtree(root / name)
         ckptr.save((root / name).absolute(), tree)
-        _write_json(root / "resume.json", {**meta, "state": name, "seed_index": i})
+        write_json_atomic(root / "resume.json", {**meta, "state": name, "seed_index": i})
         for old in root.glob("state_*"):
             if old.name != name:
                 shutil.rmtree(old, ignore_errors=True)
@@ -510,22 +494,6 @@ def _load_resume(state_shape, cell_dirs: Sequence[Path], metas: Sequence[dict]):
         per_cell.append(leaves)
     stacked = [np.stack([c[j] for c in per_cell]).astype(s.dtype) for j, s in enumerate(leaves_shape)]
     return jax.tree_util.tree_unflatten(treedef, stacked)
-
-
-def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=False, default=_json_default) + "\n")
-    os.replace(tmp, path)
-
-
-def _json_default(o: Any) -> Any:
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, (tuple, set)):
-        return list(o)
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
 class _Window:
@@ -741,28 +709,6 @@ def is_complete(cell_dir: Path, run: RunConfig, tcfg: TrainConfig) -> bool:
 # ========================================================================================
 # 7. Writers: the released layout
 # ========================================================================================
-# reload_overrides per algorithm (spec §5 "reload-critical keys"; hub README).
-_RELOAD_KEYS = {
-    "ippo-rnn": ("NUM_COMM_CHANNELS", "NUM_AGENTS", "ACTION_MASKING", "FC_DIM_SIZE",
-                 "GRU_HIDDEN_DIM", "ACTIVATION", "SHARED_REWARD", "ENV_NAME"),
-    "mappo-rnn": ("NUM_COMM_CHANNELS", "ACTION_MASKING", "FC_DIM_SIZE", "GRU_HIDDEN_DIM",
-                  "ACTIVATION", "SHARED_REWARD", "ENV_NAME"),
-    "hypermarl-rnn": ("NUM_COMM_CHANNELS", "ACTION_MASKING", "FC_DIM_SIZE", "GRU_HIDDEN_DIM",
-                      "ACTIVATION", "APPEND_AGENT_ID", "HYPERNET_EMBEDDING_DIM",
-                      "HYPERNET_HIDDEN_DIMS", "HYPERNET_INIT_SCALE", "USE_AGENT_ID_EMBEDDINGS",
-                      "USE_BIAS_IN_HYPERNET", "SHARED_REWARD", "ENV_NAME"),
-    "pqn-vdn-rnn": ("NUM_COMM_CHANNELS", "ACTION_MASKING", "HIDDEN_SIZE", "NUM_LAYERS",
-                    "NORM_TYPE", "NORM_INPUT", "DUELING", "SHARED_REWARD", "ENV_NAME"),
-}
-# Keys of the full config that only the evaluator of another algorithm reads: not logged.
-_NOT_LOGGED = {
-    "ippo-rnn": ("APPEND_AGENT_ID",),
-    "mappo-rnn": ("APPEND_AGENT_ID", "NUM_AGENTS"),
-    "hypermarl-rnn": ("NUM_AGENTS",),
-    "pqn-vdn-rnn": ("APPEND_AGENT_ID", "NUM_AGENTS", "UPDATE_EPOCHS", "ANNEAL_LR"),
-}
-
-
 def _plain(v: Any) -> Any:
     return list(v) if isinstance(v, tuple) else v
 
@@ -772,10 +718,11 @@ def config_json(trainer: Trainer, run: RunConfig, tcfg: TrainConfig, summary: di
     config (the full resolved config, with env_version and coord_* like upstream's W&B
     config) and training_summary."""
     values = {k: _plain(v) for k, v in run.values}
+    algo = get_algorithm(run.algorithm)
     tenv = trainer.tenv
     env = run.env
     full = {"ALG_NAME": run.algorithm,
-            **{k: v for k, v in values.items() if k not in _NOT_LOGGED[run.algorithm]},
+            **{k: v for k, v in values.items() if k not in algo.not_logged_keys},
             "env_version": tenv.env_version}
     full["coord_alpha"] = {"easy": 0.3, "medium": 0.6, "hard": 0.9}.get(env.training_difficulty)
     for k, v in tenv.coord_params.items():
@@ -799,40 +746,32 @@ def config_json(trainer: Trainer, run: RunConfig, tcfg: TrainConfig, summary: di
                                                               env.soft_specialization)),
             "action_masking": bool(env.action_masking),
         },
-        "reload_overrides": {k: values[k] for k in _RELOAD_KEYS[run.algorithm]},
+        "reload_overrides": {k: values[k] for k in algo.reload_keys},
         "wandb_summary": wandb,
         "config": full,
         "training_summary": {
-            "trainer": f"alem-eval trainers/{run.algorithm.replace('-', '_')}.py",
+            "trainer": f"alem-eval {algo.trainer_module.replace('.', '/')}.py",
             "jax_version": jax.__version__,
             **summary,
         },
     }
 
 
-def write_released_cell(cell_dir: Path, pytree: Any, config: dict) -> None:
-    """``<cell>/checkpoint/`` (orbax PyTreeCheckpointer, OCDBT) and ``<cell>/config.json``."""
-    import orbax.checkpoint as ocp
-
-    cell_dir = Path(cell_dir)
-    cell_dir.mkdir(parents=True, exist_ok=True)
-    ckpt = (cell_dir / "checkpoint").absolute()
-    if ckpt.exists():
-        shutil.rmtree(ckpt)
-    ocp.PyTreeCheckpointer().save(ckpt, pytree)
-    _write_json(cell_dir / "config.json", config)
-
-
-TRAINER_MODULES = {
-    "ippo-rnn": "trainers.ippo_rnn",
-    "mappo-rnn": "trainers.mappo_rnn",
-    "hypermarl-rnn": "trainers.hypermarl_rnn",
-    "pqn-vdn-rnn": "trainers.pqn_vdn_rnn",
-}
-
-
 def trainer_for(run: RunConfig, tcfg: TrainConfig) -> Trainer:
-    """The (cached) trainer of ``run.algorithm`` for this config."""
-    import importlib
+    """The (cached) trainer of ``run.algorithm`` for this config (the registry's module)."""
+    return get_algorithm(run.algorithm).trainer().make_train(run, tcfg)
 
-    return importlib.import_module(TRAINER_MODULES[run.algorithm]).make_train(run, tcfg)
+
+def training_env(run: RunConfig):
+    """The training env of one run, built the way its upstream trainer builds it."""
+    from alem_env.training import make_training_env
+
+    algo = get_algorithm(run.algorithm)
+    shared = bool(run.env.shared_reward) and algo.trains_with_shared_reward_key
+    return make_training_env(run.env, label=algo.name, shared_reward=shared,
+                             env_overrides=algo.trains_with_env_overrides)
+
+
+def released_tree(run: RunConfig, learners: Mapping[str, Any], extras: Mapping[str, Any] = {}) -> Any:
+    """The saved pytree of one seed, packed by the algorithm's released layout."""
+    return get_algorithm(run.algorithm).saved_layout.resolve().pack(learners, extras)

@@ -35,8 +35,8 @@ from alem_eval.networks import build_network
 from .common import (EpisodeLog, Learner, RunnerState, Trainer, action_masks, append_agent_id,
                      begin_rollout, cached_trainer, entropy_of, epochs_over_minibatches, gae,
                      log_episodes, log_prob_of, mask_logits, normalize_advantages,
-                     placeholder_worlds, ppo_actor_loss, ppo_optimizer, ppo_value_loss,
-                     step_envs, sum_totals)
+                     placeholder_worlds, released_tree, ppo_actor_loss, ppo_optimizer, ppo_value_loss,
+                     step_envs, training_env, sum_totals)
 
 ALGORITHM = "ippo-rnn"
 # Hyperparameters: alem_eval.config.PPOTrainConfig, built by build_train_config() from the
@@ -167,10 +167,8 @@ def make_update(spec, tenv, tcfg: PPOTrainConfig):
 # 5. make_train
 # ========================================================================================
 def build_trainer(run: RunConfig, tcfg: PPOTrainConfig) -> Trainer:
-    from alem_env.training import make_training_env
-
     spec = build_network(run)
-    tenv = make_training_env(run)
+    tenv = training_env(run)
     E, A = tcfg.num_envs, tenv.num_agents
 
     def init(key, plan):
@@ -183,7 +181,7 @@ def build_trainer(run: RunConfig, tcfg: PPOTrainConfig) -> Trainer:
         return RunnerState(learner, envs, k_run, jnp.zeros((), jnp.int32), plan)
 
     return Trainer(run.algorithm, run, tcfg, spec, tenv, init, make_update(spec, tenv, tcfg),
-                   released=lambda s: s.learner.to_train_state())
+                   released=lambda s: released_tree(run, {"": s.learner}))
 
 
 def make_train(run: RunConfig, tcfg: PPOTrainConfig) -> Trainer:

@@ -35,8 +35,8 @@ from alem_eval.networks import build_network
 
 from .common import (EpisodeLog, Learner, RunnerState, Trainer, action_masks, begin_rollout,
                      cached_trainer, entropy_of, epochs_over_minibatches, gae, log_episodes,
-                     log_prob_of, mask_logits, normalize_advantages, placeholder_worlds,
-                     ppo_actor_loss, ppo_optimizer, ppo_value_loss, step_envs, sum_totals)
+                     log_prob_of, mask_logits, normalize_advantages, placeholder_worlds, released_tree,
+                     ppo_actor_loss, ppo_optimizer, ppo_value_loss, step_envs, training_env, sum_totals)
 
 ALGORITHM = "mappo-rnn"
 # Hyperparameters: alem_eval.config.PPOTrainConfig (upstream mappo_rnn.yaml, spec §5).
@@ -181,10 +181,8 @@ def make_update(spec, tenv, tcfg: PPOTrainConfig):
 # 5. make_train
 # ========================================================================================
 def build_trainer(run: RunConfig, tcfg: PPOTrainConfig) -> Trainer:
-    from alem_env.training import make_training_env
-
     spec = build_network(run)
-    tenv = make_training_env(run)
+    tenv = training_env(run)
     E, A = tcfg.num_envs, tenv.num_agents
 
     def init(key, plan):
@@ -200,7 +198,7 @@ def build_trainer(run: RunConfig, tcfg: PPOTrainConfig) -> Trainer:
 
     def released(state):
         actor, critic = state.learner
-        return {"actor": actor.to_train_state(), "critic": critic.to_train_state()}
+        return released_tree(run, {"actor": actor, "critic": critic})
 
     return Trainer(ALGORITHM, run, tcfg, spec, tenv, init, make_update(spec, tenv, tcfg), released)
 

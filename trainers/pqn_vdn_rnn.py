@@ -45,7 +45,7 @@ from alem_eval.networks import QNetwork, build_network
 
 from .common import (MASK_PENALTY, EpisodeLog, QLearner, RunnerState, Trainer, action_masks,
                      append_agent_id, begin_rollout, cached_trainer, epochs_over_minibatches,
-                     linear_schedule, log_episodes, placeholder_worlds, step_envs, sum_totals)
+                     linear_schedule, log_episodes, placeholder_worlds, released_tree, step_envs, training_env, sum_totals)
 
 ALGORITHM = "pqn-vdn-rnn"
 # Hyperparameters: alem_eval.config.PQNTrainConfig (upstream pqn_vdn_rnn.yaml, spec §5).
@@ -240,12 +240,10 @@ def make_update(net, tenv, tcfg: PQNTrainConfig):
 # 5. make_train
 # ========================================================================================
 def build_trainer(run: RunConfig, tcfg: PQNTrainConfig) -> Trainer:
-    from alem_env.training import make_training_env
-
     spec = build_network(run)
     # The same module as the released one; NORM_INPUT only changes training's forward pass.
     net = QNetwork(spec.num_actions, run.network, norm_input=run.network.norm_input)
-    tenv = make_training_env(run)
+    tenv = training_env(run)
     E, A = tcfg.num_envs, tenv.num_agents
 
     def init(key, plan):
@@ -260,7 +258,8 @@ def build_trainer(run: RunConfig, tcfg: PQNTrainConfig) -> Trainer:
         return RunnerState(learner, envs, k_run, zero, plan)
 
     return Trainer(ALGORITHM, run, tcfg, spec, tenv, init, make_update(net, tenv, tcfg),
-                   released=lambda s: s.learner.to_train_state(), warmup=True)
+                   released=lambda s: released_tree(run, {"": s.learner}, s.learner.extras()),
+                   warmup=True)
 
 
 def make_train(run: RunConfig, tcfg: PQNTrainConfig) -> Trainer:

@@ -26,7 +26,8 @@ from typing import Any, List, Optional, Sequence
 import typer
 
 from ..cli import app
-from ..config import ALGORITHMS, DIFFICULTIES
+from ..algorithms import ALGORITHMS
+from ..config import DIFFICULTIES
 from ..console import err_console
 from ..errors import UsageError
 from ..manifest import Cell, sort_cells
