@@ -6,15 +6,21 @@ directory laid out as ``<budget>/<algorithm>/<difficulty>/seed<N>/{checkpoint/,c
 
 The Hub source lists the repo once (one API call for the commit, one for the tree, which is
 then cached per commit), downloads only the selected cells' files in parallel into the
-standard Hugging Face cache, and checks every file's size against the listing: a short or
-empty file is removed and fetched again, never used. Completed files are kept, so an
-interrupted pull resumes; a pull of cached cells makes no request for files; with
-``HF_HUB_OFFLINE=1`` or an unreachable endpoint the cached listing and files are used.
+standard Hugging Face cache and checks every file against the listing: its size, and its
+content hash (the sha256 the Hub lists for every LFS file, the git blob id for the others).
+A short, empty or corrupted file is removed and fetched again, never used. Completed files
+are kept, so an interrupted or killed pull resumes; concurrent pulls into one cache share
+its per-file locks; a pull of cached cells makes no request for files (a file's hash is
+recomputed only when its size, times or inode changed since it was last checked; ``verify``
+recomputes them all). With ``HF_HUB_OFFLINE=1`` or an unreachable endpoint the cached
+listing is used, or, for a cache filled by other tools (``hf download``,
+``snapshot_download``), the files of its snapshot folder (their blob names carry the hashes).
 Every failure is a one-line :class:`SourceError` / :class:`DownloadError`; good cached
 files are never deleted.
 
 Per-cell "verified" markers (set by ``verify`` through :meth:`Source.mark_verified`) live in
-a small JSON file under the cache and are void as soon as a file of the cell changes.
+a small JSON file under the cache and are void as soon as a file of the cell changes; the
+commit each cell was pulled at is recorded next to them (``list`` shows it).
 """
 from __future__ import annotations
 
@@ -23,6 +29,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import tempfile
 import threading
 from abc import ABC, abstractmethod
@@ -30,9 +37,10 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Iterator, Literal, Sequence
+from typing import Any, Callable, ClassVar, Iterator, Literal, Mapping, Sequence
 
-from .errors import DownloadError, SourceError, UsageError
+from . import __version__
+from .errors import DownloadError, SelectorError, SourceError, UsageError
 from .manifest import DEFAULT_REVISION, HUB_REPO, Cell, load_manifest, parse_seed_dir, sort_cells
 from .selectors import select_cells
 
@@ -41,7 +49,11 @@ HUB_SPEC = "hub"
 DEMO_SPEC = "demo"
 DEFAULT_WORKERS = 8
 _STATE_DIRNAME = "alem-eval"  # inside the repo's cache folder, next to blobs/ and snapshots/
-_LISTING_FORMAT = 1
+_LISTING_FORMAT = 2  # 1 held sizes only
+# The oldest huggingface_hub whose API matches the calls below: ``hf_hub_download`` takes
+# ``tqdm_class`` from 1.1.0 on. pyproject.toml declares the same floor (a test checks both).
+HF_HUB_MIN_VERSION = "1.1.0"
+LIBRARY_NAME = "alem-eval"  # sent with every Hub request (user agent), with __version__
 
 
 @dataclass(frozen=True)
@@ -50,8 +62,8 @@ class PullReport:
 
     cells: tuple[Cell, ...]
     files_fetched: int  # downloaded (or re-linked from a blob already in the cache)
-    files_skipped: int  # already cached with the listed size
-    files_repaired: int  # cached or received with a wrong size, removed and fetched again
+    files_skipped: int  # already cached with the listed size and content hash
+    files_repaired: int  # cached or received with a wrong size or hash, removed and fetched again
     bytes_fetched: int  # bytes received from the network
     bytes_total: int  # size of all files of the selected cells
     root: Path  # directory holding ``<cell.id>/`` for every pulled cell
@@ -90,11 +102,12 @@ def files_fingerprint(paths: Sequence[Path], base: Path) -> str | None:
     return h.hexdigest()
 
 
-class _MarkerStore:
-    """``{"verified": {key: {"content_hash", "fingerprint"}}}`` in one JSON file."""
+class _JsonStore:
+    """``{section: {key: value}}`` in one JSON file, shared by threads and processes."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, section: str):
         self.path = path
+        self.section = section
         self._lock = threading.Lock()
 
     def _read(self) -> dict[str, Any]:
@@ -104,18 +117,29 @@ class _MarkerStore:
         except (OSError, ValueError):
             return {}
 
-    def get(self, key: str) -> dict[str, Any] | None:
-        rec = self._read().get("verified", {}).get(key)
-        return rec if isinstance(rec, dict) else None
+    def all(self) -> dict[str, Any]:
+        recs = self._read().get(self.section)
+        return recs if isinstance(recs, dict) else {}
 
-    def put(self, key: str, record: dict[str, Any]) -> None:
+    def get(self, key: str) -> Any:
+        return self.all().get(key)
+
+    def put(self, key: str, value: Any) -> None:
+        self.update({key: value})
+
+    def update(self, values: Mapping[str, Any]) -> None:
         """Raises OSError when the file cannot be written."""
-        from filelock import FileLock  # a huggingface_hub dependency
+        from filelock import FileLock
 
+        current = self.all()
+        values = {k: v for k, v in values.items() if current.get(k) != v}
+        if not values:
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._lock, FileLock(str(self.path) + ".lock"):
             data = self._read()
-            data.setdefault("verified", {})[key] = record
+            recs = data.get(self.section)
+            data[self.section] = {**(recs if isinstance(recs, dict) else {}), **values}
             _atomic_write(self.path, json.dumps(data, indent=1, sort_keys=True))
 
 
@@ -158,13 +182,17 @@ class Source(ABC):
                             difficulties=difficulties, seeds=seeds)
 
     @abstractmethod
-    def local_dir(self, cell: Cell) -> Path:
-        """A directory holding the cell's ``checkpoint/`` and ``config.json`` (fetched if needed)."""
+    def local_dir(self, cell: Cell, *, rehash: bool = False) -> Path:
+        """A directory holding the cell's ``checkpoint/`` and ``config.json`` (fetched if needed).
+
+        ``rehash``: recompute every file's content hash and compare it with the source's
+        listing (a Hub source fetches a damaged file again); ``verify`` asks for it.
+        """
 
     @abstractmethod
     def pull(self, cells: Sequence[Cell], *, workers: int = DEFAULT_WORKERS,
-             progress: bool | None = None) -> PullReport:
-        """Make the cells available locally."""
+             progress: bool | None = None, rehash: bool = False) -> PullReport:
+        """Make the cells available locally (``rehash``: as for :meth:`local_dir`)."""
 
     @abstractmethod
     def state(self, cell: Cell) -> CellState:
@@ -176,7 +204,7 @@ class Source(ABC):
 
     @property
     @abstractmethod
-    def _markers(self) -> _MarkerStore: ...
+    def _markers(self) -> _JsonStore: ...
 
     def mark_verified(self, cell: Cell, content_hash: str | None = None) -> bool:
         """Record that ``verify`` passed for the cell's current files.
@@ -208,7 +236,7 @@ class Source(ABC):
             return None
         key, base, files = target
         rec = self._markers.get(key)
-        if rec is None or rec.get("fingerprint") != files_fingerprint(files, base):
+        if not isinstance(rec, dict) or rec.get("fingerprint") != files_fingerprint(files, base):
             return None
         return rec
 
@@ -219,6 +247,10 @@ class Source(ABC):
     def size_bytes(self, cell: Cell) -> int | None:
         return None
 
+    def commit(self, cell: Cell) -> str | None:
+        """The Hub commit the cell's local copy was pulled at (None for local directories)."""
+        return None
+
     def records(self, cells: Sequence[Cell]) -> list[dict[str, Any]]:
         """One row per cell for ``list``."""
         rows = []
@@ -227,7 +259,8 @@ class Source(ABC):
             rows.append({"cell": c.id, "budget": c.budget, "algorithm": c.algorithm,
                          "difficulty": c.difficulty, "seed": c.seed, "state": self.state(c),
                          "expected_params": self.expected_params(c),
-                         "size_mb": None if size is None else round(size / 1e6, 1)})
+                         "size_mb": None if size is None else round(size / 1e6, 1),
+                         "commit": self.commit(c)})
         return rows
 
 
@@ -303,14 +336,15 @@ class LocalSource(Source):
         return next((c for c in self._all_cells
                      if (c.budget.lower(), c.algorithm, c.difficulty, c.seed) == key), None)
 
-    def local_dir(self, cell: Cell) -> Path:
+    def local_dir(self, cell: Cell, *, rehash: bool = False) -> Path:
+        """(``rehash`` has nothing to compare with here: a local directory has no listing.)"""
         found = self._find(cell)
         if found is None:
             raise SourceError(f"{cell.id}: no such cell under {self.root}")
         return self.root / found.id
 
     def pull(self, cells: Sequence[Cell], *, workers: int = DEFAULT_WORKERS,
-             progress: bool | None = None) -> PullReport:
+             progress: bool | None = None, rehash: bool = False) -> PullReport:
         files = [p for c in cells for p in self._files(self.local_dir(c))]
         return PullReport(cells=tuple(cells), files_fetched=0, files_skipped=len(files),
                           files_repaired=0, bytes_fetched=0,
@@ -332,12 +366,101 @@ class LocalSource(Source):
         return str(d), d, self._files(d)
 
     @cached_property
-    def _markers(self) -> _MarkerStore:
+    def _markers(self) -> _JsonStore:
         if self._cache_dir is not None:
-            return _MarkerStore(self._cache_dir / f".{_STATE_DIRNAME}" / "local-verified.json")
+            return _JsonStore(self._cache_dir / f".{_STATE_DIRNAME}" / "local-verified.json", "verified")
         from .paths import user_cache_dir
 
-        return _MarkerStore(user_cache_dir() / "local-verified.json")
+        return _JsonStore(user_cache_dir() / "local-verified.json", "verified")
+
+
+# ----------------------------------------------------------------------------------------
+# File integrity: what the listing says a file is, and whether a file on disk is it
+# ----------------------------------------------------------------------------------------
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_GIT_OID = re.compile(r"^[0-9a-f]{40}$")
+_HASH_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """One file of the repo listing: its size and, where the Hub gives one, its content hash.
+
+    ``sha256`` is the LFS object id the Hub lists for large files (the weights); ``git_oid``
+    the git blob id of the others (sha1 of ``b"blob <size>\\0" + content``). A listing rebuilt
+    from a cache's snapshot folder may know neither (``size`` is then the file's own, or -1
+    for a dangling link).
+    """
+
+    size: int
+    sha256: str | None = None
+    git_oid: str | None = None
+
+    @classmethod
+    def of(cls, size: int, sha256: str | None = None, git_oid: str | None = None) -> "RemoteFile":
+        """Ignores hashes that are not lower-case hex of the right length."""
+        sha = str(sha256).lower() if sha256 else None
+        oid = str(git_oid).lower() if git_oid else None
+        return cls(int(size), sha if sha and _SHA256.match(sha) else None,
+                   oid if oid and _GIT_OID.match(oid) else None)
+
+    @property
+    def digest(self) -> str | None:
+        return self.sha256 or self.git_oid
+
+    def hash_of(self, path: Path) -> str:
+        """The content hash of ``path`` in this file's scheme (raises OSError)."""
+        with open(path, "rb") as fh:
+            if self.sha256:
+                return hashlib.file_digest(fh, "sha256").hexdigest()
+            header = b"blob %d\0" % os.fstat(fh.fileno()).st_size
+            return hashlib.file_digest(fh, lambda: hashlib.sha1(header)).hexdigest()
+
+    def mismatch(self, path: Path) -> str | None:
+        """Why the file at ``path`` is not this file (size, then content hash); None if it is."""
+        have = _size(path)
+        if have is None:
+            return "no file"
+        if have != self.size:
+            return f"{have} bytes but the listing says {self.size}"
+        if self.digest is None:
+            return None
+        try:
+            got = self.hash_of(path)
+        except OSError as exc:
+            return f"unreadable ({_os_reason(exc)})"
+        if got != self.digest:
+            kind = "sha256" if self.sha256 else "git blob id"
+            return f"{kind} {got[:12]}… but the listing says {self.digest[:12]}…"
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in (("size", self.size), ("sha256", self.sha256),
+                                  ("git_oid", self.git_oid)) if v is not None}
+
+
+def _cached_entry(pointer: Path) -> RemoteFile:
+    """A snapshot entry of a Hugging Face cache: a link to ``blobs/<etag>``, where the etag is
+    the sha256 of an LFS file or the git blob id of another."""
+    size = _size(pointer)
+    try:
+        etag = Path(os.readlink(pointer)).name if pointer.is_symlink() else ""
+    except OSError:
+        etag = ""
+    return RemoteFile.of(-1 if size is None else size,
+                         sha256=etag if _SHA256.match(etag) else None,
+                         git_oid=etag if _GIT_OID.match(etag) else None)
+
+
+def _stat_stamp(path: Path) -> tuple[str, str] | None:
+    """(the blob's real path, its size/mtime/ctime/inode): a file whose stamp is unchanged since
+    its hash was checked need not be read again."""
+    try:
+        real = os.path.realpath(path)
+        st = os.stat(real)
+    except OSError:
+        return None
+    return real, f"{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}"
 
 
 # ----------------------------------------------------------------------------------------
@@ -348,9 +471,10 @@ class _Listing:
     """The repo's files at one commit, or (commit None) nothing known."""
 
     commit: str | None
-    files: dict[str, int] = field(default_factory=dict)  # path -> size
+    files: dict[str, RemoteFile] = field(default_factory=dict)
     online: bool = False  # the endpoint answered
     problem: str | None = None  # why it did not, if it did not
+    from_snapshot: bool = False  # rebuilt from the cache's snapshot folder (no listing cached)
 
 
 def _network_errors() -> tuple[type[BaseException], ...]:
@@ -385,34 +509,97 @@ def _quiet_hub_logs() -> Iterator[None]:
         logger.setLevel(old)
 
 
+def check_hub_client() -> None:
+    """Raise SourceError if the installed huggingface_hub is older than the API used here."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        have = version("huggingface_hub")
+    except PackageNotFoundError:
+        raise SourceError("huggingface_hub is not installed; install alem-eval with its "
+                          "dependencies") from None
+    if _release(have) < _release(HF_HUB_MIN_VERSION):
+        raise SourceError(f"huggingface_hub {have} is too old: alem-eval needs "
+                          f">={HF_HUB_MIN_VERSION} (pip install 'huggingface-hub>={HF_HUB_MIN_VERSION}')")
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """``"1.1.0rc1"`` -> (1, 1, 0): the release numbers, enough to compare with a floor."""
+    return tuple(int(x) for x in re.findall(r"\d+", version.split("+")[0])[:3])
+
+
 class _Cancelled(Exception):
     """Raised inside a download thread to abandon its file (the client removes the partial)."""
 
 
-class _ByteCounter:
-    """Stands in for the tqdm bar ``hf_hub_download`` drives: forwards bytes to a callback and
-    aborts the transfer once ``cancel`` is set."""
+class ByteProgress:
+    """The progress-bar class handed to ``hf_hub_download`` as ``tqdm_class``.
 
-    def __init__(self, on_bytes: Callable[[int], None], cancel: threading.Event, *args: Any,
-                 **kwargs: Any):
-        self._on_bytes = on_bytes
-        self._cancel = cancel
+    It counts the bytes written to the file (``update``) and aborts the transfer once
+    ``cancel`` is set. huggingface_hub builds it with tqdm's keyword arguments and, on an Xet
+    transfer, also reports network bytes through ``update_transfer``; it looks that method up
+    *on the class*, and without it creates a second bar for the network bytes, which would
+    count the same file twice. So this is a real class (:meth:`bound` makes one per pull),
+    not a ``functools.partial``, and network bytes are not counted as file bytes.
+    """
 
-    def __enter__(self) -> "_ByteCounter":
-        return self
+    on_bytes: ClassVar[Callable[[int], None]] = staticmethod(lambda n: None)
+    cancel: ClassVar[threading.Event | None] = None
 
-    def __exit__(self, *exc: Any) -> None:
-        pass
+    @classmethod
+    def bound(cls, on_bytes: Callable[[int], None], cancel: threading.Event) -> type["ByteProgress"]:
+        return type("BoundByteProgress", (cls,), {"on_bytes": staticmethod(on_bytes), "cancel": cancel})
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        self.n = int(kwargs.get("initial") or 0)  # counted by an earlier bar, if any
+        self.total: int | None = kwargs.get("total")
+        self.transfer_n = 0
+        self.disable = True
+
+    def _check(self) -> None:
+        if self.cancel is not None and self.cancel.is_set():
+            raise _Cancelled()
 
     def update(self, n: int | float | None = 1) -> None:
-        if self._cancel.is_set():
-            raise _Cancelled()
-        self._on_bytes(int(n or 0))
+        """File bytes written (negative when a transfer restarts from 0)."""
+        self._check()
+        self.n += int(n or 0)
+        type(self).on_bytes(int(n or 0))
+
+    def update_transfer(self, n: int | float | None = 1) -> None:
+        """Network bytes (Xet: compressed, deduplicated); not file bytes."""
+        self._check()
+        self.transfer_n += int(n or 0)
+
+    @property
+    def format_dict(self) -> dict[str, Any]:
+        return {"n": self.n, "total": self.total, "rate": None}
+
+    def set_postfix_str(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def set_transfer_postfix_str(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def set_description(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def refresh(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def reset(self, total: int | None = None) -> None:
+        self.n, self.total = 0, total
+
+    def clear(self, *args: Any, **kwargs: Any) -> None:
+        pass
 
     def close(self) -> None:
         pass
 
-    def set_postfix_str(self, *args: Any, **kwargs: Any) -> None:
+    def __enter__(self) -> "ByteProgress":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
         pass
 
 
@@ -422,6 +609,7 @@ class HubSource(Source):
     def __init__(self, repo: str = HUB_REPO, revision: str = DEFAULT_REVISION, *,
                  cache_dir: str | Path | None = None, endpoint: str | None = None):
         super().__init__()
+        check_hub_client()
         from huggingface_hub import constants
         from huggingface_hub.file_download import repo_folder_name
 
@@ -433,10 +621,10 @@ class HubSource(Source):
         self._explicit_endpoint = endpoint
         self.cache_dir = Path(cache_dir or constants.HF_HUB_CACHE).expanduser().resolve()
         try:
-            folder = repo_folder_name(repo_id=repo, repo_type="model")
+            self.folder = repo_folder_name(repo_id=repo, repo_type="model")
         except Exception as exc:  # HFValidationError for a malformed repo id
             raise UsageError(f"invalid repo id {repo!r}: {_short(exc)}") from None
-        self.storage = self.cache_dir / folder
+        self.storage = self.cache_dir / self.folder
         self.description = f"{repo}@{revision} ({self.endpoint})"
 
     # -- listing -------------------------------------------------------------------------
@@ -450,7 +638,8 @@ class HubSource(Source):
     def _api(self):
         from huggingface_hub import HfApi
 
-        return HfApi(endpoint=self._explicit_endpoint)
+        return HfApi(endpoint=self._explicit_endpoint, library_name=LIBRARY_NAME,
+                     library_version=__version__)
 
     @cached_property
     def listing(self) -> _Listing:
@@ -470,11 +659,30 @@ class HubSource(Source):
                         self._best_effort(lambda: self._write_tree(commit, files))
                     self._best_effort(lambda: self._write_ref(commit))
                     return _Listing(commit, files, online=True)
+        return self._cached_listing(problem)
+
+    def _cached_listing(self, problem: str) -> _Listing:
+        """The listing cached for the revision's commit, else one rebuilt from the files of
+        the cache's snapshot folder (a cache filled by ``hf download`` or ``snapshot_download``)."""
         commit = self._read_ref()
-        files = self._read_tree(commit) if commit else None
-        if commit and files is not None:
-            return _Listing(commit, files, online=False, problem=problem)
-        return _Listing(None, {}, online=False, problem=problem)
+        if commit is None:
+            return _Listing(None, {}, problem=problem)
+        files = self._read_tree(commit)
+        if files is not None:
+            return _Listing(commit, files, problem=problem)
+        files = self._snapshot_files(commit)
+        if files:
+            return _Listing(commit, files, problem=problem, from_snapshot=True)
+        return _Listing(None, {}, problem=problem)
+
+    def _snapshot_files(self, commit: str) -> dict[str, RemoteFile]:
+        root = self.storage / "snapshots" / commit
+        files: dict[str, RemoteFile] = {}
+        for dirpath, _, names in os.walk(root):
+            for name in names:
+                p = Path(dirpath, name)
+                files[p.relative_to(root).as_posix()] = _cached_entry(p)
+        return files
 
     def _remote_commit(self) -> str:
         from huggingface_hub import constants
@@ -489,11 +697,11 @@ class HubSource(Source):
                               "is HF_ENDPOINT a Hugging Face Hub?")
         return str(info.sha)
 
-    def _fetch_tree(self, commit: str) -> dict[str, int]:
+    def _fetch_tree(self, commit: str) -> dict[str, RemoteFile]:
         from huggingface_hub.hf_api import RepoFile
 
         try:
-            return {f.path: int(f.size) for f in self._api().list_repo_tree(
+            return {f.path: _listed_file(f) for f in self._api().list_repo_tree(
                 self.repo, recursive=True, revision=commit) if isinstance(f, RepoFile)}
         except Exception as exc:
             err = self._translate(exc, f"the file list of {self.repo}@{self.revision}")
@@ -538,19 +746,20 @@ class HubSource(Source):
     def _tree_path(self, commit: str) -> Path:
         return self.storage / _STATE_DIRNAME / "trees" / f"{commit}.json"
 
-    def _read_tree(self, commit: str) -> dict[str, int] | None:
+    def _read_tree(self, commit: str) -> dict[str, RemoteFile] | None:
         try:
             data = json.loads(self._tree_path(commit).read_text(encoding="utf-8"))
             if data.get("format") != _LISTING_FORMAT:
                 return None
-            return {str(k): int(v) for k, v in data["files"].items()}
+            return {str(k): RemoteFile.of(v["size"], v.get("sha256"), v.get("git_oid"))
+                    for k, v in data["files"].items()}
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
 
-    def _write_tree(self, commit: str, files: dict[str, int]) -> None:
+    def _write_tree(self, commit: str, files: dict[str, RemoteFile]) -> None:
         _atomic_write(self._tree_path(commit), json.dumps(
             {"format": _LISTING_FORMAT, "repo": self.repo, "commit": commit,
-             "files": dict(sorted(files.items()))}, indent=0))
+             "files": {p: f.to_json() for p, f in sorted(files.items())}}, indent=0))
 
     def _ref_path(self) -> Path:
         return self.storage / "refs" / self.revision  # the HF cache's own layout
@@ -579,33 +788,36 @@ class HubSource(Source):
 
     # -- cells -----------------------------------------------------------------------------
     @cached_property
-    def _cell_files(self) -> dict[Cell, dict[str, int]]:
-        by_cell: dict[Cell, dict[str, int]] = {}
-        for path, size in self.listing.files.items():
+    def _cell_files(self) -> dict[Cell, dict[str, RemoteFile]]:
+        by_cell: dict[Cell, dict[str, RemoteFile]] = {}
+        for path, f in self.listing.files.items():
             parts = path.split("/")
             if any(p in ("", ".", "..") for p in parts) or "\\" in path:
                 continue  # never let a listing name a path outside the snapshot
             seed = parse_seed_dir(parts[3]) if len(parts) >= 5 else None
             if seed is not None:
                 cell = Cell(parts[0], parts[1], parts[2], seed)
-                by_cell.setdefault(cell, {})[path] = size
+                by_cell.setdefault(cell, {})[path] = f
         return by_cell
 
     def cells(self) -> list[Cell]:
         listing = self.listing
         if listing.commit is None:
-            note = (f"{listing.problem}; nothing cached for {self.repo}@{self.revision}: "
-                    "showing the released cells from the manifest")
-            if note not in self.warnings:
-                self.warnings.append(note)
+            self._note(f"{listing.problem}; nothing cached for {self.repo}@{self.revision}: "
+                       "showing the released cells from the manifest")
             return load_manifest().cells()
-        if not listing.online and listing.problem:
-            note = f"{listing.problem}; using the cached listing of {self.repo}@{self.revision}"
-            if note not in self.warnings:
-                self.warnings.append(note)
+        if listing.from_snapshot:
+            self._note(f"{listing.problem}; using the files cached in "
+                       f"{self.storage / 'snapshots' / listing.commit}")
+        elif not listing.online and listing.problem:
+            self._note(f"{listing.problem}; using the cached listing of {self.repo}@{self.revision}")
         return sort_cells(self._cell_files)
 
-    def _files_of(self, cell: Cell) -> dict[str, int]:
+    def _note(self, text: str) -> None:
+        if text not in self.warnings:
+            self.warnings.append(text)
+
+    def _files_of(self, cell: Cell) -> dict[str, RemoteFile]:
         files = self._cell_files.get(cell)
         if files is None:  # budget spelling differs from the listing's: match case-insensitively
             key = (cell.budget.lower(), cell.algorithm, cell.difficulty, cell.seed)
@@ -623,9 +835,9 @@ class HubSource(Source):
         """The cell's folder with the listing's spelling."""
         return "/".join(next(iter(self._files_of(cell))).split("/")[:4])
 
-    def _missing(self, files: dict[str, int]) -> list[str]:
+    def _missing(self, files: dict[str, RemoteFile]) -> list[str]:
         snap = self._snapshot()
-        return [p for p, size in files.items() if _size(snap / p) != size]
+        return [p for p, f in files.items() if _size(snap / p) != f.size]
 
     def state(self, cell: Cell) -> CellState:
         if self.listing.commit is None:
@@ -642,11 +854,20 @@ class HubSource(Source):
         if self.listing.commit is None:
             entry = load_manifest().entry(cell)
             return entry.approx_size_mb * 10**6 if entry and entry.approx_size_mb else None
-        return sum(self._files_of(cell).values())
+        return sum(max(f.size, 0) for f in self._files_of(cell).values())
 
-    def local_dir(self, cell: Cell) -> Path:
-        if self.state(cell) == "remote":
-            self.pull([cell])
+    def commit(self, cell: Cell) -> str | None:
+        """The commit recorded when the cell was last pulled, else (a cache filled by another
+        tool) the listing's commit if the cell is complete there."""
+        want = _cell_key(cell)
+        for cell_id, commit in self._pulled.all().items():
+            with contextlib.suppress(SelectorError):
+                if isinstance(commit, str) and _cell_key(Cell.from_id(cell_id)) == want:
+                    return commit
+        return self.listing.commit if self.state(cell) != "remote" else None
+
+    def local_dir(self, cell: Cell, *, rehash: bool = False) -> Path:
+        self.pull([cell], rehash=rehash)  # fetches what is missing or damaged; else no request
         return self._snapshot() / self._cell_id(cell)
 
     def _marker_target(self, cell: Cell) -> tuple[str, Path, list[Path]] | None:
@@ -657,42 +878,83 @@ class HubSource(Source):
         return f"{self.listing.commit}/{self._cell_id(cell)}", d, files
 
     @cached_property
-    def _markers(self) -> _MarkerStore:
-        return _MarkerStore(self.storage / _STATE_DIRNAME / "verified.json")
+    def _markers(self) -> _JsonStore:
+        return _JsonStore(self.storage / _STATE_DIRNAME / "verified.json", "verified")
+
+    @cached_property
+    def _pulled(self) -> _JsonStore:
+        """``{cell folder: commit}`` of every completed pull."""
+        return _JsonStore(self.storage / _STATE_DIRNAME / "pulled.json", "pulled")
+
+    @cached_property
+    def _checked(self) -> _JsonStore:
+        """``{blob path: "<digest> <stat stamp>"}`` for every file whose hash was checked."""
+        return _JsonStore(self.storage / _STATE_DIRNAME / "checked.json", "checked")
 
     # -- pull ------------------------------------------------------------------------------
     def pull(self, cells: Sequence[Cell], *, workers: int = DEFAULT_WORKERS,
-             progress: bool | None = None) -> PullReport:
+             progress: bool | None = None, rehash: bool = False) -> PullReport:
         listing = self.listing
         if listing.commit is None:
             raise SourceError(f"{listing.problem}; nothing is cached for {self.repo}@{self.revision}"
                               + (f" in {self.cache_dir}" if not self.offline_mode else ""))
-        wanted: dict[str, int] = {}
+        wanted: dict[str, RemoteFile] = {}
         for cell in cells:
             wanted.update(self._files_of(cell))
-        snap = self._snapshot()
         try:
             self.storage.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise DownloadError(f"cannot write to the cache at {self.cache_dir}: {_os_reason(exc)}") from None
-        todo: list[tuple[str, int, bool]] = []  # (path, size, force: the cached copy is bad)
-        for path, size in sorted(wanted.items()):
-            have = _size(snap / path)
-            if have != size:
-                todo.append((path, size, have is not None or os.path.lexists(snap / path)))
-        if todo and not listing.online:
-            names = ", ".join(sorted({"/".join(p.split("/")[:4]) for p, _, _ in todo})[:3])
-            raise DownloadError(f"{listing.problem}; {len(todo)} file(s) not cached (cells: {names}). "
-                                "Pull them with network access first")
-        fetched_bytes, repaired = self._download(todo, workers=max(1, workers), progress=progress)
+        checked = _CheckedFiles(self._checked, rehash=rehash)
+        try:
+            todo = self._plan(wanted, checked)
+            if todo and not listing.online:
+                names = ", ".join(sorted({"/".join(p.split("/")[:4]) for p, _, _ in todo})[:3])
+                raise DownloadError(f"{listing.problem}; {len(todo)} file(s) not cached or damaged "
+                                    f"(cells: {names}). Pull them with network access first")
+            if todo:
+                self._sweep_partials()
+            fetched_bytes, repaired = self._download(todo, checked, workers=max(1, workers),
+                                                     progress=progress)
+        finally:
+            self._best_effort(checked.save)
+        self._best_effort(lambda: self._pulled.update(
+            {self._cell_id(c): listing.commit for c in cells}))
         return PullReport(cells=tuple(cells), files_fetched=len(todo),
                           files_skipped=len(wanted) - len(todo),
                           files_repaired=repaired, bytes_fetched=fetched_bytes,
-                          bytes_total=sum(wanted.values()), root=snap, commit=listing.commit,
-                          offline=not listing.online)
+                          bytes_total=sum(f.size for f in wanted.values()), root=self._snapshot(),
+                          commit=listing.commit, offline=not listing.online)
 
-    def _download(self, todo: list[tuple[str, int, bool]], *, workers: int,
-                  progress: bool | None) -> tuple[int, int]:
+    def _plan(self, wanted: dict[str, RemoteFile], checked: "_CheckedFiles"
+              ) -> list[tuple[str, RemoteFile, bool]]:
+        """(path, file, the cached copy is bad) for every file to fetch."""
+        snap = self._snapshot()
+        todo = []
+        for path, f in sorted(wanted.items()):
+            local = snap / path
+            if _size(local) != f.size:
+                todo.append((path, f, os.path.lexists(local)))
+            elif not checked.is_good(local, f):
+                todo.append((path, f, True))
+        return todo
+
+    def _sweep_partials(self) -> None:
+        """Remove partial downloads left by a killed process: ``blobs/<etag>.<id>.incomplete``
+        whose per-file lock (held by huggingface_hub while it writes one) is free."""
+        from filelock import FileLock, Timeout
+
+        blobs = self.storage / "blobs"
+        for part in sorted(blobs.glob("*.incomplete")):
+            lock = FileLock(str(self.cache_dir / ".locks" / self.folder / f"{part.name.split('.')[0]}.lock"))
+            try:
+                with lock.acquire(timeout=0):
+                    part.unlink(missing_ok=True)
+            except (Timeout, OSError, NotImplementedError):
+                continue  # being written (or the lock is unusable here): leave it
+
+    def _download(self, todo: list[tuple[str, RemoteFile, bool]], checked: "_CheckedFiles", *,
+                  workers: int, progress: bool | None) -> tuple[int, int]:
         """Fetch ``todo`` in parallel; returns (bytes received, files repaired)."""
         if not todo:
             return 0, 0
@@ -708,24 +970,17 @@ class HubSource(Source):
         bar = Progress(TextColumn("[bold]pull[/] {task.fields[files]}"), BarColumn(),
                        DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
                        console=err_console, disable=not show, transient=False)
-        task = bar.add_task("pull", total=sum(s for _, s, _ in todo), files=f"0/{len(todo)} files")
+        task = bar.add_task("pull", total=sum(f.size for _, f, _ in todo), files=f"0/{len(todo)} files")
 
         def on_bytes(n: int) -> None:
             with lock:
                 totals["bytes"] += n
             bar.update(task, advance=n)
 
-        def fetch(path: str, size: int, bad_in_cache: bool) -> None:
-            repaired = bad_in_cache
-            got = self._fetch_file(path, bad_in_cache, on_bytes, cancel)
-            if got != size:  # short or empty: never keep it; fetch it once more
-                self._discard(self._snapshot() / path)
-                repaired = True
-                got = self._fetch_file(path, True, on_bytes, cancel)
-                if got != size:
-                    self._discard(self._snapshot() / path)
-                    raise DownloadError(f"{path}: received {got or 0} bytes but the listing says "
-                                        f"{size}; the file was removed, run pull again")
+        counter = ByteProgress.bound(on_bytes, cancel)
+
+        def fetch(path: str, f: RemoteFile, bad_in_cache: bool) -> None:
+            repaired = self._fetch_checked(path, f, bad_in_cache, counter, checked) or bad_in_cache
             with lock:
                 totals["repaired"] += repaired
                 totals["done"] += 1
@@ -748,27 +1003,44 @@ class HubSource(Source):
                     raise fut.exception()  # type: ignore[misc]
         return totals["bytes"], totals["repaired"]
 
-    def _fetch_file(self, path: str, force: bool, on_bytes: Callable[[int], None],
-                    cancel: threading.Event) -> int | None:
-        """Download one file into the cache; returns its size on disk."""
-        from functools import partial
+    def _fetch_checked(self, path: str, f: RemoteFile, force: bool, counter: type[ByteProgress],
+                       checked: "_CheckedFiles") -> bool:
+        """Fetch one file and check it against the listing; a bad copy is removed and fetched
+        once more. Returns True if that was needed."""
+        pointer = self._snapshot() / path
+        self._fetch_file(path, force, counter)
+        problem = f.mismatch(pointer)
+        if problem is None:
+            checked.good(pointer, f)
+            return False
+        self._discard(pointer)
+        self._fetch_file(path, True, counter)
+        problem = f.mismatch(pointer)
+        if problem is not None:
+            self._discard(pointer)
+            raise DownloadError(f"{path}: {problem}, after two downloads; the file was removed, "
+                                "run pull again")
+        checked.good(pointer, f)
+        return True
 
+    def _fetch_file(self, path: str, force: bool, counter: type[ByteProgress]) -> None:
+        """Download one file into the cache (a transfer the client finds short is left out)."""
         from huggingface_hub import constants, hf_hub_download
 
         try:
-            local = hf_hub_download(self.repo, path, revision=self.listing.commit,
-                                    cache_dir=str(self.cache_dir), endpoint=self._explicit_endpoint,
-                                    force_download=force, etag_timeout=constants.HF_HUB_ETAG_TIMEOUT,
-                                    tqdm_class=partial(_ByteCounter, on_bytes, cancel))  # type: ignore[arg-type]
+            hf_hub_download(self.repo, path, revision=self.listing.commit,
+                            cache_dir=str(self.cache_dir), endpoint=self._explicit_endpoint,
+                            force_download=force, etag_timeout=constants.HF_HUB_ETAG_TIMEOUT,
+                            library_name=LIBRARY_NAME, library_version=__version__,
+                            tqdm_class=counter)  # type: ignore[arg-type]
         except _Cancelled:
             raise
         except OSError as exc:
             if _is_size_mismatch(exc):  # the client's own length check: a short transfer
-                return None
+                return
             raise self._as_download_error(exc, path) from None
         except Exception as exc:
             raise self._as_download_error(exc, path) from None
-        return _size(Path(local))
 
     def _as_download_error(self, exc: BaseException, path: str) -> Exception:
         err = self._translate(exc, path)
@@ -786,6 +1058,52 @@ class HubSource(Source):
                 target.unlink()
         with contextlib.suppress(FileNotFoundError):
             pointer.unlink()
+
+
+class _CheckedFiles:
+    """Which cached files were hashed and found good, and with which stat stamp: a file whose
+    stamp has not changed since is not read again (unless ``rehash``)."""
+
+    def __init__(self, store: _JsonStore, *, rehash: bool):
+        self._store = store
+        self._known: dict[str, Any] = {} if rehash else store.all()
+        self._new: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def is_good(self, path: Path, f: RemoteFile) -> bool:
+        """True if ``path`` is ``f`` (hashing it unless its stamp says it was checked)."""
+        stamp = _stat_stamp(path)
+        if stamp is not None and f.digest and self._known.get(stamp[0]) == f"{f.digest} {stamp[1]}":
+            return True
+        if f.mismatch(path) is not None:
+            return False
+        self.good(path, f)
+        return True
+
+    def good(self, path: Path, f: RemoteFile) -> None:
+        stamp = _stat_stamp(path)
+        if stamp is not None and f.digest:
+            with self._lock:
+                self._new[stamp[0]] = f"{f.digest} {stamp[1]}"
+
+    def save(self) -> None:
+        with self._lock:
+            new, self._new = self._new, {}
+        self._store.update(new)
+
+
+def _listed_file(f: Any) -> RemoteFile:
+    """A RepoFile of the Hub's tree listing: LFS files carry the content's sha256; the others'
+    ``oid`` is their git blob id (an LFS file's ``oid`` is its pointer's, not its content's)."""
+    lfs = getattr(f, "lfs", None)
+    if lfs is not None:
+        sha = getattr(lfs, "sha256", None) or (lfs.get("sha256") if isinstance(lfs, dict) else None)
+        return RemoteFile.of(int(f.size), sha256=sha)
+    return RemoteFile.of(int(f.size), git_oid=getattr(f, "blob_id", None))
+
+
+def _cell_key(cell: Cell) -> tuple[str, str, str, int]:
+    return (cell.budget.lower(), cell.algorithm, cell.difficulty, cell.seed)
 
 
 class _Unreachable(SourceError):

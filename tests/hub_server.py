@@ -7,20 +7,31 @@ download a model repo:
   ``sha`` and ``siblings``;
 - ``GET /api/models/{repo}/tree/{rev}[/{path}]?recursive=...``: the tree, paginated with a
   ``Link: <...>; rel="next"`` header when ``page_size`` is set;
+- ``POST /api/models/{repo}/paths-info/{rev}`` (form fields ``paths``, ``expand``): the
+  entries for the given paths;
 - ``HEAD``/``GET /{repo}/resolve/{rev}/{path}``: the file, with ``X-Repo-Commit``, an
   ``ETag`` per content (``X-Linked-Etag``/``X-Linked-Size`` for LFS-sized files), the true
   ``Content-Length`` and ``Range`` support (206);
 - 404s carry ``X-Error-Code``: ``RepoNotFound``, ``RevisionNotFound``, ``EntryNotFound``.
 
-Every request is recorded (:attr:`HubServer.requests`), and faults can be injected:
-:meth:`truncate` (a short body announced as complete, as a broken proxy would),
-:meth:`cut` (the connection drops mid-body) and :meth:`fail` (HTTP errors).
+Listings describe files as huggingface.co does: a file at least :data:`LFS_THRESHOLD` bytes
+is an LFS file, whose entry has ``lfs: {oid: <sha256 of the content>, size, pointerSize}``
+and whose ``oid`` is the git blob id of its *pointer* file; the others' ``oid`` is the git
+blob id of their content. Xet storage is not advertised (no ``xetHash``, no
+``X-Xet-Hash``): the client's Xet path needs a CAS server this does not implement.
+
+Every request is recorded (:attr:`HubServer.requests`, with its ``User-Agent``), and faults
+can be injected: :meth:`truncate` (a short body announced as complete, as a broken proxy
+would), :meth:`corrupt` (the right length, wrong bytes), :meth:`cut` (the connection drops
+mid-body), :meth:`fail` (HTTP errors), :meth:`throttle` (a slow link) and :meth:`hold` (a
+body stops mid-file until released, so a client can be killed there).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import threading
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -29,6 +40,7 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 DEFAULT_REPO = "alem-world/alem-rl-baselines"
 LFS_THRESHOLD = 100_000  # files at least this big are listed as LFS files
+_CHUNK = 16 * 1024  # bodies are written in chunks of this size (throttle, hold)
 
 
 @dataclass(frozen=True)
@@ -38,6 +50,7 @@ class Request:
     query: dict[str, list[str]]
     repo_path: str | None  # the file, for /resolve/ requests
     range: str | None
+    user_agent: str = ""
 
 
 @dataclass(frozen=True)
@@ -54,6 +67,21 @@ class _File:
     @property
     def etag(self) -> str:
         return self.sha256 if self.lfs else self.git_oid
+
+    @property
+    def pointer(self) -> bytes:
+        """The git-lfs pointer file stored in git in place of an LFS file."""
+        return (f"version https://git-lfs.github.com/spec/v1\noid sha256:{self.sha256}\n"
+                f"size {self.size}\n").encode()
+
+    def entry(self) -> dict:
+        """The file's entry in a tree / paths-info listing, as huggingface.co writes it."""
+        if not self.lfs:
+            return {"type": "file", "path": self.path, "size": self.size, "oid": self.git_oid}
+        pointer = self.pointer
+        return {"type": "file", "path": self.path, "size": self.size,
+                "oid": hashlib.sha1(b"blob %d\0" % len(pointer) + pointer).hexdigest(),
+                "lfs": {"oid": self.sha256, "size": self.size, "pointerSize": len(pointer)}}
 
 
 @lru_cache(maxsize=8)
@@ -86,8 +114,12 @@ class HubServer:
         self.requests: list[Request] = []
         self._lock = threading.Lock()
         self._truncate: dict[str, list[int]] = {}  # path -> [bytes kept, GETs left]
+        self._corrupt: dict[str, int] = {}  # path -> GETs left
         self._cut: dict[str, list[int]] = {}  # path -> [bytes sent, GETs left]
         self._fail: list[list] = []  # [substring, status, times left]
+        self._throttle: tuple[str, float] | None = None  # (substring, bytes per second)
+        self._hold: dict[str, dict] = {}  # path -> {after, heads, timeout, held: Event}
+        self._release = threading.Event()
         self._httpd: ThreadingHTTPServer | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -100,6 +132,7 @@ class HubServer:
         return self
 
     def stop(self) -> None:
+        self._release.set()
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
@@ -129,10 +162,37 @@ class HubServer:
         """Answer the next ``times`` requests whose path contains ``match`` with ``status``."""
         self._fail.append([match, status, times])
 
+    def corrupt(self, path: str, times: int = 1) -> None:
+        """Serve ``path`` with its length but one byte changed for the next ``times`` GETs."""
+        self._corrupt[path] = times
+
+    def throttle(self, bytes_per_second: float, match: str = "") -> None:
+        """Send the bodies of files whose path contains ``match`` at about this rate."""
+        self._throttle = (match, float(bytes_per_second))
+
+    def hold(self, path: str, after: int, *, until_heads: int | None = None,
+             timeout: float = 30.0) -> None:
+        """The next GET of ``path`` sends ``after`` bytes, then waits: for :meth:`release`, for
+        the ``until_heads``-th HEAD of ``path`` (another client about to fetch it), or for
+        ``timeout`` seconds; then it sends the rest (if the client is still there)."""
+        self._hold[path] = {"after": after, "heads": until_heads, "timeout": timeout,
+                            "held": threading.Event()}
+
+    def wait_held(self, path: str, timeout: float = 30.0) -> bool:
+        """Block until a GET of ``path`` is being held (see :meth:`hold`)."""
+        return self._hold[path]["held"].wait(timeout)
+
+    def release(self) -> None:
+        self._release.set()
+
     # -- inspection ------------------------------------------------------------------------
     def clear(self) -> None:
         with self._lock:
             self.requests.clear()
+
+    def count(self, method: str, repo_path: str) -> int:
+        with self._lock:
+            return sum(r.method == method and r.repo_path == repo_path for r in self.requests)
 
     def file_requests(self, method: str = "GET") -> list[str]:
         """Repo paths requested through ``/resolve/`` with ``method``."""
@@ -188,6 +248,11 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self._dispatch()
 
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self._form = parse_qs(body.decode())
+        self._dispatch()
+
     # -- routing ---------------------------------------------------------------------------
     def _dispatch(self) -> None:
         hub = self.hub
@@ -199,7 +264,8 @@ class _Handler(BaseHTTPRequestHandler):
         if path.startswith(prefix):
             rest = path[len(prefix):]
             repo_path = rest.split("/", 1)[1] if "/" in rest else ""
-        hub._record(Request(self.command, path, query, repo_path, self.headers.get("Range")))
+        hub._record(Request(self.command, path, query, repo_path, self.headers.get("Range"),
+                            self.headers.get("User-Agent", "")))
         status = hub._take_fail(path)
         if status is not None:
             return self._error(status, None, f"injected failure {status}")
@@ -231,6 +297,11 @@ class _Handler(BaseHTTPRequestHandler):
             if self._commit(rev) is None:
                 return self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}")
             return self._tree(rev, sub, query)
+        elif rest.startswith("/paths-info/") and self.command == "POST":
+            rev = rest[len("/paths-info/"):]
+            if self._commit(rev) is None:
+                return self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}")
+            return self._paths_info(getattr(self, "_form", {}).get("paths", []))
         else:
             return self._error(404, None, "Not found")
         commit = self._commit(rev)
@@ -259,10 +330,7 @@ class _Handler(BaseHTTPRequestHandler):
                 entries.setdefault(full, {"type": "directory", "path": full,
                                           "oid": hashlib.sha1(full.encode()).hexdigest()})
             if recursive or len(segs) == 1:
-                e = {"type": "file", "path": f.path, "size": f.size, "oid": f.git_oid}
-                if f.lfs:
-                    e["lfs"] = {"oid": f.sha256, "size": f.size, "pointerSize": 134}
-                entries[f.path] = e
+                entries[f.path] = f.entry()
         if base and not entries:
             return self._error(404, "EntryNotFound", f"{base} does not exist on {rev}")
         items = [entries[k] for k in sorted(entries)]
@@ -278,6 +346,18 @@ class _Handler(BaseHTTPRequestHandler):
             items = items[start:end]
         self._json(items, headers)
 
+    def _paths_info(self, paths: list[str]) -> None:
+        """Entries for existing paths (files, or folders holding files); others are left out."""
+        hub = self.hub
+        out = []
+        for p in paths:
+            p = p.strip("/")
+            if p in hub.files:
+                out.append(hub.files[p].entry())
+            elif any(f.startswith(p + "/") for f in hub.files):
+                out.append({"type": "directory", "path": p, "oid": hashlib.sha1(p.encode()).hexdigest()})
+        self._json(out)
+
     def _resolve(self, rev: str, file_path: str) -> None:
         hub = self.hub
         commit = self._commit(rev)
@@ -288,12 +368,20 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(404, "EntryNotFound", f"{file_path} does not exist",
                                {"X-Repo-Commit": commit})
         data = (hub.root / f.path).read_bytes()
+        hold = None
         with hub._lock:
             trunc = hub._truncate.get(f.path)
             cut = hub._cut.get(f.path)
             if trunc and trunc[1] > 0:
                 data = data[:trunc[0]]
                 trunc[1] -= self.command == "GET"
+            if hub._corrupt.get(f.path, 0) > 0 and self.command == "GET":
+                data = data[:-1] + bytes([data[-1] ^ 0xFF])
+                hub._corrupt[f.path] -= 1
+            h = hub._hold.get(f.path)
+            if h is not None and self.command == "GET" and not h.get("used"):
+                h["used"] = True
+                hold = h
             cut_at = None
             if cut and cut[1] > 0 and self.command == "GET" and not self.headers.get("Range"):
                 cut_at = cut[0]
@@ -324,4 +412,38 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
             self.close_connection = True
             return
-        self._send(status, body, headers)
+        rate = hub._throttle[1] if hub._throttle and hub._throttle[0] in f.path else None
+        if self.command == "HEAD" or (rate is None and hold is None):
+            return self._send(status, body, headers)
+        self.send_response(status)
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        try:
+            self._stream(f.path, body, rate, hold)
+        except OSError:  # the client went away (killed): nothing more to send
+            self.close_connection = True
+
+    def _stream(self, path: str, body: bytes, rate: float | None, hold: dict | None) -> None:
+        sent = 0
+        while sent < len(body):
+            end = min(len(body), sent + _CHUNK)
+            if hold is not None and sent < hold["after"] <= end:
+                end = hold["after"]
+            self.wfile.write(body[sent:end])
+            self.wfile.flush()
+            if rate:
+                time.sleep((end - sent) / rate)
+            sent = end
+            if hold is not None and sent == hold["after"]:
+                self._wait(path, hold)
+
+    def _wait(self, path: str, hold: dict) -> None:
+        hub = self.hub
+        hold["held"].set()
+        deadline = time.monotonic() + hold["timeout"]
+        while time.monotonic() < deadline and not hub._release.is_set():
+            if hold["heads"] is not None and hub.count("HEAD", path) >= hold["heads"]:
+                return
+            time.sleep(0.02)

@@ -9,7 +9,8 @@ import typer
 from ..cli import app
 from ..console import OutputFormat, emit_records, err_console
 
-COLUMNS = ["cell", "budget", "algorithm", "difficulty", "seed", "state", "expected_params", "size_mb"]
+COLUMNS = ["cell", "budget", "algorithm", "difficulty", "seed", "state", "expected_params", "size_mb",
+           "commit"]
 
 
 @app.command("list")
@@ -26,7 +27,8 @@ def list_cells(
 ) -> None:
     """List cells: state is remote (not fully cached), cached or verified.
 
-    expected_params is the parameter count at the released network sizes (manifest).
+    expected_params is the parameter count at the released network sizes (manifest);
+    commit is the Hub commit the cell's local copy was pulled at.
     """
     from ..sources import open_source
 
