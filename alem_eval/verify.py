@@ -12,7 +12,7 @@ def verify_cells(source, cells: Sequence) -> list[VerifyResult]:
     out = []
     for cell in cells:
         try:
-            cell_dir = source.local_dir(cell)
+            cell_dir = source.local_dir(cell, rehash=True)  # re-check every file's hash
         except AlemEvalError as err:
             out.append(VerifyResult(cell.id, False, None, str(err)))
             continue
