@@ -1,10 +1,11 @@
 """The released checkpoint cells and the manifest that describes them.
 
 A *cell* is one released checkpoint: ``<budget>/<algorithm>/<difficulty>/seed<N>``, which
-is also its path in the Hub repository or in a local directory. The manifest
-(``manifests/alem-rl-baselines.json``, written by ``manifests/generate.py``) holds one typed
+is also its path in the Hub repository or in a local directory. The manifest holds one typed
 record per released cell: where it lives on the Hub and what it should contain (network
-family, parameter count at the released sizes, environment version).
+family, parameter count at the released sizes, environment version). It ships as package
+data (``alem_eval/data/alem-rl-baselines.json``), so any install can read it;
+``manifests/generate.py`` writes it and the human-facing copy in ``manifests/``.
 
 Only JSON is read here; nothing imports JAX.
 """
@@ -23,12 +24,8 @@ from .errors import ConfigError, SelectorError
 HUB_REPO = "alem-world/alem-rl-baselines"
 DEFAULT_REVISION = "main"
 MANIFEST_NAME = "alem-rl-baselines.json"
-# Editable installs and checkouts read ``<repo>/manifests``; a wheel may ship a copy as
-# package data under ``alem_eval/data``.
-MANIFEST_PATHS: tuple[Path, ...] = (
-    Path(__file__).resolve().parents[1] / "manifests" / MANIFEST_NAME,
-    Path(__file__).resolve().parent / "data" / MANIFEST_NAME,
-)
+# Package data: present in a checkout, an editable install and a wheel alike.
+MANIFEST_PATH = Path(__file__).resolve().parent / "data" / MANIFEST_NAME
 MANIFEST_SCHEMA_VERSION = 1
 
 _SEED_DIR = re.compile(r"^seed(\d+)$")
@@ -165,11 +162,10 @@ def parse_manifest(data: Any, where: str = "manifest") -> Manifest:
 def load_manifest(path: str | Path | None = None) -> Manifest:
     """The released manifest (or the one at ``path``)."""
     if path is None:
-        found = next((p for p in MANIFEST_PATHS if p.is_file()), None)
-        if found is None:
-            raise ConfigError(f"manifest {MANIFEST_NAME} not found (looked in "
-                              f"{', '.join(str(p.parent) for p in MANIFEST_PATHS)})")
-        return _load_cached(found)
+        if not MANIFEST_PATH.is_file():
+            raise ConfigError(f"manifest {MANIFEST_PATH} not found: this alem-eval install is "
+                              "incomplete (reinstall it)")
+        return _load_cached(MANIFEST_PATH)
     return _load_cached(Path(path).resolve())
 
 

@@ -1,7 +1,11 @@
-"""Write ``manifests/alem-rl-baselines.json``: one record per released cell.
+"""Write the manifest of the released cells: one record per cell.
 
     .venv/bin/python manifests/generate.py          # rewrite the manifest
-    .venv/bin/python manifests/generate.py --check  # exit 1 if the file is stale
+    .venv/bin/python manifests/generate.py --check  # exit 1 if a copy is stale
+
+It writes two identical files: ``alem_eval/data/alem-rl-baselines.json``, the package data
+that ``alem_eval.manifest`` reads (and wheels ship), and ``manifests/alem-rl-baselines.json``,
+the human-facing copy.
 
 The facts below come from the model card and the upstream trainers (see
 ``shared/docs/upstream-format.md`` §5 and §9). ``tests/test_hub.py`` checks the parameter
@@ -18,7 +22,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from alem_eval.config import ALGORITHMS, DIFFICULTIES, PAPER_ENV_VERSION  # noqa: E402
-from alem_eval.manifest import DEFAULT_REVISION, HUB_REPO, MANIFEST_PATHS, MANIFEST_SCHEMA_VERSION  # noqa: E402
+from alem_eval.manifest import (DEFAULT_REVISION, HUB_REPO, MANIFEST_NAME, MANIFEST_PATH,  # noqa: E402
+                                MANIFEST_SCHEMA_VERSION)
+
+# The package data first (what the library reads), then the human-facing copy.
+TARGETS = (MANIFEST_PATH, Path(__file__).resolve().parent / MANIFEST_NAME)
 
 # The card's table says "100M", its prose "100m": sources resolve the label against the
 # repo listing case-insensitively.
@@ -71,16 +79,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="fail if the manifest is stale")
     args = ap.parse_args(argv)
-    path = MANIFEST_PATHS[0]
     text = render()
     if args.check:
-        current = path.read_text(encoding="utf-8") if path.is_file() else ""
-        if current != text:
+        stale = [p for p in TARGETS if not p.is_file() or p.read_text(encoding="utf-8") != text]
+        for path in stale:
             print(f"{path} is stale: run manifests/generate.py", file=sys.stderr)
-            return 1
-        return 0
-    path.write_text(text, encoding="utf-8")
-    print(f"wrote {path} ({len(manifest_data()['cells'])} cells)", file=sys.stderr)
+        return 1 if stale else 0
+    for path in TARGETS:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        print(f"wrote {path} ({len(manifest_data()['cells'])} cells)", file=sys.stderr)
     return 0
 
 
