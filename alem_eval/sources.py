@@ -907,11 +907,14 @@ class HubSource(Source):
             raise DownloadError(f"cannot write to the cache at {self.cache_dir}: {_os_reason(exc)}") from None
         checked = _CheckedFiles(self._checked, rehash=rehash)
         try:
-            todo = self._plan(wanted, checked)
+            todo, damaged = self._plan(wanted, checked)
             if todo and not listing.online:
                 names = ", ".join(sorted({"/".join(p.split("/")[:4]) for p, _, _ in todo})[:3])
-                raise DownloadError(f"{listing.problem}; {len(todo)} file(s) not cached or damaged "
-                                    f"(cells: {names}). Pull them with network access first")
+                bad = next(iter(damaged.items()), None)
+                why = f"; {bad[0]}: {bad[1]}" if bad else ""
+                raise DownloadError(f"{listing.problem}; {len(todo) - len(damaged)} file(s) not "
+                                    f"cached, {len(damaged)} damaged (cells: {names}{why}). "
+                                    "Pull them with network access first")
             if todo:
                 self._sweep_partials()
             fetched_bytes, repaired = self._download(todo, checked, workers=max(1, workers),
@@ -927,17 +930,19 @@ class HubSource(Source):
                           commit=listing.commit, offline=not listing.online)
 
     def _plan(self, wanted: dict[str, RemoteFile], checked: "_CheckedFiles"
-              ) -> list[tuple[str, RemoteFile, bool]]:
-        """(path, file, the cached copy is bad) for every file to fetch."""
+              ) -> tuple[list[tuple[str, RemoteFile, bool]], dict[str, str]]:
+        """(path, file, the cached copy is bad) for every file to fetch, and what is wrong
+        with each bad cached copy."""
         snap = self._snapshot()
-        todo = []
+        todo, damaged = [], {}
         for path, f in sorted(wanted.items()):
             local = snap / path
-            if _size(local) != f.size:
-                todo.append((path, f, os.path.lexists(local)))
-            elif not checked.is_good(local, f):
+            if not os.path.lexists(local):
+                todo.append((path, f, False))
+            elif problem := checked.problem(local, f):
                 todo.append((path, f, True))
-        return todo
+                damaged[path] = problem
+        return todo, damaged
 
     def _sweep_partials(self) -> None:
         """Remove partial downloads left by a killed process: ``blobs/<etag>.<id>.incomplete``
@@ -1070,15 +1075,16 @@ class _CheckedFiles:
         self._new: dict[str, str] = {}
         self._lock = threading.Lock()
 
-    def is_good(self, path: Path, f: RemoteFile) -> bool:
-        """True if ``path`` is ``f`` (hashing it unless its stamp says it was checked)."""
+    def problem(self, path: Path, f: RemoteFile) -> str | None:
+        """What is wrong with ``path`` as a copy of ``f`` (None: nothing; the file is hashed
+        unless its stamp says it was checked)."""
         stamp = _stat_stamp(path)
         if stamp is not None and f.digest and self._known.get(stamp[0]) == f"{f.digest} {stamp[1]}":
-            return True
-        if f.mismatch(path) is not None:
-            return False
-        self.good(path, f)
-        return True
+            return None
+        problem = f.mismatch(path)
+        if problem is None:
+            self.good(path, f)
+        return problem
 
     def good(self, path: Path, f: RemoteFile) -> None:
         stamp = _stat_stamp(path)
