@@ -16,7 +16,8 @@ import re
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
+from collections.abc import Iterable, Mapping
 
 from .config import ALGORITHMS, DIFFICULTIES
 from .errors import ConfigError, SelectorError
@@ -50,12 +51,13 @@ class Cell:
         return self.id
 
     @classmethod
-    def from_id(cls, cell_id: str) -> "Cell":
+    def from_id(cls, cell_id: str) -> Cell:
         """``"1B/ippo-rnn/hard/seed0"`` -> Cell (exact form only; see selectors for patterns)."""
         parts = str(cell_id).strip("/").split("/")
         m = _SEED_DIR.match(parts[-1]) if len(parts) == 4 else None
         if m is None or not all(parts[:3]):
-            raise SelectorError(f"not a cell id: {cell_id!r} (expected BUDGET/ALGORITHM/DIFFICULTY/seedN)")
+            raise SelectorError(f"not a cell id: {cell_id!r} "
+                                "(expected BUDGET/ALGORITHM/DIFFICULTY/seedN)")
         return cls(parts[0], parts[1], parts[2], int(m.group(1)))
 
     @property
@@ -102,7 +104,7 @@ class ManifestEntry:
     approx_size_mb: int | None = None  # measured size of a cell with optimiser state
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any], where: str) -> "ManifestEntry":
+    def from_json(cls, d: Mapping[str, Any], where: str) -> ManifestEntry:
         try:
             cell = Cell(str(d["budget"]), str(d["algorithm"]), str(d["difficulty"]), int(d["seed"]))
             size = d.get("approx_size_mb")

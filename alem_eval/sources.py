@@ -37,7 +37,8 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterator, Literal, Mapping, Sequence
+from typing import Any, ClassVar, Literal
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from . import __version__
 from .errors import DownloadError, SelectorError, SourceError, UsageError
@@ -214,7 +215,8 @@ class Source(ABC):
         """
         target = self._marker_target(cell)
         if target is None:
-            raise SourceError(f"{cell.id}: not available locally; pull it before marking it verified")
+            raise SourceError(f"{cell.id}: not available locally; "
+                              "pull it before marking it verified")
         key, base, files = target
         try:
             self._markers.put(key, {"content_hash": content_hash,
@@ -264,8 +266,9 @@ class Source(ABC):
         return rows
 
 
-def open_source(spec: str | Path = HUB_SPEC, *, repo: str | None = None, revision: str | None = None,
-                cache_dir: str | Path | None = None, endpoint: str | None = None) -> Source:
+def open_source(spec: str | Path = HUB_SPEC, *, repo: str | None = None,
+                revision: str | None = None, cache_dir: str | Path | None = None,
+                endpoint: str | None = None) -> Source:
     """``"hub"`` (the default), ``"demo"`` (the embedded untrained cells, made on first use) or
     a local directory in the released layout (``./hub`` for a directory named ``hub``)."""
     name = str(spec).strip().lower()
@@ -273,7 +276,8 @@ def open_source(spec: str | Path = HUB_SPEC, *, repo: str | None = None, revisio
         return HubSource(repo=repo or HUB_REPO, revision=revision or DEFAULT_REVISION,
                          cache_dir=cache_dir, endpoint=endpoint)
     if repo is not None or revision is not None:
-        raise UsageError("--repo and --revision apply to the Hub source only, not to a local --source")
+        raise UsageError("--repo and --revision apply to the Hub source only, "
+                         "not to a local --source")
     if name == DEMO_SPEC:
         from .demo import ensure_demo_source
 
@@ -327,7 +331,8 @@ class LocalSource(Source):
 
     def cells(self) -> list[Cell]:
         if not self._all_cells:
-            raise SourceError(f"no cells under {self.root} (expected BUDGET/ALGORITHM/DIFFICULTY/seedN/ "
+            raise SourceError(f"no cells under {self.root} "
+                              "(expected BUDGET/ALGORITHM/DIFFICULTY/seedN/ "
                               "directories holding config.json and checkpoint/)")
         return list(self._all_cells)
 
@@ -368,7 +373,8 @@ class LocalSource(Source):
     @cached_property
     def _markers(self) -> _JsonStore:
         if self._cache_dir is not None:
-            return _JsonStore(self._cache_dir / f".{_STATE_DIRNAME}" / "local-verified.json", "verified")
+            path = self._cache_dir / f".{_STATE_DIRNAME}" / "local-verified.json"
+            return _JsonStore(path, "verified")
         from .paths import user_cache_dir
 
         return _JsonStore(user_cache_dir() / "local-verified.json", "verified")
@@ -397,7 +403,7 @@ class RemoteFile:
     git_oid: str | None = None
 
     @classmethod
-    def of(cls, size: int, sha256: str | None = None, git_oid: str | None = None) -> "RemoteFile":
+    def of(cls, size: int, sha256: str | None = None, git_oid: str | None = None) -> RemoteFile:
         """Ignores hashes that are not lower-case hex of the right length."""
         sha = str(sha256).lower() if sha256 else None
         oid = str(git_oid).lower() if git_oid else None
@@ -520,7 +526,8 @@ def check_hub_client() -> None:
                           "dependencies") from None
     if _release(have) < _release(HF_HUB_MIN_VERSION):
         raise SourceError(f"huggingface_hub {have} is too old: alem-eval needs "
-                          f">={HF_HUB_MIN_VERSION} (pip install 'huggingface-hub>={HF_HUB_MIN_VERSION}')")
+                          f">={HF_HUB_MIN_VERSION} "
+                          f"(pip install 'huggingface-hub>={HF_HUB_MIN_VERSION}')")
 
 
 def _release(version: str) -> tuple[int, ...]:
@@ -547,8 +554,9 @@ class ByteProgress:
     cancel: ClassVar[threading.Event | None] = None
 
     @classmethod
-    def bound(cls, on_bytes: Callable[[int], None], cancel: threading.Event) -> type["ByteProgress"]:
-        return type("BoundByteProgress", (cls,), {"on_bytes": staticmethod(on_bytes), "cancel": cancel})
+    def bound(cls, on_bytes: Callable[[int], None], cancel: threading.Event) -> type[ByteProgress]:
+        return type("BoundByteProgress", (cls,),
+                    {"on_bytes": staticmethod(on_bytes), "cancel": cancel})
 
     def __init__(self, *args: Any, **kwargs: Any):
         self.n = int(kwargs.get("initial") or 0)  # counted by an earlier bar, if any
@@ -596,7 +604,7 @@ class ByteProgress:
     def close(self) -> None:
         pass
 
-    def __enter__(self) -> "ByteProgress":
+    def __enter__(self) -> ByteProgress:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -693,7 +701,8 @@ class HubSource(Source):
         except Exception as exc:
             raise self._translate(exc, f"{self.repo}@{self.revision}") from None
         if not getattr(info, "sha", None):
-            raise SourceError(f"{self.endpoint} returned no commit for {self.repo}@{self.revision}; "
+            raise SourceError(f"{self.endpoint} returned no commit for "
+                              f"{self.repo}@{self.revision}; "
                               "is HF_ENDPOINT a Hugging Face Hub?")
         return str(info.sha)
 
@@ -784,7 +793,8 @@ class HubSource(Source):
         try:
             fn()
         except OSError as exc:
-            self.warnings.append(f"cannot write to the cache at {self.cache_dir}: {_os_reason(exc)}")
+            self.warnings.append(f"cannot write to the cache at {self.cache_dir}: "
+                                 f"{_os_reason(exc)}")
 
     # -- cells -----------------------------------------------------------------------------
     @cached_property
@@ -810,7 +820,8 @@ class HubSource(Source):
             self._note(f"{listing.problem}; using the files cached in "
                        f"{self.storage / 'snapshots' / listing.commit}")
         elif not listing.online and listing.problem:
-            self._note(f"{listing.problem}; using the cached listing of {self.repo}@{self.revision}")
+            self._note(f"{listing.problem}; using the cached listing of "
+                       f"{self.repo}@{self.revision}")
         return sort_cells(self._cell_files)
 
     def _note(self, text: str) -> None:
@@ -896,7 +907,8 @@ class HubSource(Source):
              progress: bool | None = None, rehash: bool = False) -> PullReport:
         listing = self.listing
         if listing.commit is None:
-            raise SourceError(f"{listing.problem}; nothing is cached for {self.repo}@{self.revision}"
+            raise SourceError(f"{listing.problem}; nothing is cached for "
+                              f"{self.repo}@{self.revision}"
                               + (f" in {self.cache_dir}" if not self.offline_mode else ""))
         wanted: dict[str, RemoteFile] = {}
         for cell in cells:
@@ -904,7 +916,8 @@ class HubSource(Source):
         try:
             self.storage.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise DownloadError(f"cannot write to the cache at {self.cache_dir}: {_os_reason(exc)}") from None
+            raise DownloadError(f"cannot write to the cache at {self.cache_dir}: "
+                                f"{_os_reason(exc)}") from None
         checked = _CheckedFiles(self._checked, rehash=rehash)
         try:
             todo, damaged = self._plan(wanted, checked)
@@ -929,7 +942,7 @@ class HubSource(Source):
                           bytes_total=sum(f.size for f in wanted.values()), root=self._snapshot(),
                           commit=listing.commit, offline=not listing.online)
 
-    def _plan(self, wanted: dict[str, RemoteFile], checked: "_CheckedFiles"
+    def _plan(self, wanted: dict[str, RemoteFile], checked: _CheckedFiles
               ) -> tuple[list[tuple[str, RemoteFile, bool]], dict[str, str]]:
         """(path, file, the cached copy is bad) for every file to fetch, and what is wrong
         with each bad cached copy."""
@@ -949,16 +962,16 @@ class HubSource(Source):
         whose per-file lock (held by huggingface_hub while it writes one) is free."""
         from filelock import FileLock, Timeout
 
-        blobs = self.storage / "blobs"
-        for part in sorted(blobs.glob("*.incomplete")):
-            lock = FileLock(str(self.cache_dir / ".locks" / self.folder / f"{part.name.split('.')[0]}.lock"))
+        locks = self.cache_dir / ".locks" / self.folder
+        for part in sorted((self.storage / "blobs").glob("*.incomplete")):
+            lock = FileLock(str(locks / f"{part.name.split('.')[0]}.lock"))
             try:
                 with lock.acquire(timeout=0):
                     part.unlink(missing_ok=True)
             except (Timeout, OSError, NotImplementedError):
                 continue  # being written (or the lock is unusable here): leave it
 
-    def _download(self, todo: list[tuple[str, RemoteFile, bool]], checked: "_CheckedFiles", *,
+    def _download(self, todo: list[tuple[str, RemoteFile, bool]], checked: _CheckedFiles, *,
                   workers: int, progress: bool | None) -> tuple[int, int]:
         """Fetch ``todo`` in parallel; returns (bytes received, files repaired)."""
         if not todo:
@@ -975,7 +988,8 @@ class HubSource(Source):
         bar = Progress(TextColumn("[bold]pull[/] {task.fields[files]}"), BarColumn(),
                        DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
                        console=err_console, disable=not show, transient=False)
-        task = bar.add_task("pull", total=sum(f.size for _, f, _ in todo), files=f"0/{len(todo)} files")
+        task = bar.add_task("pull", total=sum(f.size for _, f, _ in todo),
+                            files=f"0/{len(todo)} files")
 
         def on_bytes(n: int) -> None:
             with lock:
@@ -991,7 +1005,8 @@ class HubSource(Source):
                 totals["done"] += 1
             bar.update(task, files=f"{totals['done']}/{len(todo)} files")
 
-        pool = ThreadPoolExecutor(max_workers=min(workers, len(todo)), thread_name_prefix="alem-pull")
+        pool = ThreadPoolExecutor(max_workers=min(workers, len(todo)),
+                                  thread_name_prefix="alem-pull")
         with bar, _quiet_hub_logs():
             try:
                 futures = [pool.submit(fetch, *item) for item in todo]
@@ -1009,7 +1024,7 @@ class HubSource(Source):
         return totals["bytes"], totals["repaired"]
 
     def _fetch_checked(self, path: str, f: RemoteFile, force: bool, counter: type[ByteProgress],
-                       checked: "_CheckedFiles") -> bool:
+                       checked: _CheckedFiles) -> bool:
         """Fetch one file and check it against the listing; a bad copy is removed and fetched
         once more. Returns True if that was needed."""
         pointer = self._snapshot() / path

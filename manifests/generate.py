@@ -21,8 +21,8 @@ from pathlib import Path
 # Run as a script from anywhere: make the checkout importable.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from alem_eval.config import ALGORITHMS, DIFFICULTIES, PAPER_ENV_VERSION  # noqa: E402
-from alem_eval.manifest import (DEFAULT_REVISION, HUB_REPO, MANIFEST_NAME, MANIFEST_PATH,  # noqa: E402
+from alem_eval.config import ALGORITHMS, DIFFICULTIES, PAPER_ENV_VERSION
+from alem_eval.manifest import (DEFAULT_REVISION, HUB_REPO, MANIFEST_NAME, MANIFEST_PATH,
                                 MANIFEST_SCHEMA_VERSION)
 
 # The package data first (what the library reads), then the human-facing copy.

@@ -102,8 +102,9 @@ def _scan(root: Path, include: tuple[str, ...] | None) -> dict[str, _File]:
 class HubServer:
     """``with HubServer(root) as hub: ... hub.url ...`` serves ``root`` as ``repo``."""
 
-    def __init__(self, root: str | Path, *, repo: str = DEFAULT_REPO, revisions: tuple[str, ...] = ("main",),
-                 page_size: int | None = None, include: tuple[str, ...] | None = None):
+    def __init__(self, root: str | Path, *, repo: str = DEFAULT_REPO,
+                 revisions: tuple[str, ...] = ("main",), page_size: int | None = None,
+                 include: tuple[str, ...] | None = None):
         self.root = Path(root)
         self.repo = repo
         self.files = dict(_scan(self.root.resolve(), include))
@@ -123,7 +124,7 @@ class HubServer:
         self._httpd: ThreadingHTTPServer | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
-    def start(self) -> "HubServer":
+    def start(self) -> HubServer:
         handler = type("Handler", (_Handler,), {"hub": self})
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._httpd.daemon_threads = True
@@ -138,7 +139,7 @@ class HubServer:
             self._httpd.server_close()
             self._httpd = None
 
-    def __enter__(self) -> "HubServer":
+    def __enter__(self) -> HubServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -151,7 +152,8 @@ class HubServer:
 
     # -- faults ----------------------------------------------------------------------------
     def truncate(self, path: str, keep: int = 0, times: int = 1) -> None:
-        """Serve only ``keep`` bytes of ``path`` (HEAD and GET agree) for the next ``times`` GETs."""
+        """Serve only ``keep`` bytes of ``path`` (HEAD and GET agree) for the next ``times``
+        GETs."""
         self._truncate[path] = [keep, times]
 
     def cut(self, path: str, at: int, times: int = 1) -> None:
@@ -228,15 +230,18 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         for k, v in (headers or {}).items():
             self.send_header(k, v)
-        self.send_header("Content-Length", str(len(body) if content_length is None else content_length))
+        length = len(body) if content_length is None else content_length
+        self.send_header("Content-Length", str(length))
         self.end_headers()
         if self.command != "HEAD" and body:
             self.wfile.write(body)
 
     def _json(self, obj, headers: dict[str, str] | None = None) -> None:
-        self._send(200, json.dumps(obj).encode(), {"Content-Type": "application/json", **(headers or {})})
+        self._send(200, json.dumps(obj).encode(),
+                   {"Content-Type": "application/json", **(headers or {})})
 
-    def _error(self, status: int, code: str | None, message: str, headers: dict[str, str] | None = None) -> None:
+    def _error(self, status: int, code: str | None, message: str,
+               headers: dict[str, str] | None = None) -> None:
         h = {"Content-Type": "application/json", "X-Error-Message": message, **(headers or {})}
         if code:
             h["X-Error-Code"] = code
@@ -340,7 +345,8 @@ class _Handler(BaseHTTPRequestHandler):
             end = start + hub.page_size
             if end < len(items):
                 q = f"recursive={str(recursive).lower()}&expand=false&cursor={end}"
-                url = f"http://{self.headers['Host']}/api/models/{hub.repo}/tree/{quote(rev, safe='')}"
+                url = (f"http://{self.headers['Host']}/api/models/{hub.repo}/tree/"
+                       f"{quote(rev, safe='')}")
                 url += f"/{quote(base)}" if base else ""
                 headers["Link"] = f'<{url}?{q}>; rel="next"'
             items = items[start:end]
@@ -355,7 +361,8 @@ class _Handler(BaseHTTPRequestHandler):
             if p in hub.files:
                 out.append(hub.files[p].entry())
             elif any(f.startswith(p + "/") for f in hub.files):
-                out.append({"type": "directory", "path": p, "oid": hashlib.sha1(p.encode()).hexdigest()})
+                out.append({"type": "directory", "path": p,
+                            "oid": hashlib.sha1(p.encode()).hexdigest()})
         self._json(out)
 
     def _resolve(self, rev: str, file_path: str) -> None:

@@ -10,10 +10,6 @@ import csv
 import importlib.util
 import io
 import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -88,7 +84,8 @@ def test_manifest_param_counts_match_networks():
 
 
 def test_manifest_file_is_generated():
-    spec = importlib.util.spec_from_file_location("manifest_generate", REPO / "manifests" / "generate.py")
+    spec = importlib.util.spec_from_file_location("manifest_generate",
+                                                  REPO / "manifests" / "generate.py")
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
     assert (REPO / "manifests" / "alem-rl-baselines.json").read_text() == gen.render()
@@ -132,11 +129,13 @@ def test_selector_budget_is_case_insensitive_and_keeps_listing_spelling():
 
 
 def test_seed_level_accepts_number_and_name():
-    assert select_cells(UNIVERSE, ["1B/ippo-rnn/hard/3"]) == select_cells(UNIVERSE, ["1B/ippo-rnn/hard/seed3"])
+    by_number = select_cells(UNIVERSE, ["1B/ippo-rnn/hard/3"])
+    assert by_number == select_cells(UNIVERSE, ["1B/ippo-rnn/hard/seed3"])
 
 
 def test_selectors_union_is_sorted_and_deduplicated():
-    got = select_cells(UNIVERSE, ["1B/ippo-rnn/hard/seed1", "1B/ippo-rnn/hard", "100M/ippo-rnn/hard/seed0"])
+    got = select_cells(UNIVERSE, ["1B/ippo-rnn/hard/seed1", "1B/ippo-rnn/hard",
+                                  "100M/ippo-rnn/hard/seed0"])
     assert ids(got)[0] == "100M/ippo-rnn/hard/seed0" and len(got) == 6
 
 
@@ -144,7 +143,7 @@ def test_filters_narrow_selectors():
     got = select_cells(UNIVERSE, ["1B"], difficulties=["hard"], algorithms=["ippo-rnn,mappo-rnn"])
     assert len(got) == 10 and {c.difficulty for c in got} == {"hard"}
     assert len(select_cells(UNIVERSE, budgets=["100m"], seeds=[0])) == 12
-    with pytest.raises(SelectorError, match="no difficulty 'hardest'.*did you mean hard"):
+    with pytest.raises(SelectorError, match=r"no difficulty 'hardest'.*did you mean hard"):
         select_cells(UNIVERSE, difficulties=["hardest"])
     with pytest.raises(SelectorError, match="no cell matches both"):
         select_cells(UNIVERSE, ["1B/*/easy"], difficulties=["hard"])
@@ -173,7 +172,8 @@ def test_selector_rejects_paths_and_empty_levels(selector):
 
 def test_combination_that_exists_nowhere_names_what_is_available():
     universe = [Cell.from_id(c) for c in TINY_CELLS]
-    with pytest.raises(SelectorError, match=r"no such difficulty under tiny/ippo-rnn \(available: easy, hard\)"):
+    nowhere = r"no such difficulty under tiny/ippo-rnn \(available: easy, hard\)"
+    with pytest.raises(SelectorError, match=nowhere):
         select_cells(universe, ["tiny/ippo-rnn/medium"])
 
 
@@ -295,7 +295,7 @@ def test_failed_file_is_reported_and_a_rerun_resumes(hub, cache):
 def test_budget_spelling_follows_the_listing(tmp_path, cache):
     import shutil
 
-    shutil.copytree(FIXTURES / IPPO_EASY, tmp_path / "repo" / "100m" / "ippo-rnn" / "easy" / "seed0")
+    shutil.copytree(FIXTURES / IPPO_EASY, tmp_path / "repo" / "100m/ippo-rnn/easy/seed0")
     with HubServer(tmp_path / "repo") as hub:
         src = hub_source(hub, cache)
         [cell] = src.select(["100M/ippo-rnn/easy"])
@@ -312,7 +312,7 @@ def test_unreachable_with_cached_listing_serves_cached_cells_only(hub, cache):
     assert len(dead.select(["tiny"])) == len(TINY_CELLS)  # the cached listing
     report = dead.pull(dead.select([IPPO_EASY]))
     assert report.offline and report.files_fetched == 0
-    with pytest.raises(DownloadError, match="cannot reach the Hub.*not cached"):
+    with pytest.raises(DownloadError, match=r"cannot reach the Hub.*not cached"):
         dead.pull(dead.select(["tiny/mappo-rnn"]))
 
 
@@ -329,7 +329,7 @@ def test_server_error_without_cache_is_a_source_error(hub, cache):
     cells = src.select([])  # falls back to the manifest for display ...
     assert len(cells) == 120 and any("503" in w for w in src.warnings)
     assert {src.state(c) for c in cells} == {"remote"}
-    with pytest.raises(SourceError, match="503.*nothing is cached"):
+    with pytest.raises(SourceError, match=r"503.*nothing is cached"):
         src.pull(src.select(["100M/ippo-rnn/easy/seed0"]))
 
 
@@ -392,7 +392,8 @@ def test_cli_list_json_and_csv(hub, tmp_path):
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
     assert sorted(r["cell"] for r in rows) == sorted(TINY_CELLS)
-    assert set(rows[0]) >= {"cell", "budget", "algorithm", "difficulty", "seed", "state", "expected_params"}
+    assert set(rows[0]) >= {"cell", "budget", "algorithm", "difficulty", "seed", "state",
+                            "expected_params", "commit"}
     assert {r["state"] for r in rows} == {"remote"}
 
     proc = run_cli(["list", "tiny/ippo-rnn", "--format", "csv"], env)

@@ -36,7 +36,8 @@ def start_pull(args: list[str], env: dict[str, str]) -> subprocess.Popen:
 
 
 def snapshot(tmp_path: Path, hub: HubServer) -> Path:
-    return tmp_path / "hf-home" / "hub" / "models--alem-world--alem-rl-baselines" / "snapshots" / hub.commit
+    repo_cache = tmp_path / "hf-home" / "hub" / "models--alem-world--alem-rl-baselines"
+    return repo_cache / "snapshots" / hub.commit
 
 
 def assert_intact(snap: Path, files: dict[str, int]) -> None:

@@ -21,7 +21,14 @@ import pytest
 import alem_eval
 from alem_eval.errors import DownloadError, SourceError
 from alem_eval.manifest import Cell
-from alem_eval.sources import HF_HUB_MIN_VERSION, ByteProgress, HubSource, RemoteFile, check_hub_client, open_source
+from alem_eval.sources import (
+    HF_HUB_MIN_VERSION,
+    ByteProgress,
+    HubSource,
+    RemoteFile,
+    check_hub_client,
+    open_source,
+)
 
 from .clitools import cli_env, run_cli
 from .conftest import FIXTURES, REPO
@@ -132,7 +139,8 @@ def test_unchanged_cached_files_are_not_read_again_unless_rehash(hub, cache, mon
     src.pull([cell])
     hashed: list[Path] = []
     real_hash_of = RemoteFile.hash_of
-    monkeypatch.setattr(RemoteFile, "hash_of", lambda self, p: hashed.append(p) or real_hash_of(self, p))
+    monkeypatch.setattr(RemoteFile, "hash_of",
+                        lambda self, p: hashed.append(p) or real_hash_of(self, p))
     hub_source(hub, cache).pull([cell])
     assert hashed == []
     hub_source(hub, cache).pull([cell], rehash=True)
@@ -164,7 +172,8 @@ def test_rehash_catches_corruption_that_the_stat_stamp_misses(hub, cache):
 def test_cli_verify_refetches_a_damaged_file_then_passes(hub, tmp_path):
     env = cli_env(tmp_path, hub.url)
     assert run_cli(["pull", IPPO_EASY], env).returncode == 0
-    snap = tmp_path / "hf-home" / "hub" / "models--alem-world--alem-rl-baselines" / "snapshots" / hub.commit
+    repo_cache = tmp_path / "hf-home" / "hub" / "models--alem-world--alem-rl-baselines"
+    snap = repo_cache / "snapshots" / hub.commit
     damage_in_place((snap / BIG_FILE).resolve())
     hub.clear()
     proc = run_cli(["verify", IPPO_EASY], env)
@@ -226,6 +235,9 @@ def test_pyproject_declares_the_hub_client_floor_the_code_declares():
     assert _pyproject_floor("huggingface-hub") == HF_HUB_MIN_VERSION
 
 
+HUB_FUNCTIONS = {"hf_hub_download", "HfApi", "repo_info", "list_repo_tree", "repo_folder_name"}
+
+
 def _hub_calls() -> dict[str, set[str]]:
     """Keyword arguments alem_eval.sources passes to each huggingface_hub function it calls."""
     tree = ast.parse(Path(inspect.getfile(HubSource)).read_text())
@@ -233,8 +245,8 @@ def _hub_calls() -> dict[str, set[str]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             fn = node.func
-            name = fn.id if isinstance(fn, ast.Name) else fn.attr if isinstance(fn, ast.Attribute) else ""
-            if name in {"hf_hub_download", "HfApi", "repo_info", "list_repo_tree", "repo_folder_name"}:
+            name = getattr(fn, "id", None) or getattr(fn, "attr", "")
+            if name in HUB_FUNCTIONS:
                 calls.setdefault(name, set()).update(k.arg for k in node.keywords if k.arg)
     return calls
 
@@ -259,7 +271,8 @@ def test_an_older_hub_client_is_a_one_line_error(monkeypatch):
 
     check_hub_client()  # the installed one is new enough
     monkeypatch.setattr(importlib.metadata, "version", lambda name: "1.0.1")
-    with pytest.raises(SourceError, match=rf"huggingface_hub 1.0.1 is too old: .*>={HF_HUB_MIN_VERSION}"):
+    too_old = rf"huggingface_hub 1.0.1 is too old: .*>={HF_HUB_MIN_VERSION}"
+    with pytest.raises(SourceError, match=too_old):
         check_hub_client()
 
 
@@ -284,10 +297,9 @@ def test_xet_download_reporter_counts_each_file_byte_once():
     seen: list[int] = []
     cls = ByteProgress.bound(seen.append, threading.Event())
     size = 5_000_000
-    with reporting.XetDownloadProgressReporter(reconstruction_desc="f: reconstructing",
-                                               transfer_desc="f: downloading", total=size,
-                                               log_level=logging.INFO, name="huggingface_hub.xet_get",
-                                               tqdm_class=cls) as reporter:
+    with reporting.XetDownloadProgressReporter(
+            reconstruction_desc="f: reconstructing", transfer_desc="f: downloading", total=size,
+            log_level=logging.INFO, name="huggingface_hub.xet_get", tqdm_class=cls) as reporter:
         for done, received in ((1_000_000, 700_000), (3_000_000, 2_100_000), (size, 3_500_000)):
             reporter.update_progress(SimpleNamespace(
                 total_bytes=size, total_bytes_completed=done, total_bytes_completion_rate=1e6,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -13,7 +12,6 @@ import tomllib
 from importlib.metadata import packages_distributions
 from pathlib import Path
 
-import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -22,7 +20,7 @@ from alem_eval.manifest import MANIFEST_PATH
 from .conftest import REPO
 
 PACKAGES = ("alem_eval", "alem_env", "trainers")  # what the wheel ships
-# Declared but never imported by name, and why.
+# Declared although possibly never imported by name, and why.
 NOT_IMPORTED = {"jaxlib": "jax's compiled backend, pinned with jax"}
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 
@@ -78,7 +76,8 @@ def test_built_wheel_lists_cells_outside_the_checkout(tmp_path):
         shutil.copytree(REPO / pkg, src / pkg, ignore=shutil.ignore_patterns("__pycache__"))
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     built = subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", str(src),
-                            "-w", str(tmp_path / "dist")], capture_output=True, text=True, cwd=tmp_path)
+                            "-w", str(tmp_path / "dist")],
+                           capture_output=True, text=True, cwd=tmp_path)
     assert built.returncode == 0, built.stderr
     [wheel] = (tmp_path / "dist").glob("alem_eval-*.whl")
     site = tmp_path / "site"
@@ -94,7 +93,8 @@ def test_built_wheel_lists_cells_outside_the_checkout(tmp_path):
     where = subprocess.run([sys.executable, "-c", "import alem_eval; print(alem_eval.__file__)"],
                            env=env, cwd=elsewhere, capture_output=True, text=True)
     assert Path(where.stdout.strip()).parent == site / "alem_eval", where.stderr
-    proc = subprocess.run([sys.executable, "-m", "alem_eval", "list", "1B/ippo-rnn/hard", "--format", "json"],
+    proc = subprocess.run([sys.executable, "-m", "alem_eval", "list", "1B/ippo-rnn/hard",
+                           "--format", "json"],
                           env=env, cwd=elsewhere, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
@@ -114,7 +114,7 @@ def test_every_package_the_library_imports_is_declared():
 def test_every_declared_dependency_is_imported():
     declared = set(_requirements(PYPROJECT["dependencies"]))
     imported = _distributions(_imported_top_levels([REPO / p for p in PACKAGES]))
-    assert declared - imported == set(NOT_IMPORTED)
+    assert declared - imported <= set(NOT_IMPORTED), declared - imported - set(NOT_IMPORTED)
 
 
 def test_test_only_packages_are_in_the_test_extra():
@@ -135,4 +135,5 @@ def test_lock_pins_every_declared_dependency_within_its_range():
     for name, reqs in _requirements(specs).items():
         assert name in pins, f"{name} is declared but not pinned in requirements.lock"
         for req in reqs:
-            assert req.specifier.contains(pins[name], prereleases=True), f"{name}=={pins[name]} vs {req}"
+            ok = req.specifier.contains(pins[name], prereleases=True)
+            assert ok, f"{name}=={pins[name]} does not satisfy {req}"
