@@ -933,9 +933,10 @@ class HubSource(Source):
             fetched_bytes, repaired = self._download(todo, checked, workers=max(1, workers),
                                                      progress=progress)
         finally:
-            self._best_effort(checked.save)
-        self._best_effort(lambda: self._pulled.update(
-            {self._cell_id(c): listing.commit for c in cells}))
+            with contextlib.suppress(OSError):  # bookkeeping: a read-only cache still serves
+                checked.save()
+        with contextlib.suppress(OSError):
+            self._pulled.update({self._cell_id(c): listing.commit for c in cells})
         return PullReport(cells=tuple(cells), files_fetched=len(todo),
                           files_skipped=len(wanted) - len(todo),
                           files_repaired=repaired, bytes_fetched=fetched_bytes,

@@ -21,7 +21,8 @@ def pull(
 ) -> None:
     """Download only the selected cells (resumable, idempotent; works offline from the cache).
 
-    Every file is checked against the repo listing; a short or empty file is fetched again.
+    Every file is checked against the repo listing (size and sha256 / git blob id); a short,
+    empty or corrupted file is fetched again.
     Prints each cell's local directory on stdout and a summary on stderr.
     """
     from ..sources import open_source
