@@ -585,15 +585,23 @@ def training_run_config(
     seed: int,
     total_timesteps: int | None = None,
     overrides: Mapping[str, Any] | None = None,
+    released: Mapping[str, Any] | None = None,
     where: str = "train",
 ) -> RunConfig:
     """The run config a trainer uses to (re)generate one cell.
 
-    Layers: trainer defaults <- :data:`REGENERATION_DEFAULTS` and the cell's identity
-    (difficulty, seed, budget) <- ``overrides`` (``--set KEY=VALUE``; strings are coerced
-    like ``reload_overrides``). Unknown keys are errors here (a typo must not train a
-    different model silently). PQN's TOTAL_TIMESTEPS_DECAY follows TOTAL_TIMESTEPS unless
-    set explicitly. EVAL_DIFFICULTIES is the training difficulty (one model per difficulty).
+    Layers: trainer defaults (the upstream yaml's) <- :data:`REGENERATION_DEFAULTS` <- the
+    cell's released ``config.json`` when one is given (``released``, parsed: its ``config``,
+    then its ``reload_overrides``; every key it states, so a regenerated cell trains with the
+    hyperparameters the released one used) <- the cell's identity (difficulty, seed, and
+    ``total_timesteps``) <- ``overrides`` (``--set KEY=VALUE``; strings are coerced like
+    ``reload_overrides``). Unknown keys in ``overrides`` are errors (a typo must not train a
+    different model silently). EVAL_DIFFICULTIES is the training difficulty (one model per
+    difficulty).
+
+    Without a released config every other key follows the yaml, none follows the budget: PQN's
+    TOTAL_TIMESTEPS_DECAY stays at the yaml's 1e9 for a 100M cell too (its epsilon and LR
+    schedules then decay over 1e9 steps, as upstream's trainer does with its yaml).
     """
     record = _algorithm(algorithm, where)
     algo = record.name
@@ -607,8 +615,17 @@ def training_run_config(
                 "the keys are the upstream yaml's, see alem_eval.config.key_table()"
             raise ConfigError(f"{where}: unknown training key {key!r} for {algo} ({hint})")
         user[k] = value
+    stated: dict[str, Any] = {}
+    if released is not None:
+        if not isinstance(released, Mapping):
+            raise ConfigError(f"{where}: config.json: expected a JSON object at the top level")
+        layers = [released.get("config") or {}, released.get("reload_overrides") or {}]
+        values, _ = resolve_values(algo, full_config=layers[0], overrides=layers[1],
+                                   where=f"{where} config.json")
+        stated = {k: values[k] for layer in layers for k in layer if k in table}
     cell = {"TRAINING_COORDINATION_DIFFICULTY": difficulty, "SEED": seed}
-    base: dict[str, Any] = {**REGENERATION_DEFAULTS, **cell, "EVAL_DIFFICULTIES": [difficulty]}
+    base: dict[str, Any] = {**REGENERATION_DEFAULTS, **stated, **cell,
+                            "EVAL_DIFFICULTIES": [difficulty]}
     if total_timesteps is not None:
         base["TOTAL_TIMESTEPS"] = total_timesteps
     merged, _ = resolve_values(algo, full_config=base, overrides=user, where=where)
@@ -616,9 +633,6 @@ def training_run_config(
         coerced = _coerce(table, k, v, where)
         if merged[k] != coerced:
             raise ConfigError(f"{where}: key {k}={merged[k]!r} contradicts the cell ({coerced!r})")
-    for key in record.train_family.budget_tied_keys:  # schedules that follow the budget
-        if key not in user:
-            merged[key] = merged["TOTAL_TIMESTEPS"]
     merged["NUM_SEEDS"] = 1  # one cell = one seed; several cells train side by side (vmap)
     return build_run_config(algo, merged, where=where)
 
@@ -703,8 +717,9 @@ class TrainFamily:
 PPO_TRAINING = TrainFamily("UPDATE_EPOCHS", "ANNEAL_LR", _ppo_train_config)
 MAPPO_TRAINING = dataclasses.replace(PPO_TRAINING, scales_clip_eps=True)
 HYPERMARL_TRAINING = dataclasses.replace(PPO_TRAINING, needs_agent_id=True)
-PQN_TRAINING = TrainFamily("NUM_EPOCHS", "LR_LINEAR_DECAY", _pqn_train_config,
-                           budget_tied_keys=("TOTAL_TIMESTEPS_DECAY",))
+# TOTAL_TIMESTEPS_DECAY is the yaml's 1e9 unless a released config.json or --set says
+# otherwise (see training_run_config): it does not follow the budget.
+PQN_TRAINING = TrainFamily("NUM_EPOCHS", "LR_LINEAR_DECAY", _pqn_train_config)
 
 
 def build_train_config(cfg: RunConfig, where: str = "train") -> TrainConfig:

@@ -1,5 +1,5 @@
 """The trainers' maths against straightforward Python loops, plus the training config and
-the ``train``/``compare`` planning helpers. Fast: nothing here builds an Alem env."""
+the ``compare`` statistics. Fast: nothing here builds an Alem env."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,7 +11,7 @@ import jax.numpy as jnp
 
 from alem_eval.config import (PPOTrainConfig, PQNTrainConfig, build_train_config,
                               training_run_config)
-from alem_eval.errors import ConfigError, UsageError
+from alem_eval.errors import ConfigError
 from trainers.common import (EpisodeLog, append_agent_id, entropy_of,
                              epochs_over_minibatches, gae, linear_schedule, log_episodes,
                              log_prob_of, mask_logits, normalize_advantages, ppo_actor_loss,
@@ -280,11 +280,12 @@ def test_training_run_config_defaults():
     assert t.num_updates == 10**8 // 64 // 1024
     p = build_train_config(training_run_config("pqn", difficulty="easy", seed=0, total_timesteps=10**8))
     assert isinstance(p, PQNTrainConfig)
-    assert p.total_timesteps_decay == 10**8 and (p.num_envs, p.num_steps, p.lr) == (512, 128, 5e-5)
+    # the yaml's decay horizon, whatever the budget (tests/test_train_planning.py)
+    assert p.total_timesteps_decay == 10**9 and (p.num_envs, p.num_steps, p.lr) == (512, 128, 5e-5)
     p2 = build_train_config(training_run_config(
         "pqn", difficulty="easy", seed=0, total_timesteps=10**8,
-        overrides={"TOTAL_TIMESTEPS_DECAY": "1e9"}))
-    assert p2.total_timesteps_decay == 10**9
+        overrides={"TOTAL_TIMESTEPS_DECAY": "1e8"}))
+    assert p2.total_timesteps_decay == 10**8
     h = build_train_config(training_run_config("hypermarl-rnn", difficulty="easy", seed=0))
     assert h.lr == 1e-4 and h.total_timesteps == 10**9
     m = build_train_config(training_run_config("mappo", difficulty="easy", seed=0,
@@ -312,35 +313,8 @@ def test_training_config_errors(algo, overrides, match):
 
 
 # ----------------------------------------------------------------------------------------
-# `train` planning and `compare` statistics
+# `compare` statistics (`train` planning: tests/test_train_planning.py)
 # ----------------------------------------------------------------------------------------
-def test_train_cell_expansion_shards_and_budgets():
-    from alem_eval.commands.train import (budget_timesteps, expand_cells, parse_sets, parse_shard,
-                                          plan_runs, shard_cells)
-
-    assert budget_timesteps("1B") == 10**9 and budget_timesteps("100M") == 10**8
-    assert budget_timesteps("tiny") is None
-    cells = expand_cells(["1B/ippo-rnn/hard/seed3"])
-    assert [c.id for c in cells] == ["1B/ippo-rnn/hard/seed3"]
-    cells = expand_cells(["1b/ippo,pqn/*"])
-    assert len(cells) == 2 * 3 * 5 and all(c.budget == "1B" for c in cells)
-    assert [c.id for c in expand_cells(["tiny/ippo-rnn/easy/seed0,seed7"])] == \
-        ["tiny/ippo-rnn/easy/seed0", "tiny/ippo-rnn/easy/seed7"]
-    shares = [shard_cells(cells, (i, 4)) for i in range(4)]
-    assert sum(shares, []) == cells and all(shares)
-    with pytest.raises(UsageError):
-        parse_shard("4/4")
-    with pytest.raises(UsageError):
-        parse_sets(["LR"])
-    with pytest.raises(UsageError, match="--total-timesteps"):
-        plan_runs(expand_cells(["tiny/ippo-rnn/easy/seed0"]), total_timesteps=None, overrides={})
-    groups = plan_runs(expand_cells(["100M/mappo-rnn/easy/seed0,seed1", "100M/pqn/easy/seed0"]),
-                       total_timesteps=None, overrides={"NUM_ENVS": "16"})
-    assert [(k, len(m)) for k, m in groups] == [(("100M", "mappo-rnn", "easy"), 2),
-                                                (("100M", "pqn-vdn-rnn", "easy"), 1)]
-    assert groups[0][1][0][2].total_timesteps == 10**8 and groups[0][1][0][2].num_envs == 16
-
-
 def test_compare_scores_statement():
     from alem_eval.commands.compare import compare_scores
 
