@@ -56,12 +56,12 @@ def _runs(algo, seeds, updates, **overrides):
 
 
 def _train(algo, out: Path, seeds, updates, overrides=None, **kw):
-    from trainers.common import train_cells, trainer_for
+    from trainers.common import trainer_for
 
     runs = _runs(algo, seeds, updates, **(overrides or {}))
-    trainer = trainer_for(runs[0], build_train_config(runs[0]))
+    tcfgs = [build_train_config(r) for r in runs]
     dirs = [out / f"tiny/{algo}/easy/seed{s}" for s in seeds]
-    return train_cells(trainer, runs, build_train_config, dirs, **kw), dirs
+    return trainer_for(runs[0], tcfgs[0]).train_cells(runs, tcfgs, dirs, **kw), dirs
 
 
 def _restore_full(ckpt: Path):
@@ -202,8 +202,9 @@ def test_resume_state_from_other_settings_is_refused(tmp_path):
 
     res, dirs = _train("ippo-rnn", tmp_path, IPPO_SEEDS, 2, max_updates=1)
     assert res is None
-    with pytest.raises(ConfigError, match="--fresh"):
+    with pytest.raises(ConfigError, match="total_timesteps .*--fresh"):
         _train("ippo-rnn", tmp_path, IPPO_SEEDS, 3)  # another budget: another LR schedule
+    assert all((d / "_resume" / "resume.json").is_file() for d in dirs)  # kept
 
 
 # Learning check (thresholds from measurement, see test_ippo_learns_on_easy).

@@ -1,28 +1,20 @@
 """What the four trainers share: maths, optimisers, batched env helpers, saved-state types,
-the training driver (chunked jit calls, resume checkpoints, multi-device sharding) and the
-released-format writers.
+the compiled :class:`Trainer`, device placement, and the registry's answers.
 
 Sections: 1. maths  2. optimisers and schedules  3. batched env helpers  4. saved-state
-types  5. the compiled trainer  6. the driver (resume, sharding, progress)  7. writers.
+types  5. the compiled trainer  6. devices  7. the registry's answers.
 
-Every trainer module exposes ``build_trainer(run: RunConfig, tcfg: TrainConfig) -> Trainer``.
+Every trainer module exposes ``make_train(run: RunConfig, tcfg: TrainConfig) -> Trainer``.
 A :class:`Trainer` holds two per-seed pure functions, ``init(key, plan)`` and
-``update(state, warm) -> (state, totals)``; this module vmaps them over seeds, jits them once
-per compile key, and runs ``n`` updates per call (``n`` is traced, so any chunk size
-reuses one executable).
+``update(state, warm) -> (state, totals)``; :meth:`Trainer.compiled` vmaps them over seeds
+and jits them once per compile key, running ``n`` updates per call (``n`` is traced, so
+any chunk size reuses one executable). The driver (``trainers/driver.py``, reached as
+:meth:`Trainer.train_cells`) runs them; the resume store is ``trainers/resume.py``.
 """
 from __future__ import annotations
 
-import dataclasses
-import json
-import math
-import os
-import shutil
-import time
-from collections import deque
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Mapping, NamedTuple
 
 import flax
 import jax
@@ -32,9 +24,7 @@ import optax
 
 from alem_eval.algorithms import get_algorithm
 from alem_eval.config import RunConfig, TrainConfig
-from alem_eval.errors import CheckpointError, ConfigError
 from alem_eval.policies import MASK_PENALTY
-from alem_eval.released import write_json_atomic, write_released_cell
 
 # ========================================================================================
 # 1. Maths (time-major arrays: [T, ...])
@@ -318,6 +308,13 @@ class Trainer:
             p["num_updates_decay"] = np.int32(tcfg.num_updates_decay)
         return p
 
+    def train_cells(self, runs, tcfgs, cell_dirs, **options):
+        """Train cells of this trainer's config that differ only by seed, side by side, to
+        the released layout: :func:`trainers.driver.train_cells` (the library's way in)."""
+        from .driver import train_cells
+
+        return train_cells(self, runs, tcfgs, cell_dirs, **options)
+
     def compiled(self, shardings=None, key: str | None = None):
         """``(init, update_n)``: vmapped over seeds and jitted; cached per ``key`` (a name
         for the sharding layout; None = one device)."""
@@ -375,43 +372,9 @@ def seed_key(seed: int) -> jax.Array:
 
 
 # ========================================================================================
-# 6. The driver: chunks, progress, resume checkpoints, devices
+# 6. Devices: sharding over local devices, XLA-owned buffers
 # ========================================================================================
-RESUME_DIR = "_resume"
-FINAL_WINDOW = 0.05  # "final" metrics: episodes finished in the last 5% of updates
-
-
-@dataclass
-class Progress:
-    """What the driver reports after every chunk (and once while compiling)."""
-
-    phase: str  # "compiling" | "training" | "saving" | "done"
-    cells: tuple[str, ...]
-    updates: int
-    num_updates: int
-    steps: int  # env steps per cell so far
-    total_steps: int  # per cell
-    steps_per_s: float  # env steps per second, all cells together
-    mean_return: float | None
-    achievement_pct: float | None
-    eta_s: float | None
-
-
-@dataclass
-class CellResult:
-    cell_dir: Path
-    summary: dict
-
-
-def _config_identity(run: RunConfig, tcfg: TrainConfig) -> str:
-    payload = json.dumps([run.algorithm, run.network_key, dataclasses.asdict(run.env),
-                          dataclasses.asdict(tcfg)], sort_keys=True, default=list)
-    import hashlib
-
-    return hashlib.sha256(payload.encode()).hexdigest()[:16]
-
-
-def _device_shardings(state_shape, num_seeds: int, num_envs: int):
+def device_shardings(state_shape, num_seeds: int, num_envs: int):
     """Shardings over all local devices: the seed axis if it divides, else the env axis."""
     devices = jax.local_devices()
     n = len(devices)
@@ -446,317 +409,9 @@ def device_owned(tree, shardings=None):
     return jax.block_until_ready(jax.tree_util.tree_map(lambda x: x.copy(), placed))
 
 
-def _save_resume(state, cell_dirs: Sequence[Path], meta: dict) -> None:
-    """Each cell's slice of the state (all leaves, flat) under ``<cell>/_resume/``."""
-    import orbax.checkpoint as ocp
-
-    host = jax.device_get(state)
-    leaves = jax.tree_util.tree_leaves(host)
-    ckptr = ocp.PyTreeCheckpointer()
-    for i, cell_dir in enumerate(cell_dirs):
-        root = cell_dir / RESUME_DIR
-        root.mkdir(parents=True, exist_ok=True)
-        name = f"state_{meta['updates']:08d}"
-        tree = {f"{j:05d}": np.asarray(leaf[i]) for j, leaf in enumerate(leaves)}
-        if (root / name).exists():
-            shutil.rmtree(root / name)
-        ckptr.save((root / name).absolute(), tree)
-        write_json_atomic(root / "resume.json", {**meta, "state": name, "seed_index": i})
-        for old in root.glob("state_*"):
-            if old.name != name:
-                shutil.rmtree(old, ignore_errors=True)
-
-
-def _read_resume(cell_dir: Path) -> dict | None:
-    try:
-        meta = json.loads((cell_dir / RESUME_DIR / "resume.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return meta if (cell_dir / RESUME_DIR / meta.get("state", "?")).is_dir() else None
-
-
-def _load_resume(state_shape, cell_dirs: Sequence[Path], metas: Sequence[dict]):
-    import orbax.checkpoint as ocp
-
-    leaves_shape, treedef = jax.tree_util.tree_flatten(state_shape)
-    per_cell = []
-    ckptr = ocp.PyTreeCheckpointer()
-    for cell_dir, meta in zip(cell_dirs, metas):
-        path = (cell_dir / RESUME_DIR / meta["state"]).absolute()
-        meta_tree = ckptr.metadata(path)
-        args = jax.tree_util.tree_map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), meta_tree)
-        tree = ckptr.restore(path, restore_args=args)
-        leaves = [tree[f"{j:05d}"] for j in range(len(leaves_shape))]
-        if len(tree) != len(leaves_shape) or any(
-                np.shape(x) != s.shape[1:] for x, s in zip(leaves, leaves_shape)):
-            raise CheckpointError(f"{cell_dir / RESUME_DIR}: resume state does not match this "
-                                  "trainer (delete it or pass --fresh)")
-        per_cell.append(leaves)
-    stacked = [np.stack([c[j] for c in per_cell]).astype(s.dtype) for j, s in enumerate(leaves_shape)]
-    return jax.tree_util.tree_unflatten(treedef, stacked)
-
-
-class _Window:
-    """Per-seed totals over the trailing ``size`` updates (for "final" metrics)."""
-
-    def __init__(self, size: int):
-        self.size = max(1, size)
-        self.chunks: deque = deque()
-
-    def add(self, n: int, totals: dict[str, np.ndarray]) -> None:
-        self.chunks.append((n, totals))
-        while len(self.chunks) > 1 and sum(c[0] for c in self.chunks) - self.chunks[0][0] >= self.size:
-            self.chunks.popleft()
-
-    def means(self, i: int) -> dict[str, float]:
-        if not self.chunks:
-            return {}
-        tot = {k: sum(float(c[1][k][i]) for c in self.chunks) for k in self.chunks[0][1]}
-        n_upd = sum(c[0] for c in self.chunks)
-        out = {"updates_in_window": n_upd, "episodes": tot.get("episodes", 0.0),
-               "reward_per_step": tot["reward"] / tot["env_steps"] if tot.get("env_steps") else None}
-        ep = tot.get("episodes", 0.0)
-        for k in EPISODE_KEYS[1:]:
-            out[f"mean_episode_{k}" if k in ("return", "length") else k] = (
-                tot[k] / ep if ep > 0 else None)
-        for k, v in tot.items():
-            if k.startswith(("loss/", "sched/")):  # per-update means
-                out[k] = v / max(1, n_upd)
-        return out
-
-
-def train_cells(
-    trainer: Trainer,
-    runs: Sequence[RunConfig],
-    tcfg_of: Callable[[RunConfig], TrainConfig],
-    cell_dirs: Sequence[Path],
-    *,
-    cell_ids: Sequence[str] | None = None,
-    fresh: bool = False,
-    save_every_updates: int | None = None,
-    save_every_seconds: float = 600.0,
-    chunk_seconds: float = 5.0,
-    chunk_updates: int | None = None,
-    max_updates: int | None = None,
-    history: list | None = None,
-    on_progress: Callable[[Progress], None] | None = None,
-) -> list[CellResult] | None:
-    """Train several cells that differ only by seed side by side (one vmapped program).
-
-    Resumes from ``<cell>/_resume/`` when every cell has resume state at the same update
-    (``fresh`` ignores it). Saves resume state every ``save_every_updates`` updates or
-    ``save_every_seconds`` seconds, and on KeyboardInterrupt (then re-raises). Writes the
-    released layout (``checkpoint/`` + ``config.json``) per cell at the end and removes
-    the resume state. ``max_updates`` stops early after that many updates in this call
-    (resume state saved, nothing released; returns None) — for tests and time-boxed jobs.
-    ``chunk_updates`` fixes the updates per compiled call (default: adaptive, about
-    ``chunk_seconds`` per call); ``history`` collects ``(updates_done, totals)`` per call
-    (totals: per-seed sums over that call's updates).
-    """
-    tcfgs = [tcfg_of(r) for r in runs]
-    base = tcfgs[0]
-    for t in tcfgs[1:]:
-        if dataclasses.replace(t, seed=base.seed) != base:
-            raise ConfigError("cells trained together must share every setting but the seed")
-    cell_dirs = [Path(d) for d in cell_dirs]
-    ids = tuple(cell_ids or [str(d) for d in cell_dirs])
-    num_seeds = len(runs)
-    num_updates = base.num_updates
-    spu = base.steps_per_update
-    identity = _config_identity(runs[0], dataclasses.replace(base, seed=0))
-
-    keys = jnp.stack([seed_key(t.seed) for t in tcfgs])
-    plan = {k: np.full((num_seeds,), v) for k, v in trainer.plan(base).items()}
-    shape = jax.eval_shape(jax.vmap(trainer.init), keys, plan)
-    shardings, device_note = _device_shardings(shape, num_seeds, base.num_envs)
-    init, update_n = trainer.compiled(shardings, None if shardings is None else device_note)
-    window = _Window(int(math.ceil(num_updates * FINAL_WINDOW)))
-
-    def report(phase, updates, sps=0.0, eta=None):
-        if on_progress is not None:
-            on_progress(Progress(phase, ids, updates, num_updates, updates * spu,
-                                 num_updates * spu, sps,
-                                 _mean_over(window, num_seeds, "mean_episode_return"),
-                                 _mean_over(window, num_seeds, "achievement_pct"), eta))
-
-    # -- start or resume ------------------------------------------------------------------
-    metas = [None if fresh else _read_resume(d) for d in cell_dirs]
-    resumed_from, prior_wall, prior_timed, prior_elapsed = 0, 0.0, 0, 0.0
-    t_start = time.perf_counter()
-    report("compiling", 0)
-    if all(m is not None for m in metas) and len({m["updates"] for m in metas}) == 1:
-        if any(m.get("identity") != identity for m in metas):
-            raise ConfigError(f"{cell_dirs[0] / RESUME_DIR}: resume state was written with other "
-                              "settings; pass --fresh to discard it")
-        state = device_owned(_load_resume(shape, cell_dirs, metas), shardings)
-        resumed_from = int(metas[0]["updates"])
-        prior_wall = float(metas[0].get("wall_s", 0.0))
-        prior_timed = int(metas[0].get("timed_updates", 0))
-        prior_elapsed = float(metas[0].get("elapsed_s", 0.0))
-    else:
-        state = init(keys, plan)
-        if trainer.warmup:  # compiles the update program too
-            state, _ = update_n(state, np.int32(1), np.bool_(True))
-
-    # -- the loop: n updates per compiled call ---------------------------------------------
-    updates = resumed_from
-    n = chunk_updates or 1
-    compile_s = None
-    timed_updates, train_wall = 0, 0.0  # after the first (compiling) call
-    last_save_t, last_save_u = time.perf_counter(), updates
-    stop_at = num_updates if max_updates is None else min(num_updates, updates + max_updates)
-
-    def save(now_updates):
-        _save_resume(state, cell_dirs, {
-            "updates": now_updates, "num_updates": num_updates, "identity": identity,
-            "wall_s": prior_wall + train_wall, "timed_updates": prior_timed + timed_updates,
-            "elapsed_s": prior_elapsed + time.perf_counter() - t_start,
-            "cells": list(ids)})
-
-    state_updates = updates  # the update count ``state`` will hold once computed
-    try:
-        while updates < stop_at:
-            n = max(1, min(n, stop_at - updates))
-            t0 = time.perf_counter()
-            state, totals = update_n(state, np.int32(n), np.bool_(False))
-            state_updates = updates + n
-            totals = jax.device_get(totals)
-            dt = time.perf_counter() - t0
-            first_call = compile_s is None
-            if first_call:
-                compile_s = time.perf_counter() - t_start
-            else:
-                train_wall += dt
-                timed_updates += n
-            updates += n
-            window.add(n, totals)
-            if history is not None:
-                history.append((updates, totals))
-            report("training", updates, num_seeds * n * spu / dt,
-                   None if first_call else (stop_at - updates) * dt / n)
-            if updates >= stop_at:
-                break
-            if chunk_updates is None and not first_call:  # about chunk_seconds per call
-                n = max(1, int(n * min(4.0, chunk_seconds / max(dt, 1e-3))))
-            due_u = save_every_updates is not None and updates - last_save_u >= save_every_updates
-            if due_u or time.perf_counter() - last_save_t >= save_every_seconds:
-                report("saving", updates)
-                save(updates)
-                last_save_t, last_save_u = time.perf_counter(), updates
-            if save_every_updates is not None:
-                n = min(n, max(1, save_every_updates - (updates - last_save_u)))
-    except KeyboardInterrupt:
-        if state_updates > resumed_from:
-            jax.block_until_ready(state)
-            save(state_updates)
-        raise
-
-    if updates < num_updates:  # stopped early on purpose (max_updates)
-        save(updates)
-        return None
-
-    # -- the released cells ----------------------------------------------------------------
-    report("saving", updates)
-    host = jax.device_get(state)
-    total_wall = prior_wall + train_wall
-    timed_steps = (prior_timed + timed_updates) * spu  # per cell
-    steps = num_updates * spu
-    results = []
-    for i, (run, tcfg, cell_dir) in enumerate(zip(runs, tcfgs, cell_dirs)):
-        one = jax.tree_util.tree_map(lambda x: x[i], host)
-        summary = {
-            "complete": True,
-            "identity": identity,
-            "total_timesteps": steps,
-            "num_updates": num_updates,
-            "wall_time_s": round(prior_elapsed + time.perf_counter() - t_start, 3),
-            "compile_time_s": round(compile_s or 0.0, 3),
-            # throughput after compilation (the first, compiling call is not timed)
-            "steps_per_second": round(num_seeds * timed_steps / total_wall, 1) if total_wall > 0 else None,
-            "steps_per_second_per_cell": round(timed_steps / total_wall, 1) if total_wall > 0 else None,
-            "cells_trained_together": list(ids),
-            "resumed_from_update": resumed_from or None,
-            "devices": device_note,
-            "platform": jax.devices()[0].platform,
-            "final_metrics": window.means(i),
-        }
-        write_released_cell(cell_dir, trainer.released(one), config_json(trainer, run, tcfg, summary))
-        shutil.rmtree(cell_dir / RESUME_DIR, ignore_errors=True)
-        results.append(CellResult(cell_dir, summary))
-    report("done", updates)
-    return results
-
-
-def _mean_over(window: _Window | None, num_seeds: int, key: str) -> float | None:
-    if window is None or not window.chunks:
-        return None
-    vals = [window.means(i).get(key) for i in range(num_seeds)]
-    vals = [v for v in vals if v is not None]
-    return float(np.mean(vals)) if vals else None
-
-
-def is_complete(cell_dir: Path, run: RunConfig, tcfg: TrainConfig) -> bool:
-    """A released checkpoint written by these trainers with these settings exists."""
-    try:
-        data = json.loads((Path(cell_dir) / "config.json").read_text())
-    except (OSError, ValueError):
-        return False
-    summ = data.get("training_summary") or {}
-    return (bool(summ.get("complete")) and (Path(cell_dir) / "checkpoint").is_dir()
-            and summ.get("identity") == _config_identity(run, dataclasses.replace(tcfg, seed=0)))
-
-
 # ========================================================================================
-# 7. Writers: the released layout
+# 7. The registry's answers for the trainers
 # ========================================================================================
-def _plain(v: Any) -> Any:
-    return list(v) if isinstance(v, tuple) else v
-
-
-def config_json(trainer: Trainer, run: RunConfig, tcfg: TrainConfig, summary: dict) -> dict:
-    """The cell's ``config.json``: algorithm, env_config, reload_overrides, wandb_summary,
-    config (the full resolved config, with env_version and coord_* like upstream's W&B
-    config) and training_summary."""
-    values = {k: _plain(v) for k, v in run.values}
-    algo = get_algorithm(run.algorithm)
-    tenv = trainer.tenv
-    env = run.env
-    full = {"ALG_NAME": run.algorithm,
-            **{k: v for k, v in values.items() if k not in algo.not_logged_keys},
-            "env_version": tenv.env_version}
-    full["coord_alpha"] = {"easy": 0.3, "medium": 0.6, "hard": 0.9}.get(env.training_difficulty)
-    for k, v in tenv.coord_params.items():
-        full[f"coord_{k}"] = _plain(v)
-    final = summary.get("final_metrics") or {}
-    wandb = {"num_params": trainer.spec.num_params(), "env_step": summary["total_timesteps"],
-             "sps": summary.get("steps_per_second_per_cell")}
-    for k in ("mean_episode_return", "mean_episode_length", "achievement_pct"):
-        if final.get(k) is not None:
-            wandb[k] = final[k]
-    return {
-        "algorithm": run.algorithm,
-        "env_config": {
-            "env_name": env.env_name,
-            "env_version": tenv.env_version,
-            "num_agents": tenv.num_agents,
-            "num_comm_channels": env.num_comm_channels,
-            "coordination_difficulty": env.training_difficulty,
-            "shared_reward": bool(env.shared_reward),
-            "soft_specialization": bool(tenv.coord_params.get("soft_specialization",
-                                                              env.soft_specialization)),
-            "action_masking": bool(env.action_masking),
-        },
-        "reload_overrides": {k: values[k] for k in algo.reload_keys},
-        "wandb_summary": wandb,
-        "config": full,
-        "training_summary": {
-            "trainer": f"alem-eval {algo.trainer_module.replace('.', '/')}.py",
-            "jax_version": jax.__version__,
-            **summary,
-        },
-    }
-
-
 def trainer_for(run: RunConfig, tcfg: TrainConfig) -> Trainer:
     """The (cached) trainer of ``run.algorithm`` for this config (the registry's module)."""
     return get_algorithm(run.algorithm).trainer().make_train(run, tcfg)

@@ -263,7 +263,7 @@ def build_trainer(run: RunConfig, tcfg: PQNTrainConfig) -> Trainer:
 
 
 def make_train(run: RunConfig, tcfg: PQNTrainConfig) -> Trainer:
-    """The (cached) trainer for this config; see :func:`trainers.common.train_cells`."""
+    """The (cached) trainer for this config; see :func:`trainers.driver.train_cells`."""
     return cached_trainer(run, tcfg, build_trainer)
 
 
