@@ -8,7 +8,9 @@ CTRolloutManager, spec §1.5, §5):
   episode ended (CTRolloutManager's ``preprocess_obs``: obs of done agents are 0);
 * epsilon-greedy over the *available* actions: greedy = argmax of the masked Q-values,
   exploration = uniform over the valid actions; epsilon decays linearly from EPS_START to
-  EPS_FINISH over EPS_DECAY x the decay updates (TOTAL_TIMESTEPS_DECAY);
+  EPS_FINISH over EPS_DECAY x the decay updates (TOTAL_TIMESTEPS_DECAY: the yaml's 1e9
+  whatever the budget, unless the cell's released config.json or --set says otherwise;
+  ``alem_eval.training``);
 * before the first update the envs run NUM_STEPS steps of uniformly random (unmasked)
   actions whose transitions are discarded (upstream's memory fill with MEMORY_WINDOW 0):
   the driver's warm-up call of the same compiled update (``warm=True``), which also swaps
