@@ -72,20 +72,20 @@ def train_cells(
     """
     group = plan_group(trainer, runs, tcfgs, cell_dirs, cell_ids)
     report = Reporter(group, on_progress)
-    with StopSignals() as stop, MetricsLog(group) as log:
+    with StopSignals() as stop:
         run = restore_or_init(group, fresh=fresh, report=report)
-        log.start(run)
         stop_at = group.num_updates if max_updates is None else min(
             group.num_updates, run.updates + max_updates)
-        run_chunks(group, run, stop_at=stop_at, stop=stop, report=report, log=log,
-                   chunk_seconds=chunk_seconds, chunk_updates=chunk_updates,
-                   save_every_updates=save_every_updates, save_every_seconds=save_every_seconds,
-                   history=history)
-        if run.updates < group.num_updates:  # stopped early on purpose (max_updates)
-            if run.updates > run.saved_at:
-                save(group, run, report, log)
-            return None
-        return finish_cells(group, run, report, log)
+        with MetricsLog(group, run) as log:
+            run_chunks(group, run, stop_at=stop_at, stop=stop, report=report, log=log,
+                       chunk_seconds=chunk_seconds, chunk_updates=chunk_updates,
+                       save_every_updates=save_every_updates,
+                       save_every_seconds=save_every_seconds, history=history)
+            if run.updates < group.num_updates:  # stopped early on purpose (max_updates)
+                if run.updates > run.saved_at:
+                    save(group, run, report, log)
+                return None
+            return finish_cells(group, run, report, log)
 
 
 # ========================================================================================
@@ -448,14 +448,15 @@ class MetricsLog:
     update whenever an update outlasts ``chunk_seconds``, as at the released sizes),
     ``saved`` / ``stopped`` / ``done`` lines. Every line is flushed as written."""
 
-    def __init__(self, group: Group):
-        self.group = group
+    def __init__(self, group: Group, run: RunState):
+        self.group, self.run = group, run
         self.files: list = []
 
     def __enter__(self) -> MetricsLog:
         for d in self.group.cell_dirs:
             d.mkdir(parents=True, exist_ok=True)
             self.files.append((d / METRICS_LOG).open("a", encoding="utf-8"))
+        self.start(self.run)
         return self
 
     def __exit__(self, *exc: Any) -> None:
