@@ -109,15 +109,14 @@ PQN_TRAIN_STATE = SavedLayout("pqn_train_state", _single, _pack_pqn,
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to a temp file beside ``path``, fsync, then rename over it."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with tmp.open("w", encoding="utf-8") as fh:
+    """Write JSON (indent 1, trailing newline) atomically (:func:`alem_eval.fsutil.atomic_write`)."""
+    from .fsutil import atomic_write
+
+    def write(fh) -> None:
         json.dump(data, fh, indent=1, default=_json_default)
         fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+
+    atomic_write(path, write, binary=False)
 
 
 def _json_default(o: Any) -> Any:

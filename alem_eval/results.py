@@ -11,9 +11,9 @@ env_version, jax_version, alem_eval_version, config_hash``, then the metric colu
 verbatim (``Team/achievement_pct`` ...). The key itself, the write time and optional extras
 (e.g. ``num_params``) are kept in the Parquet file metadata.
 
-Writes are atomic (temp file in the same directory, fsync, ``os.replace``), so a ``score``
-that is interrupted leaves complete files and, at worst, an ignored ``.tmp-*`` file; a rerun
-finds the finished keys with :meth:`ResultsStore.has` and scores only the rest. Files that
+Writes are atomic (:func:`alem_eval.fsutil.atomic_write`: temp file in the same directory,
+fsync, ``os.replace``), so a ``score`` that is interrupted leaves complete files and, at
+worst, an ignored ``.tmp-*`` file; a rerun finds the finished keys with :meth:`ResultsStore.has` and scores only the rest. Files that
 cannot be read (truncated, foreign, corrupt) are skipped with a :class:`ResultsWarning`,
 never a crash.
 """
@@ -27,7 +27,6 @@ import json
 import math
 import os
 import re
-import tempfile
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -39,6 +38,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import AlemEvalError
+from .fsutil import TMP_PREFIX, atomic_write
 
 ID_COLUMNS: tuple[str, ...] = ("cell", "budget", "algorithm", "difficulty", "seed",
                                "eval_difficulty", "episode")
@@ -52,7 +52,7 @@ _META_KEY = b"alem_eval.result_key"
 _META_FORMAT = b"alem_eval.store_format"
 _META_WRITTEN = b"alem_eval.written_at"
 _META_EXTRA = b"alem_eval.extra"
-_TMP_PREFIX = ".tmp-"
+_TMP_PREFIX = TMP_PREFIX  # a writer's temp file: never read, swept once stale
 _SAFE_COMPONENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]*$")
 
 
@@ -265,19 +265,6 @@ def _rows_to_table(rows: Sequence[Mapping[str, Any]], key: ResultKey) -> pa.Tabl
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # pragma: no cover - e.g. Windows
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
-
-
 # ----------------------------------------------------------------------------------------
 # Selectors over scored cells
 # ----------------------------------------------------------------------------------------
@@ -388,24 +375,11 @@ class ResultsStore:
         return self._atomic_replace(self.path_for(entry.key), copy)
 
     def _atomic_replace(self, dest: Path, write: Any) -> Path:
-        """Write ``dest`` via a temp file in its directory, fsync, rename, fsync the dir."""
+        """Write ``dest`` atomically (:func:`~alem_eval.fsutil.atomic_write`), first sweeping
+        temp files that killed writers left in its directory."""
         dest.parent.mkdir(parents=True, exist_ok=True)
         self._remove_stale_temps(dest.parent)
-        fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, suffix=".parquet", dir=dest.parent)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                write(fh)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, dest)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-        _fsync_dir(dest.parent)
-        return dest
+        return atomic_write(dest, write, prefix=_TMP_PREFIX, suffix=".parquet")
 
     @staticmethod
     def _remove_stale_temps(directory: Path, max_age_s: float = 24 * 3600) -> None:
