@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -34,16 +33,18 @@ import numpy as np
 import pandas as pd
 
 from .errors import UsageError
+from .fsutil import write_text_atomic
 from .results import (NON_METRIC_COLUMNS, ResultKey, ResultsError, ResultsStore, StoreEntry,
                       collect_warnings)
-from .stats import (HEADLINE_METRICS, PreparedResults, budget_steps, prepare)
+from .analysis import PreparedResults, budget_steps, prepare
+from .metrics import HEADLINE_METRICS, metric_info
 
 MARL_EVAL_ENVIRONMENT = "alem"
 
 
 def marl_eval_metric_name(key: str) -> str:
     """``"Team/reward_pct_of_max"`` -> ``"team_reward_pct_of_max"`` (marl-eval lower-cases)."""
-    return re.sub(r"[^a-z0-9]+", "_", key.lower()).strip("_")
+    return metric_info(key).slug
 
 
 def marl_eval_algorithm_name(algorithm: str, budget: str) -> str:
@@ -88,7 +89,7 @@ def export_marl_eval(store: ResultsStore, out: str | Path | None, *,
         raise UsageError("no metric to export: name one with --metric")
     text = json.dumps(to_marl_eval(prepared, keys), indent=1, allow_nan=False) + "\n"
     if out is not None:
-        Path(out).write_text(text, encoding="utf-8")
+        write_text_atomic(out, text)
     return text, prepared
 
 

@@ -15,15 +15,17 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from .algorithms import get_algorithm
+from .analysis import (Entry, Group, PreparedResults, budget_steps, difficulty_order, grid,
+                       prepare, summarize)
+from .bootstrap import BootstrapSettings, Interval
 from .config import DIFFICULTIES
 from .errors import UsageError
-from .algorithms import get_algorithm
-from .stats import (LEADERBOARD_METRICS, BootstrapSettings, Entry, Group, Interval,
-                    PreparedResults, budget_steps, difficulty_order, grid, prepare, summarize)
+from .metrics import LEADERBOARD_METRICS, metric_info
 
 FORMATS: tuple[str, ...] = ("md", "csv", "latex", "json")
 SCORES: tuple[str, ...] = tuple(LEADERBOARD_METRICS)  # base, coord, total
-SCORE_LABELS = {"base": "Base%", "coord": "Coord%", "total": "Total%"}
+SCORE_LABELS = {name: metric_info(key).label for name, key in LEADERBOARD_METRICS.items()}
 MISSING = {"md": "–", "latex": "--", "csv": ""}
 
 _TRIPLE: dict[str, Any] = {"type": ["array", "null"], "items": {"type": "number"},

@@ -21,9 +21,11 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .stats import (AGGREGATE_LABELS, AGGREGATES, DEFAULT_METRIC, HEADLINE_METRICS,
-                    AggregateRow, BootstrapSettings, Entry, Group, Interval, MetricAnalysis,
-                    MetricInfo, PreparedResults, analyze, grid, metric_info, prepare, summarize)
+from .analysis import (AggregateRow, Entry, Group, MetricAnalysis, PreparedResults, analyze, grid,
+                       prepare, summarize)
+from .bootstrap import AGGREGATE_LABELS, AGGREGATES, BootstrapSettings, Interval
+from .fsutil import write_text_atomic
+from .metrics import DEFAULT_METRIC, HEADLINE_METRICS, MetricInfo, metric_info
 
 FIGURE_KINDS: tuple[str, ...] = ("interval_estimates", "probability_of_improvement",
                                  "performance_profiles", "budget_comparison")
@@ -82,11 +84,11 @@ def write_report(prepared: PreparedResults, out_dir: Path, settings: BootstrapSe
             png = next(p for p in paths if p.suffix == ".png")
             figure_refs[(a.metric.key, kind)] = png.relative_to(out_dir).as_posix()
 
-    md = out_dir / "report.md"
-    md.write_text(_markdown(prepared, settings, analyses, headline, figure_refs), encoding="utf-8")
-    js = out_dir / "stats.json"
-    js.write_text(json.dumps(_stats_json(prepared, settings, analyses, headline), indent=1,
-                             allow_nan=False), encoding="utf-8")
+    md = write_text_atomic(out_dir / "report.md",
+                           _markdown(prepared, settings, analyses, headline, figure_refs))
+    js = write_text_atomic(out_dir / "stats.json",
+                           json.dumps(_stats_json(prepared, settings, analyses, headline),
+                                      indent=1, allow_nan=False))
     return ReportResult(out_dir, md, js, tuple(figures), prepared.metrics, prepared.protocol,
                         prepared.notes)
 
@@ -286,7 +288,7 @@ def plot_profiles(a: MetricAnalysis):
         ax.set_title(d + (f"\nmissing: {', '.join(missing)}" if missing else ""), fontsize=10)
         ax.set_xlabel(f"τ: {_axis_label(a.metric)}", fontsize=9)
         if c == 0:
-            ax.set_ylabel(f"Fraction of runs with score > τ", fontsize=9)
+            ax.set_ylabel("Fraction of runs with score > τ", fontsize=9)
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=8)
     fig.legend(list(handles.values()), list(handles), loc="outside lower center",

@@ -13,9 +13,9 @@ verbatim (``Team/achievement_pct`` ...). The key itself, the write time and opti
 
 Writes are atomic (:func:`alem_eval.fsutil.atomic_write`: temp file in the same directory,
 fsync, ``os.replace``), so a ``score`` that is interrupted leaves complete files and, at
-worst, an ignored ``.tmp-*`` file; a rerun finds the finished keys with :meth:`ResultsStore.has` and scores only the rest. Files that
-cannot be read (truncated, foreign, corrupt) are skipped with a :class:`ResultsWarning`,
-never a crash.
+worst, an ignored ``.tmp-*`` file; a rerun finds the finished keys with
+:meth:`ResultsStore.has` and scores only the rest. Files that cannot be read (truncated,
+foreign, corrupt) are skipped with a :class:`ResultsWarning`, never a crash.
 """
 from __future__ import annotations
 

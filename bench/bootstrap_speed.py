@@ -32,11 +32,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from alem_eval.stats import (AGGREGATES, HEADLINE_METRICS, BootstrapSettings,  # noqa: E402
-                             StratifiedBootstrap, analyze, run_scores, summarize)
-from tests.synthetic import synthetic_frame  # noqa: E402
+from alem_eval.analysis import analyze, run_scores, summarize
+from alem_eval.bootstrap import AGGREGATES, BootstrapSettings, StratifiedBootstrap
+from alem_eval.metrics import DEFAULT_METRIC, HEADLINE_METRICS
+from tests.synthetic import synthetic_frame
 
-METRIC = "Team/reward_pct_of_max"
+METRIC = DEFAULT_METRIC  # Team/reward_pct_of_max
 
 
 def _cpu() -> str:

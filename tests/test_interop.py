@@ -5,13 +5,12 @@ import json
 
 import pytest
 
-import alem_eval.commands.export  # noqa: F401  (registers export/merge on the app)
+from alem_eval.analysis import prepare
 from alem_eval.cli import main
 from alem_eval.errors import UsageError
 from alem_eval.interop import (export_marl_eval, marl_eval_metric_name, merge_results,
                                to_marl_eval)
 from alem_eval.results import ResultKey, ResultsStore, build_rows
-from alem_eval.stats import prepare
 
 from .synthetic import fill_store, key_for, synthetic_records
 

@@ -10,11 +10,11 @@ import subprocess
 
 import pytest
 
+from alem_eval.bootstrap import BootstrapSettings
 from alem_eval.cli import main
 from alem_eval.leaderboard import (LEADERBOARD_ENTRY_SCHEMA, build_leaderboard, render,
                                    to_entries, validate)
 from alem_eval.results import ResultsStore
-from alem_eval.stats import BootstrapSettings
 
 from .synthetic import fill_store
 

@@ -5,11 +5,10 @@ import json
 
 import pytest
 
-import alem_eval.commands.export  # noqa: F401  (registers export/merge on the app)
+from alem_eval.bootstrap import BootstrapSettings
 from alem_eval.cli import main
 from alem_eval.report import FIGURE_FORMATS, FIGURE_KINDS, build_report
 from alem_eval.results import ResultsStore
-from alem_eval.stats import BootstrapSettings
 
 from .synthetic import fill_store
 

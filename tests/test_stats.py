@@ -1,4 +1,5 @@
-"""Aggregation: rliable definitions, the seeded stratified bootstrap, analyses."""
+"""Aggregation: rliable definitions, the seeded stratified bootstrap, analyses, the metric
+registry and the ``alem_eval.stats`` façade over them."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,10 +8,13 @@ import scipy.stats
 from rliable import library as rly
 from rliable import metrics as rlm
 
-from alem_eval import stats as S
+from alem_eval import analysis as A
+from alem_eval import bootstrap as B
+from alem_eval import metrics as M
+from alem_eval import stats
+from alem_eval.analysis import Group, analyze, run_scores, summarize
+from alem_eval.bootstrap import AGGREGATES, BootstrapSettings, StratifiedBootstrap
 from alem_eval.errors import UsageError
-from alem_eval.stats import (AGGREGATES, BootstrapSettings, Group, StratifiedBootstrap,
-                             analyze, run_scores, summarize)
 
 from .synthetic import synthetic_frame, true_mean
 
@@ -24,25 +28,25 @@ def _bs(reps=2000, seed=0, **kw) -> StratifiedBootstrap:
 # -- exact aggregates ---------------------------------------------------------------------
 def test_iqm_of_a_known_array():
     x = np.arange(1.0, 9.0)[:, None]  # 8 runs: trim 2 each side -> mean(3, 4, 5, 6)
-    assert S.aggregate_iqm(x) == 4.5
+    assert B.aggregate_iqm(x) == 4.5
     x5 = np.array([[10.0], [0.0], [3.0], [1.0], [2.0]])  # 5 runs: trim 1 -> mean(1, 2, 3)
-    assert S.aggregate_iqm(x5) == 2.0
-    assert S.aggregate_median(x5) == 2.0 and S.aggregate_mean(x5) == 3.2
-    assert S.aggregate_optimality_gap(np.array([[0.5], [1.5]])) == pytest.approx(0.25)
+    assert B.aggregate_iqm(x5) == 2.0
+    assert B.aggregate_median(x5) == 2.0 and B.aggregate_mean(x5) == 3.2
+    assert B.aggregate_optimality_gap(np.array([[0.5], [1.5]])) == pytest.approx(0.25)
 
 
 @pytest.mark.parametrize("shape", [(5, 1), (10, 3), (7, 4)])
 def test_aggregates_equal_rliable_definitions(shape):
     x = np.random.default_rng(1).uniform(0, 1.2, size=shape)
-    assert S.aggregate_iqm(x) == pytest.approx(rlm.aggregate_iqm(x), abs=1e-12)
-    assert S.aggregate_mean(x) == pytest.approx(rlm.aggregate_mean(x), abs=1e-12)
-    assert S.aggregate_median_of_task_means(x) == pytest.approx(rlm.aggregate_median(x), abs=1e-12)
-    assert S.aggregate_optimality_gap(x) == pytest.approx(rlm.aggregate_optimality_gap(x, 1), abs=1e-12)
+    assert B.aggregate_iqm(x) == pytest.approx(rlm.aggregate_iqm(x), abs=1e-12)
+    assert B.aggregate_mean(x) == pytest.approx(rlm.aggregate_mean(x), abs=1e-12)
+    assert B.aggregate_median_of_task_means(x) == pytest.approx(rlm.aggregate_median(x), abs=1e-12)
+    assert B.aggregate_optimality_gap(x) == pytest.approx(rlm.aggregate_optimality_gap(x, 1), abs=1e-12)
     y = np.random.default_rng(2).uniform(0, 1.2, size=(shape[0] + 2, shape[1]))
-    assert S.probability_of_improvement(x, y) == pytest.approx(
+    assert B.probability_of_improvement(x, y) == pytest.approx(
         rlm.probability_of_improvement(x, y), abs=1e-12)
     taus = np.linspace(0, 1.2, 13)
-    np.testing.assert_allclose(S.score_distribution(x, taus), rly.score_distributions(x, taus))
+    np.testing.assert_allclose(B.score_distribution(x, taus), rly.score_distributions(x, taus))
 
 
 def test_probability_of_improvement_of_separated_distributions():
@@ -84,7 +88,7 @@ def test_integer_percentiles_equal_numpy():
     for reps, n in [(50_000, 5), (1001, 7), (10, 3), (2, 4)]:
         k = rng.integers(0, n + 1, size=(reps, 6))
         qs = [2.5, 97.5, 50, 0, 100]
-        np.testing.assert_allclose(S._integer_percentiles(k, n, qs), np.percentile(k, qs, axis=0))
+        np.testing.assert_allclose(B._integer_percentiles(k, n, qs), np.percentile(k, qs, axis=0))
 
 
 def test_seeded_bootstrap_reproduces_its_intervals_exactly():
@@ -204,8 +208,8 @@ def test_non_fraction_metrics_have_no_optimality_gap():
     df = synthetic_frame(budgets=["1B"], algorithms=["ippo-rnn"], seeds=range(3), num_episodes=2)
     a = analyze(df, "episode_return", BootstrapSettings(reps=200))
     assert all("optimality_gap" not in r.estimates for r in a.aggregates.values())
-    assert S.metric_info("Team/soft_coordination_achievement_pct").fraction
-    assert not S.metric_info("Achievements/collect_wood").fraction
+    assert M.metric_info("Team/soft_coordination_achievement_pct").fraction
+    assert not M.metric_info("Achievements/collect_wood").fraction
 
 
 @pytest.mark.parametrize("kw, msg", [({"reps": 0}, "--reps"), ({"reps": 2.5}, "--reps"),
@@ -218,31 +222,31 @@ def test_bad_settings_are_usage_errors(kw, msg):
 
 def test_metric_names_resolve_from_aliases_and_unknown_ones_suggest():
     avail = ["Team/reward_pct_of_max", "Team/achievement_pct", "Team/coord_reward_pct_of_max"]
-    assert S.resolve_metric("total", avail) == "Team/reward_pct_of_max"
-    assert S.resolve_metric("Total%", avail) == "Team/reward_pct_of_max"
-    assert S.resolve_metric("coord", avail) == "Team/coord_reward_pct_of_max"
-    assert S.resolve_metric("team/achievement_pct", avail) == "Team/achievement_pct"
+    assert M.resolve_metric("total", avail) == "Team/reward_pct_of_max"
+    assert M.resolve_metric("Total%", avail) == "Team/reward_pct_of_max"
+    assert M.resolve_metric("coord", avail) == "Team/coord_reward_pct_of_max"
+    assert M.resolve_metric("team/achievement_pct", avail) == "Team/achievement_pct"
     with pytest.raises(UsageError, match="did you mean Team/achievement_pct"):
-        S.resolve_metric("Team/achievment_pct", avail)
+        M.resolve_metric("Team/achievment_pct", avail)
     with pytest.raises(UsageError, match="not in the selected results"):
-        S.resolve_metric("base", avail)
+        M.resolve_metric("base", avail)
 
 
 def test_pair_improvement_compares_any_two_groups_of_one_difficulty():
     df = synthetic_frame(algorithms=["ippo-rnn", "pqn-vdn-rnn"], difficulties=["hard"],
                          seeds=range(5), num_episodes=5)
     settings = BootstrapSettings(reps=1000)
-    p = S.pair_improvement(df, TOTAL, Group("1B", "pqn-vdn-rnn", "hard"),
+    p = A.pair_improvement(df, TOTAL, Group("1B", "pqn-vdn-rnn", "hard"),
                            Group("100M", "ippo-rnn", "hard"), settings)
     assert p.point > 0.9
     with pytest.raises(UsageError, match="never pooled"):
-        S.pair_improvement(df, TOTAL, Group("1B", "pqn-vdn-rnn", "hard"),
+        A.pair_improvement(df, TOTAL, Group("1B", "pqn-vdn-rnn", "hard"),
                            Group("100M", "ippo-rnn", "easy"), settings)
 
 
 def test_budget_order_is_numeric():
-    assert sorted(["1B", "tiny", "100M", "10k"], key=S.budget_order) == ["10k", "100M", "1B", "tiny"]
-    assert S.budget_steps("100M") == 100_000_000 and S.budget_steps("tiny") is None
+    assert sorted(["1B", "tiny", "100M", "10k"], key=A.budget_order) == ["10k", "100M", "1B", "tiny"]
+    assert A.budget_steps("100M") == 100_000_000 and A.budget_steps("tiny") is None
 
 
 def test_scipy_trim_mean_matches_window_mean_for_many_sizes():
@@ -251,7 +255,7 @@ def test_scipy_trim_mean_matches_window_mean_for_many_sizes():
         x = rng.normal(size=(n, 1))
         bs = _bs(reps=1)
         c = np.ones((1, 1, n), dtype=np.uint8)
-        pool = S._SortedPool(c, x.T)
+        pool = B._SortedPool(c, x.T)
         cut = int(0.25 * n)
         assert pool.window_mean(cut, n - cut)[0] == pytest.approx(
             scipy.stats.trim_mean(x, 0.25, axis=None))
@@ -264,7 +268,7 @@ def test_weighted_percentiles_equal_numpy_on_the_expanded_sample():
     rng = np.random.default_rng(0)
     for u in (1, 2, 5, 126):
         v, w = rng.normal(size=(u, 7)), rng.integers(1, 50, size=u)
-        np.testing.assert_array_equal(S.weighted_percentiles(v, w, [2.5, 97.5, 50]),
+        np.testing.assert_array_equal(B.weighted_percentiles(v, w, [2.5, 97.5, 50]),
                                       np.percentile(np.repeat(v, w, axis=0), [2.5, 97.5, 50], axis=0))
 
 
@@ -283,7 +287,7 @@ def test_collapsed_resamples_give_the_replicate_by_replicate_intervals():
         lo, hi = np.percentile(samples, [2.5, 97.5])
         assert iv.lo == pytest.approx(lo, abs=1e-12) and iv.hi == pytest.approx(hi, abs=1e-12)
 
-    s = S._pairwise(x[:, 0], y[:, 0])
+    s = B._pairwise(x[:, 0], y[:, 0])
     check(bs.improvement(x, y, ("x",), ("y",)), np.einsum("bi,ij,bj->b", cx, s, cy) / 25)
     check(bs.difference(x, y, ("x",), ("y",)), cx @ x[:, 0] / 5 - cy @ y[:, 0] / 5)
     check(bs.aggregates(x, ("x",), names=("mean",))["mean"], cx @ x[:, 0] / 5)
@@ -291,3 +295,12 @@ def test_collapsed_resamples_give_the_replicate_by_replicate_intervals():
     _, lo, hi = bs.profile(x, taus, ("x",))
     np.testing.assert_allclose([lo, hi], np.percentile(cx @ (x > taus).astype(float) / 5,
                                                        [2.5, 97.5], axis=0))
+
+
+def test_stats_facade_reexports_the_split_modules():
+    """``alem_eval.stats`` keeps serving its old importers (the same objects, not copies)."""
+    for name in stats.__all__:
+        obj = getattr(stats, name)
+        home = next(m for m in (M, B, A) if hasattr(m, name))
+        assert getattr(home, name) is obj, name
+    assert stats.HEADLINE_METRICS is M.HEADLINE_METRICS and stats.budget_steps is A.budget_steps
