@@ -187,3 +187,21 @@ def test_sigterm_to_the_train_command_saves_and_a_rerun_resumes(tmp_path):
     lines = [x for x in again.stderr.splitlines() if " update " in x]
     assert len(lines) >= 1 and "update 40/40" in again.stderr, again.stderr
     assert lines[0][:4].isdigit() and "steps/s" in lines[0]
+
+
+def test_batch_log_lines_are_throttled_but_never_skip_the_first_or_last(capsys):
+    from alem_eval.commands.train import LineView
+    from alem_eval.training import Progress
+
+    def p(phase, updates):
+        return Progress(phase, ("c",), updates, 10, updates * 4, 40, 100.0, 1.0, 0.5, 9.0)
+
+    view = LineView(every=3600)
+    for phase, updates in [("compiling", 0), ("training", 1), ("training", 2), ("saving", 2),
+                           ("training", 3), ("training", 10), ("done", 10)]:
+        view.update("g", p(phase, updates))
+    lines = capsys.readouterr().err.splitlines()
+    assert [x.split(": ", 1)[1].split("  ")[0] for x in lines] == [
+        "compiling (the Alem step takes minutes to compile on CPU)...", "update 1/10",
+        "8/40 steps", "update 10/10", "40/40 steps"]
+    assert all(x[:4].isdigit() and " g: " in x for x in lines)

@@ -85,11 +85,12 @@ class LineView:
         return None
 
     def update(self, label: str, p: Progress) -> None:
-        now = time.monotonic()
-        if (p.phase == "training" and p.updates < p.num_updates
-                and now - self.last.get(label, -float("inf")) < self.every):
-            return
-        self.last[label] = now
+        if p.phase == "training":
+            now = time.monotonic()
+            if (p.updates < p.num_updates
+                    and now - self.last.get(label, -float("inf")) < self.every):
+                return
+            self.last[label] = now
         print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {label}: {describe(p)}", file=sys.stderr,
               flush=True)
 
