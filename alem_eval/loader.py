@@ -1,7 +1,9 @@
 """Load a cell directory: resolve its config, validate shapes, restore its weights.
 
-A cell directory holds ``config.json`` and ``checkpoint/`` (the released layout). This is
-the single entry point the commands, the evaluator and the trainers' round trips use.
+A cell directory holds ``config.json`` and ``checkpoint/`` (the released layout); like
+upstream's ``restore_baseline_checkpoint``, a ``checkpoint_v<N>/`` beside it wins, the
+highest ``N`` first (:func:`cell_checkpoint_dir`). This is the single entry point the
+commands, the evaluator and the trainers' round trips use.
 """
 from __future__ import annotations
 
@@ -24,9 +26,14 @@ class LoadedCell:
     spec: NetworkSpec
     weights: Any = field(repr=False)  # host numpy arrays in the released disk layout
     num_params: int
+    checkpoint_dir: Path | None = None  # the orbax directory the weights came from
 
-    def checkpoint_hash(self) -> str:
-        return ckpt.checkpoint_hash(self.cell_dir / "checkpoint")
+
+def cell_checkpoint_dir(cell_dir: str | Path) -> Path:
+    """The orbax directory of a cell: ``checkpoint/``, or the ``checkpoint_v<N>/`` with the
+    highest ``N`` when there is one (see :func:`alem_eval.checkpoint.resolve_checkpoint_dir`).
+    Raises :class:`CheckpointError` when the cell holds none."""
+    return ckpt.resolve_checkpoint_dir(cell_dir)
 
 
 def resolve_cell(cell_dir: str | Path, *, algorithm: str | None = None,
@@ -49,13 +56,13 @@ def load_cell(cell_dir: str | Path, *, algorithm: str | None = None,
     d = Path(cell_dir)
     where = where or str(d)
     cfg, spec = resolve_cell(d, algorithm=algorithm, difficulty=difficulty, seed=seed)
-    weights = ckpt.restore_weights(cfg, spec, d / "checkpoint", policy_only=policy_only,
-                                   where=where)
+    ckpt_dir = cell_checkpoint_dir(d)
+    weights = ckpt.restore_weights(cfg, spec, ckpt_dir, policy_only=policy_only, where=where)
     n = ckpt.count_params(weights)
     if not policy_only and cfg.logged_num_params is not None and n != cfg.logged_num_params:
         raise CheckpointError(f"{where}: restored {n:,} parameters but config.json logged "
                               f"num_params={cfg.logged_num_params:,}")
-    return LoadedCell(d, cfg, spec, weights, n)
+    return LoadedCell(d, cfg, spec, weights, n, ckpt_dir)
 
 
 @dataclass(frozen=True)

@@ -11,42 +11,37 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .errors import UsageError
-
-PROTOCOLS = ("fast", "reference")
-# The paper protocol (EVALUATION.md): 20 episodes, at most 10000 steps.
-PAPER_EPISODES = 20
-PAPER_MAX_STEPS = 10_000
-HEADLINE = (
-    ("Total%", "Team/reward_pct_of_max", 100.0),
-    ("Base%", "Team/normal_reward_pct_of_max", 100.0),
-    ("Coord%", "Team/coord_reward_pct_of_max", 100.0),
-    ("Achv", "Team/achievement_pct", 1.0),
-)
+from .metrics import SUMMARY_METRICS, metric_info
 
 
 @dataclass(frozen=True)
 class ScoreOptions:
-    protocol: str = "fast"
+    """How to score: validated with the evaluator's own checks (one wording)."""
+
+    protocol: str = "fast"  # evaluate.PROTOCOLS
     num_episodes: int | None = None  # None: the protocol's default
     max_steps: int | None = None
     eval_difficulties: tuple[str, ...] | None = None  # report filter (never changes keys)
     max_stack: int = 5
-    on_env_mismatch: str = "error"  # error | warn
+    on_env_mismatch: str = "error"  # evaluate.ENV_MISMATCH_POLICIES: error | warn | ignore
 
     def __post_init__(self) -> None:
-        if self.protocol not in PROTOCOLS:
-            raise UsageError(f"unknown protocol {self.protocol!r}; choose one of {', '.join(PROTOCOLS)}")
-        if self.num_episodes is not None and self.num_episodes < 1:
-            raise UsageError(f"--episodes must be at least 1 (got {self.num_episodes})")
-        if self.max_steps is not None and self.max_steps < 1:
-            raise UsageError(f"--max-steps must be at least 1 (got {self.max_steps})")
-        if self.max_stack < 1:
-            raise UsageError(f"--stack must be at least 1 (got {self.max_stack})")
-        if self.on_env_mismatch not in ("error", "warn"):
-            raise UsageError("--on-env-mismatch must be 'error' or 'warn'")
+        from .config import DIFFICULTIES
+        from .evaluate import ENV_MISMATCH_POLICIES, _validate_request
+
+        # The evaluator's own check of protocol, --episodes and --max-steps. It also checks
+        # an eval difficulty, which is not known yet (eval_difficulties only filters each
+        # cell's own): any valid one stands in.
+        _validate_request(self.protocol, DIFFICULTIES[0], self.num_episodes, self.max_steps)
+        if isinstance(self.max_stack, bool) or not isinstance(self.max_stack, int) \
+                or self.max_stack < 1:
+            raise UsageError(f"--stack must be at least 1, got {self.max_stack!r}")
+        if self.on_env_mismatch not in ENV_MISMATCH_POLICIES:
+            raise UsageError(f"unknown env-version policy {self.on_env_mismatch!r} "
+                             f"(expected one of {', '.join(ENV_MISMATCH_POLICIES)})")
 
 
 @dataclass(frozen=True)
@@ -72,15 +67,27 @@ class CellScore:
                 "episodes": [dict(e) for e in self.episodes], "aggregate": self.aggregate}
 
     def summary_row(self) -> dict[str, Any]:
+        """The human table's row: mean ± s.e. of the summary metrics (display scale)."""
         agg = self.aggregate
         row = {"cell": self.cell.id, "eval": self.eval_difficulty, "n": len(self.episodes)}
-        for label, key, scale in HEADLINE:
-            m, se = agg.get(key), agg.get(f"{key}_se", 0.0)
-            row[label] = None if m is None else f"{m * scale:.2f} ± {se * scale:.2f}" \
-                if scale != 1.0 else f"{m:.4f} ± {se:.4f}"
+        for key in SUMMARY_METRICS:
+            info = metric_info(key)
+            row[info.label] = info.format_mean_se(agg.get(key), agg.get(f"{key}_se"))
         row["len"] = agg.get("episode_length")
         row["reused"] = "yes" if self.reused else ""
         return row
+
+
+def episode_rows(scores: Sequence[CellScore]) -> list[dict[str, Any]]:
+    """One flat row per (cell, eval difficulty, episode): ``cell, eval_difficulty,
+    protocol, episode`` and the episode's metrics verbatim (``score --format csv``)."""
+    return [{"cell": s.cell.id, "eval_difficulty": s.eval_difficulty, "protocol": s.protocol,
+             "episode": i, **ep} for s in scores for i, ep in enumerate(s.episodes)]
+
+
+def env_steps(scores: Sequence[CellScore]) -> float:
+    """Env steps actually run for ``scores`` (cells read back from the store count 0)."""
+    return sum(ep.get("episode_length", 0) for s in scores if not s.reused for ep in s.episodes)
 
 
 def aggregate_episodes(episodes: Sequence[Mapping[str, float]]) -> dict[str, float]:
@@ -115,6 +122,7 @@ class _Job:
 
 
 def _plan(source, cells, opts: ScoreOptions) -> list[_Job]:
+    from .evaluate import FAST_MAX_STEPS, FAST_NUM_EPISODES
     from .loader import resolve_cell
 
     jobs = []
@@ -128,8 +136,8 @@ def _plan(source, cells, opts: ScoreOptions) -> list[_Job]:
             steps = opts.max_steps or cfg.eval.max_steps
         else:
             diffs = [cfg.env.training_difficulty]
-            n_ep = opts.num_episodes or PAPER_EPISODES
-            steps = opts.max_steps or PAPER_MAX_STEPS
+            n_ep = opts.num_episodes or FAST_NUM_EPISODES  # the paper protocol
+            steps = opts.max_steps or FAST_MAX_STEPS
         if opts.eval_difficulties:
             diffs = [d for d in diffs if d in opts.eval_difficulties]
         for d in diffs:
@@ -151,13 +159,13 @@ def score_cells(
     """
     from . import checkpoint as ckpt
     from .evaluate import check_env_version, score_stack
-    from .loader import load_cell
+    from .loader import cell_checkpoint_dir, load_cell
     from .results import ResultKey, build_rows
 
-    if hasattr(source, "pull") and getattr(source, "is_remote", False):
-        source.pull(cells)
     jobs = _plan(source, cells, options)
     total = len(jobs)
+    # Once per cell, named by its id, before anything is loaded: "error" stops here, "warn"
+    # warns here. The evaluator is then told not to check again.
     for job in {id(j.cfg): j for j in jobs}.values():
         check_env_version(job.cfg, on_mismatch=options.on_env_mismatch, where=job.cell.id)
 
@@ -166,7 +174,7 @@ def score_cells(
     todo: list[_Job] = []
     for job in jobs:
         if job.cell.id not in hashes:
-            hashes[job.cell.id] = ckpt.checkpoint_hash(job.cell_dir / "checkpoint")
+            hashes[job.cell.id] = ckpt.checkpoint_hash(cell_checkpoint_dir(job.cell_dir))
         job.key = ResultKey(cell=job.cell.id, eval_difficulty=job.eval_difficulty,
                             protocol=options.protocol, checkpoint_hash=hashes[job.cell.id],
                             config_hash=job.cfg.config_hash, env_version=job.cfg.env_version,
@@ -194,7 +202,8 @@ def score_cells(
             weights = [l.weights for l in loaded] + [loaded[-1].weights] * pad
             records = score_stack(cfgs, weights, protocol=options.protocol,
                                   eval_difficulty=stack[0].eval_difficulty,
-                                  num_episodes=stack[0].num_episodes, max_steps=stack[0].max_steps)
+                                  num_episodes=stack[0].num_episodes, max_steps=stack[0].max_steps,
+                                  on_env_mismatch="ignore")  # checked above, per cell
             for job, episodes in zip(stack, records):
                 if store is not None:
                     store.write(build_rows(job.key, episodes), job.key,

@@ -1,0 +1,138 @@
+"""The scoring library up to the evaluator call (no Alem compile): option checks, the
+env-version policy, the checkpoint it hashes, the rows and table it renders."""
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import warnings
+
+import pytest
+
+from alem_eval import checkpoint as ckpt
+from alem_eval import evaluate, loader
+from alem_eval.errors import EvaluationError, UsageError
+from alem_eval.manifest import Cell
+from alem_eval.metrics import SUMMARY_METRICS, metric_info
+from alem_eval.scoring import CellScore, ScoreOptions, env_steps, episode_rows, score_cells
+from alem_eval.sources import open_source
+
+CELL = "tiny/ippo-rnn/easy/seed0"
+
+
+@pytest.fixture
+def fake_evaluator(monkeypatch):
+    """``evaluate.score_stack`` without the compile: it checks the env version of every
+    config under the policy it is given, as ``run_stack`` does before compiling anything."""
+    calls = []
+
+    def score_stack(cfgs, weights, *, protocol, eval_difficulty, num_episodes, max_steps,
+                    on_env_mismatch):
+        for i, cfg in enumerate(cfgs):
+            evaluate.check_env_version(cfg, on_mismatch=on_env_mismatch, where=f"checkpoint {i}")
+        calls.append(dict(n=len(cfgs), protocol=protocol, eval_difficulty=eval_difficulty))
+        return [[{"Team/achievement_pct": 0.25, "episode_length": 4.0}
+                 for _ in range(num_episodes)] for _ in cfgs]
+
+    monkeypatch.setattr(evaluate, "score_stack", score_stack)
+    return calls
+
+
+@pytest.fixture
+def other_env_version(monkeypatch):
+    """Every resolved config claims an env version that is not the installed one."""
+    real = loader.resolve_cell
+
+    def resolve_cell(*args, **kwargs):
+        cfg, spec = real(*args, **kwargs)
+        return dataclasses.replace(cfg, env_version="v-other"), spec
+
+    monkeypatch.setattr(loader, "resolve_cell", resolve_cell)
+
+
+def _source(cell_copy):
+    d = cell_copy(CELL)
+    return open_source(d.parents[3]), d
+
+
+def test_env_mismatch_warn_scores_with_one_warning(cell_copy, fake_evaluator, other_env_version):
+    src, _ = _source(cell_copy)
+    cells = src.select([CELL])
+    options = ScoreOptions(num_episodes=2, max_steps=4, on_env_mismatch="warn")
+    with pytest.warns(evaluate.EnvVersionWarning) as caught:
+        scores = score_cells(src, cells, options=options)
+    assert [str(w.message).split(":")[0] for w in caught] == [CELL]  # once, named by the cell
+    assert "'v-other'" in str(caught[0].message)
+    assert fake_evaluator == [dict(n=1, protocol="fast", eval_difficulty="easy")]
+    assert [len(s.episodes) for s in scores] == [2]
+
+
+def test_env_mismatch_error_stops_before_the_evaluator(cell_copy, fake_evaluator,
+                                                      other_env_version):
+    src, _ = _source(cell_copy)
+    with pytest.raises(EvaluationError, match=f"{CELL}: .*'v-other'"):
+        score_cells(src, src.select([CELL]), options=ScoreOptions(num_episodes=2, max_steps=4))
+    assert fake_evaluator == []
+
+
+def test_matching_env_version_scores_without_a_warning(cell_copy, fake_evaluator):
+    src, _ = _source(cell_copy)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", evaluate.EnvVersionWarning)
+        scores = score_cells(src, src.select([CELL]), options=ScoreOptions(num_episodes=1))
+    assert len(scores) == 1 and fake_evaluator[0]["n"] == 1
+
+
+def test_scoring_hashes_the_checkpoint_it_restores(cell_copy, fake_evaluator):
+    src, d = _source(cell_copy)
+    shutil.copytree(d / "checkpoint", d / "checkpoint_v3")
+    (d / "checkpoint" / "extra").write_text("makes checkpoint/ hash differently")
+    [score] = score_cells(src, src.select([CELL]), options=ScoreOptions(num_episodes=1))
+    assert score.provenance["checkpoint_hash"] == ckpt.checkpoint_hash(d / "checkpoint_v3")
+    assert score.provenance["checkpoint_hash"] != ckpt.checkpoint_hash(d / "checkpoint")
+
+
+@pytest.mark.parametrize("kw, request_args", [
+    (dict(protocol="slow"), ("slow", "easy", None, None)),
+    (dict(num_episodes=0), ("fast", "easy", 0, None)),
+    (dict(num_episodes=2.5), ("fast", "easy", 2.5, None)),
+    (dict(max_steps=-1), ("fast", "easy", None, -1)),
+])
+def test_score_options_fail_with_the_evaluators_words(kw, request_args):
+    with pytest.raises(UsageError) as ours:
+        ScoreOptions(**kw)
+    with pytest.raises(UsageError) as theirs:
+        evaluate._validate_request(*request_args)
+    assert str(ours.value) == str(theirs.value)
+
+
+def test_score_options_other_checks():
+    with pytest.raises(UsageError, match="--stack must be at least 1"):
+        ScoreOptions(max_stack=0)
+    with pytest.raises(UsageError, match="unknown env-version policy 'maybe'"):
+        ScoreOptions(on_env_mismatch="maybe")
+    assert ScoreOptions(protocol="reference", on_env_mismatch="ignore").protocol == "reference"
+
+
+def _scores():
+    eps = ({"Team/reward_pct_of_max": 0.5, "Team/achievement_pct": 0.25, "episode_length": 10.0},
+           {"Team/reward_pct_of_max": 0.7, "Team/achievement_pct": 0.75, "episode_length": 20.0})
+    return [CellScore(Cell("1B", "ippo-rnn", "hard", 0), "hard", "fast", eps),
+            CellScore(Cell("1B", "ippo-rnn", "hard", 1), "hard", "fast", eps[:1], reused=True)]
+
+
+def test_episode_rows_flatten_scores_one_row_per_episode():
+    rows = episode_rows(_scores())
+    assert [(r["cell"], r["episode"]) for r in rows] == [
+        ("1B/ippo-rnn/hard/seed0", 0), ("1B/ippo-rnn/hard/seed0", 1), ("1B/ippo-rnn/hard/seed1", 0)]
+    assert rows[1] == {"cell": "1B/ippo-rnn/hard/seed0", "eval_difficulty": "hard",
+                       "protocol": "fast", "episode": 1, "Team/reward_pct_of_max": 0.7,
+                       "Team/achievement_pct": 0.75, "episode_length": 20.0}
+    assert env_steps(_scores()) == 30.0  # the reused cell ran nothing
+
+
+def test_score_table_uses_the_registry_labels_and_scale():
+    row = _scores()[0].summary_row()
+    assert list(row) == ["cell", "eval", "n", *(metric_info(k).label for k in SUMMARY_METRICS),
+                         "len", "reused"]
+    assert row["Total%"] == "60.00 ± 7.07" and row["Ach%"] == "50.00 ± 17.68"
+    assert row["Base%"] is None and row["len"] == 15.0
