@@ -2,6 +2,7 @@
 
 Each command lives in ``alem_eval/commands/<name>.py``, parses its options, calls one
 library function and renders the result (data on stdout, humans on stderr via rich).
+Options that several commands share are declared once, in :mod:`alem_eval.options`.
 Every :class:`~alem_eval.errors.AlemEvalError` becomes one line on stderr and a non-zero
 exit code; tracebacks are shown only with ``ALEM_EVAL_DEBUG=1``.
 """

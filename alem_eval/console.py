@@ -5,8 +5,9 @@ import csv
 import io
 import json
 import sys
-from enum import Enum
-from typing import Any, Iterable, Sequence
+from collections.abc import Sequence
+from enum import StrEnum
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -14,7 +15,9 @@ from rich.table import Table
 err_console = Console(stderr=True)
 
 
-class OutputFormat(str, Enum):
+class OutputFormat(StrEnum):
+    """How :func:`emit_records` prints: a table for people, JSON or CSV for programs."""
+
     table = "table"
     json = "json"
     csv = "csv"

@@ -2,21 +2,21 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-from typing import Optional
+from typing import Annotated
 
 import typer
 
 from ..cli import app
 from ..console import OutputFormat, emit_records, err_console
+from ..options import FormatOpt, ResultsOpt
 
 
 @app.command("demo")
 def demo(
-    episodes: int = typer.Option(8, "--episodes", help="Episodes per cell."),
-    max_steps: int = typer.Option(300, "--max-steps", help="Step cap per episode."),
-    results: Optional[Path] = typer.Option(None, "--results", help="Results store directory."),
-    fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table | json | csv"),
+    episodes: Annotated[int, typer.Option("--episodes", help="Episodes per cell.")] = 8,
+    max_steps: Annotated[int, typer.Option("--max-steps", help="Step cap per episode.")] = 300,
+    results: ResultsOpt = None,
+    fmt: FormatOpt = OutputFormat.table,
 ) -> None:
     """Make the demo cells (random, untrained weights in the released layout; one per
     algorithm), verify them, and score them with the fast protocol. No network needed.

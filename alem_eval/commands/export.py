@@ -3,33 +3,37 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Annotated
 
 import typer
 
 from ..cli import app
 from ..console import OutputFormat, emit_records, err_console
+from ..options import (ExportFormat, ExportFormatOpt, FormatOpt, Prefer, PreferOpt, ResultsOpt,
+                       ResultsProtocolOpt)
 
 
 @app.command("export")
 def export(
-    selectors: Optional[List[str]] = typer.Argument(None, help="Scored cells to export (default: all)."),
-    results: Optional[Path] = typer.Option(None, "--results", help="Results store directory (default: user cache)."),
-    fmt: str = typer.Option("marl-eval", "--format", help="marl-eval (instadeepai/marl-eval raw-data JSON)."),
-    metric: Optional[List[str]] = typer.Option(None, "--metric", help="Metric(s) to export (default: the headline metrics). Repeatable."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Write to this file instead of stdout."),
-    protocol: Optional[str] = typer.Option(None, "--protocol", help="Scoring protocol when the results hold several."),
+    selectors: Annotated[list[str] | None, typer.Argument(
+        help="Scored cells to export (default: all).")] = None,
+    results: ResultsOpt = None,
+    fmt: ExportFormatOpt = ExportFormat.marl_eval,
+    metric: Annotated[list[str] | None, typer.Option(
+        "--metric", help="Metric(s) to export (default: the headline metrics). Repeatable.")
+    ] = None,
+    out: Annotated[Path | None, typer.Option(
+        "--out", help="Write to this file instead of stdout.")] = None,
+    protocol: ResultsProtocolOpt = None,
 ) -> None:
     """Per-episode scores in marl-eval's layout: alem -> difficulty -> <algorithm>_<budget>
     -> seed<N> -> step_0 / absolute_metrics (metric names lower-cased, '/' -> '_')."""
-    from ..errors import UsageError
     from ..interop import export_marl_eval
     from ..results import open_store
 
-    if fmt != "marl-eval":
-        raise UsageError(f"--format must be marl-eval, got {fmt!r}")
     text, prepared = export_marl_eval(open_store(results), out, selectors=selectors or None,
-                                      metrics=metric or (), protocol=protocol)
+                                      metrics=metric or (),
+                                      protocol=protocol and protocol.value)
     for note in prepared.notes:
         err_console.print(f"[yellow]note[/yellow] {note}", highlight=False)
     if out is None:
@@ -40,19 +44,23 @@ def export(
 
 @app.command("merge")
 def merge(
-    source: Path = typer.Argument(..., help="Another alem-eval results directory to import."),
-    selectors: Optional[List[str]] = typer.Argument(None, help="Cells to import (default: all)."),
-    results: Optional[Path] = typer.Option(None, "--results", help="Results store to merge into (default: user cache)."),
-    prefer: str = typer.Option("ours", "--prefer", help="On a same-key content conflict keep ours | theirs."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Report what would happen; write nothing."),
-    fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table | json | csv (the conflicts)."),
+    source: Annotated[Path, typer.Argument(
+        help="Another alem-eval results directory to import.")],
+    selectors: Annotated[list[str] | None, typer.Argument(
+        help="Cells to import (default: all).")] = None,
+    results: ResultsOpt = None,
+    prefer: PreferOpt = Prefer.ours,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Report what would happen; write nothing.")] = False,
+    fmt: FormatOpt = OutputFormat.table,
 ) -> None:
-    """Import scored cells from another results directory; provenance conflicts are reported."""
+    """Import scored cells from another results directory into --results; provenance
+    conflicts are reported (the table lists them)."""
     from ..interop import merge_results
     from ..results import ResultsStore, open_store
 
     rep = merge_results(open_store(results), ResultsStore(source), selectors=selectors or None,
-                        prefer=prefer, dry_run=dry_run)
+                        prefer=prefer.value, dry_run=dry_run)
     for note in rep.notes:
         err_console.print(f"[yellow]note[/yellow] {note}", highlight=False)
     if rep.conflicts or fmt != OutputFormat.table:

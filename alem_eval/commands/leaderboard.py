@@ -3,38 +3,43 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Annotated
 
 import typer
 
 from ..cli import app
 from ..console import err_console
+from ..options import (LeaderboardFormat, LeaderboardFormatOpt, RepsOpt, ResultsOpt,
+                       ResultsProtocolOpt, SeedOpt)
 
 
 @app.command("leaderboard")
 def leaderboard(
-    selectors: Optional[List[str]] = typer.Argument(None, help="Scored cells to include (default: all)."),
-    results: Optional[Path] = typer.Option(None, "--results", help="Results store directory (default: user cache)."),
-    fmt: str = typer.Option("md", "--format", help="md | csv | latex | json (json: the upstream leaderboard entry schema)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Write to this file instead of stdout."),
-    reps: int = typer.Option(50_000, "--reps", help="Bootstrap replicates."),
-    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
-    protocol: Optional[str] = typer.Option(None, "--protocol", help="Scoring protocol when the results hold several."),
+    selectors: Annotated[list[str] | None, typer.Argument(
+        help="Scored cells to include (default: all).")] = None,
+    results: ResultsOpt = None,
+    fmt: LeaderboardFormatOpt = LeaderboardFormat.md,
+    out: Annotated[Path | None, typer.Option(
+        "--out", help="Write to this file instead of stdout.")] = None,
+    reps: RepsOpt = 50_000,
+    seed: SeedOpt = 0,
+    protocol: ResultsProtocolOpt = None,
 ) -> None:
     """Rows = (budget, algorithm); per difficulty the mean over seeds [95% CI] of Base%,
     Coord% and Total%. Missing cells are shown as missing, never as zero."""
+    from ..bootstrap import BootstrapSettings
+    from ..fsutil import write_text_atomic
     from ..leaderboard import build_leaderboard, render
     from ..results import open_store
-    from ..stats import BootstrapSettings
 
-    settings = BootstrapSettings(reps=reps, seed=seed)
-    lb = build_leaderboard(open_store(results), selectors or None, settings=settings,
-                           protocol=protocol)
-    text = render(lb, fmt)
+    lb = build_leaderboard(open_store(results), selectors or None,
+                           settings=BootstrapSettings(reps=reps, seed=seed),
+                           protocol=protocol and protocol.value)
+    text = render(lb, fmt.value)
     for note in lb.notes:
         err_console.print(f"[yellow]note[/yellow] {note}", highlight=False)
     if out is None:
         sys.stdout.write(text)
     else:
-        out.write_text(text, encoding="utf-8")
+        write_text_atomic(out, text)
         err_console.print(f"wrote {len(lb.rows)} rows to {out}", highlight=False)

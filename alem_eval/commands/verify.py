@@ -2,23 +2,24 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-from typing import List, Optional
+from typing import Annotated
 
 import typer
 
 from ..cli import app
 from ..console import OutputFormat, emit_records, err_console
+from ..options import CacheDirOpt, FormatOpt, RepoOpt, RevisionOpt, SourceOpt
 
 
 @app.command("verify")
 def verify(
-    selectors: List[str] = typer.Argument(..., help="Cells, e.g. 1B/ippo-rnn/hard or 'tiny/*/*/*'."),
-    source: str = typer.Option("hub", "--source", help="'hub' or a local directory in the released layout."),
-    repo: Optional[str] = typer.Option(None, "--repo", help="Hub repo id (default alem-world/alem-rl-baselines)."),
-    revision: Optional[str] = typer.Option(None, "--revision", help="Hub revision (default main)."),
-    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Download cache (default: the HF cache)."),
-    fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table | json | csv"),
+    selectors: Annotated[list[str], typer.Argument(
+        help="Cells, e.g. 1B/ippo-rnn/hard or 'tiny/*/*/*'.")],
+    source: SourceOpt = "hub",
+    repo: RepoOpt = None,
+    revision: RevisionOpt = None,
+    cache_dir: CacheDirOpt = None,
+    fmt: FormatOpt = OutputFormat.table,
 ) -> None:
     """Check that each cell's config matches its weights and that the weights restore.
 

@@ -1,0 +1,75 @@
+"""``alem_eval.compare``: two sources scored on the same worlds, P(A > B) with a CI (the
+evaluator is a stub whose scores depend on the source: no Alem compile)."""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from alem_eval import evaluate
+from alem_eval.compare import compare_scores, compare_sources
+from alem_eval.errors import UsageError
+
+
+def test_compare_scores_statement():
+    better = compare_scores(np.full(10, 0.5) + np.arange(10) * 0.01, np.arange(10) * 0.01,
+                            reps=2000)
+    assert better["p_improvement"] == 1.0 and better["verdict"] == "A better"
+    same = compare_scores(np.arange(10.0), np.arange(10.0), reps=2000)
+    assert same["p_improvement"] == pytest.approx(0.5) and same["verdict"] == "no clear difference"
+    assert same["p_lo"] < 0.5 < same["p_hi"]
+    worse = compare_scores(np.zeros(5), np.ones(5), reps=500)
+    assert worse["verdict"] == "B better" and worse["diff"] == -1.0
+    with pytest.raises(UsageError, match="at least one run"):
+        compare_scores(np.zeros(0), np.ones(3))
+
+
+@pytest.fixture
+def two_sources(tmp_path, fixtures_root, monkeypatch):
+    """Sources A and B holding the same cells; the stub gives A higher scores."""
+    def make(*cells):
+        for side in ("A", "B"):
+            for cell in cells:
+                shutil.copytree(fixtures_root / cell, tmp_path / side / cell)
+        return str(tmp_path / "A"), str(tmp_path / "B")
+
+    calls = []
+
+    def score_stack(cfgs, weights, *, protocol, eval_difficulty, num_episodes, max_steps):
+        calls.append((len(cfgs), eval_difficulty, num_episodes, max_steps))
+        base = 0.5 if len(calls) <= make.groups_per_source else 0.1
+        return [[{"Team/achievement_pct": base + 0.01 * i} for i in range(num_episodes)]
+                for _ in cfgs]
+
+    monkeypatch.setattr(evaluate, "score_stack", score_stack)
+    make.calls = calls
+    make.groups_per_source = 1
+    return make
+
+
+def test_compare_sources_by_episodes_favours_the_better_source(two_sources):
+    a, b = two_sources("tiny/ippo-rnn/easy/seed0")
+    [row] = compare_sources([a, b], ["tiny/ippo-rnn/easy/seed0"], episodes=6, reps=500)
+    assert two_sources.calls == [(1, "easy", 6, None)] * 2  # same worlds for both sides
+    assert row["runs"] == "episodes" and row["n_A"] == row["n_B"] == 6
+    assert row["A"] == a and row["B"] == b and row["eval_difficulty"] == "easy"
+    assert row["p_improvement"] == 1.0 and row["verdict"] == "A better"
+    assert row["mean_A"] - row["mean_B"] == pytest.approx(0.4) == row["diff"]
+
+
+def test_compare_sources_by_seeds_when_both_sides_have_two_cells(two_sources):
+    a, b = two_sources("tiny/ippo-rnn/hard/seed2", "tiny/hypermarl-rnn/hard/seed0")
+    two_sources.groups_per_source = 2  # two network shapes: two evaluator calls per source
+    [row] = compare_sources([a, b], ["tiny/*/hard"], episodes=3, reps=500,
+                            metric="Team/achievement_pct")
+    assert row["runs"] == "seeds" and row["n_A"] == row["n_B"] == 2
+    assert row["verdict"] == "A better"
+
+
+def test_compare_sources_input_errors(two_sources):
+    a, b = two_sources("tiny/ippo-rnn/easy/seed0")
+    with pytest.raises(UsageError, match="exactly two --source options"):
+        compare_sources([a], ["tiny"])
+    with pytest.raises(UsageError, match="unknown metric 'Team/achievment_pct'"):
+        compare_sources([a, b], ["tiny"], metric="Team/achievment_pct", episodes=2, reps=10)
