@@ -110,18 +110,18 @@ def settings_diff(saved: Mapping[str, Any] | None, now: Mapping[str, Any], limit
 
 def is_complete(cell_dir: Path, run: RunConfig, tcfg: TrainConfig) -> bool | None:
     """True: a released checkpoint written by these trainers with these settings exists;
-    False: one written with other settings (or by another tool) exists; None: none."""
+    False: another checkpoint is there (other settings, or another tool's, e.g. a download);
+    None: none, or training is in progress (``_resume/``: the resume rules decide)."""
     cell_dir = Path(cell_dir)
     if not (cell_dir / "checkpoint").is_dir():
         return None
     try:
-        data = json.loads((cell_dir / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-    summ = data.get("training_summary") or {}
-    if not summ.get("complete"):
-        return None
-    return summ.get("identity") == config_identity(run, tcfg)
+        summ = json.loads((cell_dir / "config.json").read_text()).get("training_summary") or {}
+    except (OSError, ValueError, AttributeError):
+        summ = {}
+    if summ.get("complete") and summ.get("identity") == config_identity(run, tcfg):
+        return True
+    return None if (cell_dir / "_resume").is_dir() else False
 
 
 # ----------------------------------------------------------------------------------------
@@ -388,8 +388,9 @@ def plan_training(selectors: Sequence[str], options: TrainOptions) -> TrainPlan:
         if done:
             skipped.append((m.cell, where))
         elif done is False:
-            raise ConfigError(f"{m.cell.id}: {where} already holds a trained checkpoint with "
-                              "other settings; --force retrains it (or choose another --out)")
+            raise ConfigError(f"{m.cell.id}: {where} already holds a checkpoint trained with "
+                              "other settings (or not by alem-eval train); --force overwrites "
+                              "it, or choose another --out")
         else:
             todo.append(m)
     return TrainPlan(len(selected), chosen, skipped, plan_groups(todo, options.group_size))

@@ -157,7 +157,11 @@ def test_finished_cells_are_skipped_and_others_settings_are_not_overwritten(tmp_
     assert [g.cells for g in plan.groups] == [[cells[1]]]
     shutil.rmtree(tmp_path / cells[0].id)
     _fake_finished(tmp_path / cells[0].id, "another")
-    with pytest.raises(ConfigError, match="other settings; --force"):
+    with pytest.raises(ConfigError, match=r"other settings .*--force overwrites"):
         plan_training(["100M/ippo-rnn/easy/seed0"], TrainOptions(out=tmp_path))
     forced = plan_training(["100M/ippo-rnn/easy/seed0"], TrainOptions(out=tmp_path, force=True))
     assert forced.groups[0].cells == [cells[0]]
+    # a downloaded released cell (no training summary) is not overwritten either
+    (tmp_path / cells[0].id / "config.json").write_text(json.dumps({"algorithm": "x"}))
+    with pytest.raises(ConfigError, match="not by alem-eval train"):
+        plan_training(["100M/ippo-rnn/easy/seed0"], TrainOptions(out=tmp_path))
