@@ -1,22 +1,22 @@
 """``alem-eval pull``: download the selected cells from the Hub into the local cache."""
 from __future__ import annotations
 
-from pathlib import Path
-from typing import List, Optional
+from typing import List
 
 import typer
 
 from ..cli import app
 from ..console import err_console
+from ..options import CacheDirOpt, RepoOpt, RevisionOpt, SourceOpt
 
 
 @app.command("pull")
 def pull(
     selectors: List[str] = typer.Argument(..., help="Cells, e.g. 1B/ippo-rnn/hard or '*/*/hard/seed0,seed3'."),
-    source: str = typer.Option("hub", "--source", help="'hub' or a local directory in the released layout."),
-    repo: Optional[str] = typer.Option(None, "--repo", help="Hub repo id (default alem-world/alem-rl-baselines)."),
-    revision: Optional[str] = typer.Option(None, "--revision", help="Hub revision (default main)."),
-    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Download cache (default: the HF cache)."),
+    source: SourceOpt = "hub",
+    repo: RepoOpt = None,
+    revision: RevisionOpt = None,
+    cache_dir: CacheDirOpt = None,
     workers: int = typer.Option(8, "--workers", min=1, max=64, help="Parallel file downloads."),
 ) -> None:
     """Download only the selected cells (resumable, idempotent; works offline from the cache).
