@@ -26,7 +26,7 @@ app = typer.Typer(
 
 # Command modules register themselves on `app` when imported.
 COMMAND_MODULES = ("list_", "pull", "verify", "score", "demo", "report", "leaderboard", "export",
-                   "train", "compare")
+                   "train", "compare", "crossplay")
 
 
 def _register() -> None:
@@ -39,6 +39,11 @@ def _register() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from .runtime import enable_compilation_cache
+
+    # Before any command compiles anything: JAX decides once per process whether the
+    # persistent cache is on (the demo used to compile its cells before turning it on).
+    enable_compilation_cache()
     _register()
     try:
         app(args=argv, standalone_mode=True)

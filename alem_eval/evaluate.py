@@ -49,6 +49,7 @@ count); each device runs its own early-exit loop.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import math
 import os
@@ -66,6 +67,9 @@ from .config import DIFFICULTIES, RunConfig
 from .errors import EvaluationError, UsageError
 from .networks import NetworkSpec, build_network
 from .policies import GreedyPolicy, make_policy
+
+# Runtime set-up lives in alem_eval.runtime; these names stay importable from here.
+from .runtime import enable_compilation_cache, parse_devices, use_host_devices  # noqa: F401
 
 PROTOCOLS: tuple[str, ...] = ("fast", "reference")
 DEFAULT_PROTOCOL = "fast"
@@ -95,63 +99,6 @@ LAST_TIMINGS: dict[str, float] = {}
 
 class EnvVersionWarning(UserWarning):
     """The installed alem differs from the version a checkpoint was trained and scored on."""
-
-
-# ----------------------------------------------------------------------------------------
-# Compilation cache
-# ----------------------------------------------------------------------------------------
-def enable_compilation_cache(directory: str | os.PathLike | None = None) -> Path:
-    """Turn on JAX's persistent compilation cache (idempotent) and return its directory.
-
-    Default: ``alem_eval.paths.compilation_cache_dir()`` (under the user cache). Every
-    compiled program, whatever its compile time, is stored, so a second process (or a
-    rerun of the CLI) skips the dominant cost of scoring: compiling the Alem step.
-    """
-    if directory is None:
-        from .paths import compilation_cache_dir
-
-        directory = compilation_cache_dir()
-    path = Path(directory).expanduser()
-    path.mkdir(parents=True, exist_ok=True)
-    jax.config.update("jax_compilation_cache_dir", str(path))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    return path
-
-
-def use_host_devices(n: int | None = None) -> int | None:
-    """Expose ``n`` CPU devices to JAX (default: one per core) so that the evaluator's
-    episode / checkpoint axis is split over all cores (the Alem step itself is mostly
-    single-threaded on CPU). Only effective before JAX initialises its backends (call it
-    first thing); returns the count applied, or None when it is too late or already set.
-    It does not change which device runs unsharded work (device 0), nor GPU behaviour.
-    """
-    from jax._src import xla_bridge
-
-    n = n or os.cpu_count() or 1
-    flags = os.environ.get("XLA_FLAGS", "")
-    if n < 2 or xla_bridge.backends_are_initialized() or \
-            "xla_force_host_platform_device_count" in flags:
-        return None
-    os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={n}".strip()
-    return n
-
-
-def parse_devices(value: str | int | None) -> int | None:
-    """``--devices``: None (leave JAX's devices as they are), a count >= 1, or ``"auto"``
-    (one per CPU core). Raises :class:`UsageError` for anything else."""
-    if value is None:
-        return None
-    text = str(value).strip().lower()
-    if text == "auto":
-        return os.cpu_count() or 1
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise UsageError(f"--devices must be a positive integer or 'auto', got {value!r}")
-    return n
 
 
 # ----------------------------------------------------------------------------------------
@@ -263,60 +210,159 @@ def fast_keys(num_episodes: int) -> tuple[jax.Array, jax.Array]:
 # One episode
 # ----------------------------------------------------------------------------------------
 class EpisodeCarry(NamedTuple):
-    t: jax.Array  # [] int32: steps taken
-    alive: jax.Array  # [] bool: the episode still runs
-    terminated: jax.Array  # [] bool: the env said done
-    chunks: jax.Array  # [] int32: scan chunks executed for this episode
-    key: jax.Array  # the threaded step key (frozen once the episode is over)
-    state: Any  # EnvState (keeps stepping, unused, once the episode is over)
-    snapshot: tuple  # the state leaves compute_score reads, frozen at the episode's end
-    obs: jax.Array  # [P, D]
-    policy_carry: Any
-    dones: jax.Array  # [P] bool: fed back as reset flags
-    rewards: jax.Array  # [capacity] float32: per-step mean-over-agents reward
+    """The loop state of a batch of ``N`` episodes (leading axis ``N`` on every leaf)."""
+
+    t: jax.Array  # [N] int32: steps taken
+    alive: jax.Array  # [N] bool: the episode still runs
+    terminated: jax.Array  # [N] bool: the env said done
+    chunks: jax.Array  # [N] int32: scan chunks executed while the episode ran
+    key: jax.Array  # [N, 2] the threaded step keys (frozen once an episode is over)
+    state: Any  # EnvState (keeps stepping, unused, once an episode is over)
+    snapshot: tuple  # the state leaves compute_score reads, frozen at each episode's end
+    obs: jax.Array  # [N, P, obs_dim] raw observations
+    policy_carry: Any  # per team class, per role: the role's recurrent state
+    dones: jax.Array  # [N, P] bool: fed back as reset flags
+    rewards: jax.Array  # [N, capacity] float32: per-step mean-over-agents reward
 
 
 class EpisodeResult(NamedTuple):
-    length: jax.Array  # [] int32, true length
-    terminated: jax.Array  # [] bool
-    chunks: jax.Array  # [] int32
+    length: jax.Array  # int32, true length
+    terminated: jax.Array  # bool
+    chunks: jax.Array  # int32
     rewards: jax.Array  # [capacity] float32 (entries >= length are 0)
     final_state: Any  # scores like the state after the last effective step (see rollout)
 
 
-def rollout(env, policy: GreedyPolicy, params: Any, dyn: Mapping[str, jax.Array],
-            raw_obs0: jax.Array, state0: Any, key: jax.Array, max_steps: jax.Array, *,
-            chunk: int = CHUNK, capacity: int) -> tuple[jax.Array, EpisodeResult]:
-    """Run one greedy episode from a reset ``(raw_obs0, state0)``, step keys threaded from
-    ``key``.
+# ----------------------------------------------------------------------------------------
+# Teams: any checkpoint in any agent slot
+# ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Role:
+    """One policy of a team: the network group it belongs to and the agent slots it drives."""
 
-    Guarantees: exactly ``min(T, max_steps)`` env steps count, where T is the step at
-    which the env reports ``__all__`` done; the while loop stops at the end of the chunk
-    in which the episode ended. Once it is over (``alive`` false) everything the result
-    depends on is masked: the key and the step count stop, rewards are no longer
-    written, and the state leaves ``compute_score`` reads are frozen. (The rest of the
-    env state keeps stepping, unused, under ``vmap`` -- freezing all ~390 kB of it by a
-    select every step would cost 10-25% of the step.) Returns the key after the last
-    effective step (upstream's chain goes on from it) and the :class:`EpisodeResult`,
+    group: int  # index into the program's network groups
+    slots: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TeamClass:
+    """Teams with the same role structure (which group drives which slots), batched together."""
+
+    roles: tuple[Role, ...]
+    size: int  # teams of this class in the batch
+
+
+def team_roles(team: Sequence[int]) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+    """``(members, slots)``: the team's distinct members in order of first appearance and
+    the agent slots each drives. ``(4, 4, 7)`` -> ``((4, 7), ((0, 1), (2,)))``."""
+    members = tuple(dict.fromkeys(team))
+    return members, tuple(tuple(s for s, m in enumerate(team) if m == x) for x in members)
+
+
+def _broadcast_leading(x: jax.Array, n: int) -> jax.Array:
+    return jnp.broadcast_to(x, (n,) + x.shape)
+
+
+def init_team_carries(policies: Sequence[GreedyPolicy], classes: Sequence[TeamClass],
+                      episodes: int) -> tuple:
+    """Zero recurrent state of every role: per class, per role, ``[size, episodes, ...]``."""
+    return tuple(tuple(jax.tree_util.tree_map(
+        lambda x, s=cls.size: jnp.broadcast_to(x, (s, episodes) + x.shape),
+        policies[role.group].init_carry()) for role in cls.roles) for cls in classes)
+
+
+def team_actions(policies: Sequence[GreedyPolicy], classes: Sequence[TeamClass], params: Any,
+                 use_mask: Any, carries: Any, raw_obs: jax.Array, dones: jax.Array,
+                 mask: jax.Array | None, *, episodes: int, num_actions: int) -> tuple[Any, jax.Array]:
+    """One greedy step of every team in the batch -> (new carries, actions ``[N, P]`` int32).
+
+    ``raw_obs [N, P, obs_dim]``, ``dones [N, P]``, ``mask [N, P, A]`` (None: all legal),
+    laid out class by class, team by team, episode by episode (``N = sum(sizes) x
+    episodes``). Each role's policy runs on all ``P`` slots of its teams -- the batch shape
+    upstream's policies use, so a team of one checkpoint computes exactly its self-play
+    actions -- and its actions are kept for the slots it drives.
+    """
+    num_agents = raw_obs.shape[1]
+    new_carries, actions, start = [], [], 0
+    for c, cls in enumerate(classes):
+        size = cls.size * episodes
+        lo = start
+
+        def block(x, lo=lo, cls=cls, size=size):
+            return x[lo:lo + size].reshape((cls.size, episodes) + x.shape[1:])
+
+        obs, done = block(raw_obs), block(dones)
+        mask_c = block(mask) if mask is not None else None
+        acts = jnp.zeros((cls.size, episodes, num_agents), jnp.int32)
+        role_carries = []
+        for r, role in enumerate(cls.roles):
+            policy = policies[role.group]
+            if mask_c is None:
+                m = jnp.ones(obs.shape[:3] + (num_actions,), bool)
+            else:  # members with ACTION_MASKING off see every action as legal
+                m = jnp.where(use_mask[c][r][:, None, None, None], mask_c, True)
+
+            def per_team(p, cr, o, d, mm, policy=policy):
+                def one(cr1, o1, d1, m1):
+                    return policy.act(p, cr1, policy.policy_input(o1), d1, m1)
+
+                return jax.vmap(one)(cr, o, d, mm)
+
+            cr, a = jax.vmap(per_team)(params[c][r], carries[c][r], obs, done, m)
+            acts = jnp.where(np.isin(np.arange(num_agents), role.slots), a, acts)
+            role_carries.append(cr)
+        new_carries.append(tuple(role_carries))
+        actions.append(acts.reshape((size, num_agents)))
+        start += size
+    return tuple(new_carries), jnp.concatenate(actions)
+
+
+def rollout(env, mask_env, policies: Sequence[GreedyPolicy], classes: Sequence[TeamClass],
+            params: Any, use_mask: Any, dyn: Mapping[str, jax.Array], raw_obs0: jax.Array,
+            state0: Any, keys: jax.Array, max_steps: jax.Array, *, episodes: int, chunk: int,
+            capacity: int) -> tuple[jax.Array, EpisodeResult]:
+    """Run a batch of greedy episodes from reset worlds, step keys threaded from ``keys``.
+
+    The batch is ``N = sum(class sizes) x episodes`` episodes, laid out class by class, team
+    by team, episode by episode. Every step, each class's roles run their policies (vmapped
+    over the class's teams, then its episodes) on the raw observations of all ``P`` slots
+    -- the batch shape upstream's policies see -- and each role's actions are kept for the
+    slots it drives; then ONE vmapped ``env.step`` advances all ``N`` episodes. ``params``
+    and ``use_mask`` are nested per class, per role, with a leading axis of the class size.
+
+    Guarantees: exactly ``min(T, max_steps)`` env steps count per episode, where T is the
+    step at which the env reports ``__all__`` done; the loop stops at the end of the chunk
+    in which the last episode ended. Once an episode is over (``alive`` false) everything
+    its result depends on is masked: the key and the step count stop, rewards are no longer
+    written, and the state leaves ``compute_score`` reads are frozen. (The rest of the env
+    state keeps stepping, unused -- freezing all ~390 kB of it by a select every step would
+    cost 10-25% of the step.) Returns the keys after each episode's last effective step
+    (upstream's chain goes on from it) and the :class:`EpisodeResult` (leading axis ``N``),
     whose ``final_state`` gives exactly the terminal state's ``compute_score``.
     ``max_steps`` must be in ``[1, capacity]``.
     """
     TRACE_COUNTS["rollout"] += 1
-    score_idx = env.score_leaf_indices(state0)
+    n, num_agents = raw_obs0.shape[:2]
+    num_actions = env.statics.num_actions
+    score_idx = env.score_leaf_indices(jax.tree_util.tree_map(lambda x: x[0], state0))
 
     def snapshot(state) -> tuple:
         leaves = jax.tree_util.tree_leaves(state)
         return tuple(leaves[i] for i in score_idx)
 
     def step(c: EpisodeCarry, _):
-        key, _act_key, env_key = jax.random.split(c.key, 3)  # act key unused: greedy
-        mask = env.action_mask(c.state, dyn)
-        pcarry, actions = policy.act(params, c.policy_carry, c.obs, c.dones, mask)
-        out = env.step(env_key, c.state, actions, dyn)
+        split = jax.vmap(lambda k: jax.random.split(k, 3))(c.key)  # act key unused: greedy
+        key, env_key = split[:, 0], split[:, 2]
+        mask = None if mask_env is None else jax.vmap(mask_env.action_mask, (0, None))(c.state, dyn)
+        pcarry, actions = team_actions(policies, classes, params, use_mask, c.policy_carry,
+                                       c.obs, c.dones, mask, episodes=episodes,
+                                       num_actions=num_actions)
+        out = jax.vmap(env.step, (0, 0, 0, None))(env_key, c.state, actions, dyn)
         live = c.alive
 
         def keep(new, old):
-            return jax.tree_util.tree_map(lambda n, o: jnp.where(live, n, o), new, old)
+            return jax.tree_util.tree_map(
+                lambda a, b: jnp.where(live.reshape((-1,) + (1,) * (a.ndim - 1)), a, b), new, old)
 
         t = c.t + live.astype(jnp.int32)
         slot = jnp.where(live, c.t, capacity)  # out of bounds -> dropped
@@ -331,20 +377,23 @@ def rollout(env, policy: GreedyPolicy, params: Any, dyn: Mapping[str, jax.Array]
             obs=out.obs,
             policy_carry=pcarry,
             dones=out.agent_dones,
-            rewards=c.rewards.at[slot].set(jnp.mean(out.reward), mode="drop"),
+            rewards=c.rewards.at[jnp.arange(n), slot].set(jnp.mean(out.reward, axis=-1),
+                                                         mode="drop"),
         ), None
 
     def run_chunk(c: EpisodeCarry) -> EpisodeCarry:
+        ran = c.alive.astype(jnp.int32)
         c, _ = jax.lax.scan(step, c, None, length=chunk)
-        return c._replace(chunks=c.chunks + 1)
+        return c._replace(chunks=c.chunks + ran)
 
+    carries = init_team_carries(policies, classes, episodes)
+    zeros = jnp.zeros((n,), jnp.int32)
     init = EpisodeCarry(
-        t=jnp.zeros((), jnp.int32), alive=max_steps > 0, terminated=jnp.zeros((), bool),
-        chunks=jnp.zeros((), jnp.int32), key=key, state=state0, snapshot=snapshot(state0),
-        obs=env.preprocess(raw_obs0), policy_carry=policy.init_carry(),
-        dones=jnp.zeros((env.statics.num_agents,), bool),
-        rewards=jnp.zeros((capacity,), jnp.float32))
-    final = jax.lax.while_loop(lambda c: c.alive, run_chunk, init)
+        t=zeros, alive=jnp.broadcast_to(max_steps > 0, (n,)), terminated=jnp.zeros((n,), bool),
+        chunks=zeros, key=keys, state=state0, snapshot=snapshot(state0), obs=raw_obs0,
+        policy_carry=carries, dones=jnp.zeros((n, num_agents), bool),
+        rewards=jnp.zeros((n, capacity), jnp.float32))
+    final = jax.lax.while_loop(lambda c: jnp.any(c.alive), run_chunk, init)
     leaves, treedef = jax.tree_util.tree_flatten(final.state)
     for i, leaf in zip(score_idx, final.snapshot):
         leaves[i] = leaf
@@ -365,13 +414,54 @@ def _timed_compile(jitted, args, label: str):
     return compiled
 
 
+# Sources whose code ends up in the compiled programs: an exported program is reused only
+# by the same code (an editable install keeps no version number honest).
+_PROGRAM_SOURCES = ("evaluate.py", "policies.py", "networks.py")
+
+
+@functools.lru_cache(maxsize=1)
+def _code_identity() -> str:
+    """Versions and source hash that an exported program is valid for."""
+    import hashlib
+
+    import jaxlib
+
+    from alem_env import eval_env
+    from alem_env.loader import installed_env_version
+
+    h = hashlib.sha256()
+    here = Path(__file__).parent
+    for path in [here / name for name in _PROGRAM_SOURCES] + [Path(eval_env.__file__)]:
+        h.update(path.read_bytes())
+    parts = (jax.__version__, jaxlib.__version__, installed_env_version(),
+             jax.default_backend(), str(jax.config.jax_threefry_partitionable),
+             str(jax.config.jax_enable_x64), h.hexdigest())
+    return "|".join(parts)
+
+
+def _export_dir() -> Path | None:
+    """Where traced programs are kept (beside the compilation cache); None when the
+    compilation cache is off, or ALEM_EVAL_NO_EXPORT is set."""
+    if os.environ.get("ALEM_EVAL_NO_EXPORT") or not jax.config.jax_compilation_cache_dir:
+        return None
+    return Path(jax.config.jax_compilation_cache_dir) / "alem-eval-exported"
+
+
 class _Compiled:
     """A jitted function whose executables are compiled ahead of time, once per input
-    shapes, with the trace/compile time recorded in :data:`COMPILE_STATS`."""
+    shapes, with the trace/compile time recorded in :data:`COMPILE_STATS`.
 
-    def __init__(self, fn: Callable, label: str):
+    With an ``identity`` (a string naming everything the function closes over) and the
+    persistent compilation cache on, the traced program is also serialised with
+    ``jax.export`` (keyed by the identity, the input shapes and :func:`_code_identity`), so
+    a later process skips the Python trace of the Alem step (5-20 s) and, through the
+    compilation cache, the XLA compile too.
+    """
+
+    def __init__(self, fn: Callable, label: str, identity: str | None = None):
         self._jitted = jax.jit(fn)
         self.label = label
+        self.identity = identity
         self._executables: dict[Any, Any] = {}
 
     def __call__(self, *args):
@@ -379,8 +469,66 @@ class _Compiled:
         sig = (str(jax.tree_util.tree_structure(args)), str(jax.tree_util.tree_leaves(shapes)))
         exe = self._executables.get(sig)
         if exe is None:
-            exe = self._executables[sig] = _timed_compile(self._jitted, args, self.label)
+            exe = self._executables[sig] = self._build(args, sig)
         return exe(*args)
+
+    def _build(self, args, sig):
+        kind = self.label.split(":")[0]
+        store = _export_dir() if self.identity is not None else None
+        if store is None:
+            TRACE_COUNTS[f"{kind}:traced"] += 1
+            return _timed_compile(self._jitted, args, self.label)
+        import hashlib
+        import pickle
+
+        from jax import export
+
+        # Exported with flat leaves in and out (jax.export cannot serialise alem's state
+        # classes); the output tree structure is pickled beside it.
+        name = hashlib.sha256(repr((self.identity, sig, _code_identity())).encode()).hexdigest()
+        path = store / f"{name[:40]}.jaxexport"
+        in_tree = jax.tree_util.tree_structure(args)
+        t0 = time.perf_counter()
+        loaded = None
+        if path.is_file():
+            try:
+                blob = pickle.loads(path.read_bytes())
+                loaded = (export.deserialize(bytearray(blob["exported"])), blob["out_tree"])
+                TRACE_COUNTS[f"{kind}:loaded"] += 1
+            except Exception:  # noqa: BLE001 - a damaged or foreign file: trace again
+                loaded = None
+        if loaded is None:
+            TRACE_COUNTS[f"{kind}:traced"] += 1
+            out_tree: list[Any] = []
+
+            def flat_fn(*leaves):
+                out = self._jitted(*jax.tree_util.tree_unflatten(in_tree, leaves))
+                out_leaves, tree = jax.tree_util.tree_flatten(out)
+                out_tree.append(tree)
+                return out_leaves
+
+            exported = export.export(jax.jit(flat_fn))(*jax.tree_util.tree_leaves(args))
+            loaded = (exported, out_tree[0])
+            try:
+                _write_bytes_atomic(path, pickle.dumps({"exported": exported.serialize(),
+                                                        "out_tree": out_tree[0]}))
+            except (ImportError, OSError, pickle.PicklingError) as exc:  # no warm start
+                warnings.warn(f"traced program not saved for a warm start ({exc})",
+                              stacklevel=2)
+        exported, tree = loaded
+        compiled = _timed_compile(jax.jit(exported.call), jax.tree_util.tree_leaves(args),
+                                  self.label)
+        stat = COMPILE_STATS[-1]  # "trace": everything before the XLA compile
+        COMPILE_STATS[-1] = dataclasses.replace(
+            stat, trace_s=time.perf_counter() - t0 - stat.compile_s)
+        return lambda *a: jax.tree_util.tree_unflatten(tree, compiled(*jax.tree_util.tree_leaves(a)))
+
+
+def _write_bytes_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
 
 
 def _shape_summary(args) -> str:
@@ -397,83 +545,114 @@ def _world_programs(world: Any) -> tuple[_Compiled, _Compiled]:
     from alem_env.eval_env import get_eval_env
 
     env = get_eval_env(world)
-    return (_Compiled(env.reset, "reset"), _Compiled(jax.vmap(env.score), "score"))
+    ident = repr(world)
+    return (_Compiled(env.reset, "reset", f"reset:{ident}"),
+            _Compiled(jax.vmap(env.score), "score", f"score:{ident}"))
 
 
 @dataclass(frozen=True)
 class ProgramKey:
     protocol: str
-    network_key: str
-    statics: Any  # alem_env.eval_env.EnvStatics
+    network_keys: tuple[str, ...]  # the network groups, in role-group order
+    classes: tuple[TeamClass, ...]
+    world: Any  # alem_env.eval_env.EnvStatics of the world (no policy-side flags)
+    masking: bool  # some member uses ACTION_MASKING: the program computes masks
     chunk: int
     capacity: int
     num_devices: int
 
 
 class _Program:
-    """The jitted multi-episode rollout of one (protocol, network, env statics)."""
+    """The jitted rollout of one batch structure: network groups x team classes x world."""
 
-    def __init__(self, key: ProgramKey, spec: NetworkSpec):
+    def __init__(self, key: ProgramKey, specs: Sequence[NetworkSpec]):
         from alem_env.eval_env import get_eval_env
 
         self.key = key
-        self.env = get_eval_env(key.statics)
-        self.policy = make_policy(spec)
+        self.env = get_eval_env(key.world)
+        self.mask_env = (get_eval_env(dataclasses.replace(key.world, action_masking=True))
+                         if key.masking else None)
+        self.policies = [make_policy(s) for s in specs]
         fn = self._reference if key.protocol == "reference" else self._fast
         if key.num_devices > 1:
             fn = self._sharded(fn)
-        self.run = _Compiled(fn, f"{key.protocol}:{spec.algorithm}")
+        names = "+".join(dict.fromkeys(s.algorithm for s in specs))
+        # Multi-device (shard_map) programs are not exported: they trace every process.
+        self.run = _Compiled(fn, f"rollout:{key.protocol}:{names}",
+                             repr(key) if key.num_devices == 1 else None)
 
-    def _episode(self, params, dyn, raw_obs0, state0, key, max_steps):
-        return rollout(self.env, self.policy, params, dyn, raw_obs0, state0, key, max_steps,
+    @property
+    def classes(self) -> tuple[TeamClass, ...]:
+        """The team classes one device sees (``reference`` splits the teams of its single
+        class over the devices; ``fast`` splits the episodes)."""
+        n = self.key.num_devices
+        if self.key.protocol == "reference" and n > 1:
+            return tuple(TeamClass(c.roles, c.size // n) for c in self.key.classes)
+        return self.key.classes
+
+    @property
+    def num_teams(self) -> int:
+        return sum(c.size for c in self.classes)
+
+    def _prepare(self, variables):
+        """Per class, per role: the policy's per-checkpoint constants (vmapped over teams)."""
+        return tuple(tuple(jax.vmap(self.policies[role.group].prepare)(variables[c][r])
+                           for r, role in enumerate(cls.roles))
+                     for c, cls in enumerate(self.classes))
+
+    def _rollout(self, params, use_mask, dyn, raw_obs0, state0, keys, max_steps, episodes):
+        return rollout(self.env, self.mask_env, self.policies, self.classes, params,
+                       use_mask, dyn, raw_obs0, state0, keys, max_steps, episodes=episodes,
                        chunk=self.key.chunk, capacity=self.key.capacity)
 
-    def _reference(self, variables, dyn, start_keys, raw_obs0, state0, max_steps):
-        """[K] checkpoints, [E] episodes in sequence (one key chain per checkpoint).
+    def _reference(self, variables, use_mask, dyn, start_keys, raw_obs0, state0, max_steps):
+        """[T] teams (one key chain each), [E] episodes in sequence -> leaves ``[T, E, ...]``.
 
-        ``raw_obs0``/``state0`` are the E reset worlds (shared by all checkpoints).
-        Returns EpisodeResult leaves ``[E, K, ...]``.
-        """
-        params = jax.vmap(self.policy.prepare)(variables)
+        ``raw_obs0``/``state0`` are the E reset worlds (shared by all teams)."""
+        params = self._prepare(variables)
+        t = self.num_teams
 
         def one_episode(keys, world):
-            obs0, s0 = world
-            run = lambda p, k: self._episode(p, dyn, obs0, s0, k, max_steps)  # noqa: E731
-            return jax.vmap(run)(params, keys)
+            obs0, s0 = jax.tree_util.tree_map(lambda x: _broadcast_leading(x, t), world)
+            return self._rollout(params, use_mask, dyn, obs0, s0, keys, max_steps, 1)
 
         _, results = jax.lax.scan(one_episode, start_keys, (raw_obs0, state0))
-        return results
+        return jax.tree_util.tree_map(lambda x: jnp.swapaxes(x, 0, 1), results)
 
-    def _fast(self, variables, dyn, chain_keys, raw_obs0, state0, max_steps):
-        """[K] checkpoints x [E] parallel episodes -> EpisodeResult leaves ``[K, E, ...]``."""
-        params = jax.vmap(self.policy.prepare)(variables)
-
-        def per_checkpoint(p):
-            run = lambda o, s, k: self._episode(p, dyn, o, s, k, max_steps)[1]  # noqa: E731
-            return jax.vmap(run)(raw_obs0, state0, chain_keys)
-
-        return jax.vmap(per_checkpoint)(params)
+    def _fast(self, variables, use_mask, dyn, chain_keys, raw_obs0, state0, max_steps):
+        """[T] teams x [E] parallel episodes -> EpisodeResult leaves ``[T, E, ...]``."""
+        params = self._prepare(variables)
+        t, e = self.num_teams, chain_keys.shape[0]
+        tile = lambda x: _broadcast_leading(x, t).reshape((t * e,) + x.shape[1:])  # noqa: E731
+        obs0, s0, keys = jax.tree_util.tree_map(tile, (raw_obs0, state0, chain_keys))
+        _, res = self._rollout(params, use_mask, dyn, obs0, s0, keys, max_steps, e)
+        return jax.tree_util.tree_map(lambda x: x.reshape((t, e) + x.shape[1:]), res)
 
     def _sharded(self, fn: Callable) -> Callable:
+        """Split the episode axis (``fast``) or the teams of the single class
+        (``reference``) over the local devices."""
         from jax.experimental.shard_map import shard_map
-        from jax.sharding import Mesh, PartitionSpec as P
+        from jax.sharding import Mesh
+        from jax.sharding import PartitionSpec as P
 
         mesh = Mesh(np.array(jax.local_devices()[: self.key.num_devices]), ("d",))
-        if self.key.protocol == "reference":  # split the checkpoint axis
-            in_specs = (P("d"), P(), P("d"), P(), P(), P())
-        else:  # split the episode axis
-            in_specs = (P(), P(), P("d"), P("d"), P("d"), P())
-        return shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=P(None, "d"),
+        if self.key.protocol == "reference":
+            in_specs = (P("d"), P("d"), P(), P("d"), P(), P(), P())
+            out_specs = P("d")
+        else:
+            in_specs = (P(), P(), P(), P("d"), P("d"), P("d"), P())
+            out_specs = P(None, "d")
+        return shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
                          check_rep=False)
 
 
 _PROGRAMS: dict[ProgramKey, _Program] = {}
 
 
-def _program(key: ProgramKey, spec: NetworkSpec) -> _Program:
+def _program(key: ProgramKey, specs: Sequence[NetworkSpec]) -> _Program:
     prog = _PROGRAMS.get(key)
     if prog is None:
-        prog = _PROGRAMS[key] = _Program(key, spec)
+        prog = _PROGRAMS[key] = _Program(key, specs)
     return prog
 
 
@@ -484,14 +663,14 @@ def clear_program_cache() -> None:
 
 
 # ----------------------------------------------------------------------------------------
-# Stacks
+# Stacks and teams
 # ----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class StackResult:
-    """Per-checkpoint, per-episode results of one :func:`run_stack` call."""
+    """Per-team (self-play: per-checkpoint), per-episode results of one evaluation call."""
 
-    records: list[list[dict[str, float]]]  # [checkpoint][episode]
-    chunks: list[np.ndarray]  # [checkpoint] -> [episodes] scan chunks executed per episode
+    records: list[list[dict[str, float]]]  # [team][episode]
+    chunks: list[np.ndarray]  # [team] -> [episodes] scan chunks executed per episode
     protocol: str
     eval_difficulty: str
     chunk: int
@@ -529,30 +708,42 @@ def _devices_for(n: int) -> int:
     return max(1, min(jax.local_device_count(), n))
 
 
-def _group_key(cfg: RunConfig, statics, protocol: str, num_episodes: int, max_steps: int):
-    key = (cfg.network_key, statics, num_episodes, max_steps)
-    return key + ((cfg.eval.eval_seed,) if protocol == "reference" else ())
-
-
 def run_stack(cfgs: Sequence[RunConfig], weights: Sequence[Any], *,
               protocol: str = DEFAULT_PROTOCOL, eval_difficulty: str,
               num_episodes: int | None = None, max_steps: int | None = None,
               on_env_mismatch: str = "error", chunk: int = CHUNK) -> StackResult:
-    """Evaluate a stack of checkpoints on ``eval_difficulty``; see the module docstring.
+    """Self-play evaluation of a stack of checkpoints (any algorithms) on ``eval_difficulty``.
 
-    ``cfgs[k]`` describes ``weights[k]`` (a weights tree in the released disk layout, or
-    at least its policy part). All must share ``network_key``. Checkpoints whose eval
-    settings differ (env flags, episode count, step cap, EVAL_SEED for ``reference``) are
-    evaluated in separate compiled calls; the result keeps the input order.
+    ``cfgs[k]`` describes ``weights[k]`` (a weights tree in the released disk layout, or at
+    least its policy part). Each checkpoint drives all agents of its own team; all teams
+    that share the world's env configuration run in ONE compiled program (one trace of the
+    Alem step, whatever the algorithms). The result keeps the input order.
+    """
+    teams = [(k,) * (cfg.env.num_agents if cfg is not None else 1) for k, cfg in enumerate(cfgs)]
+    return run_teams(cfgs, weights, teams, protocol=protocol, eval_difficulty=eval_difficulty,
+                     num_episodes=num_episodes, max_steps=max_steps,
+                     on_env_mismatch=on_env_mismatch, chunk=chunk)
+
+
+def run_teams(cfgs: Sequence[RunConfig], weights: Sequence[Any],
+              teams: Sequence[Sequence[int]], *, protocol: str = DEFAULT_PROTOCOL,
+              eval_difficulty: str, num_episodes: int | None = None,
+              max_steps: int | None = None, on_env_mismatch: str = "error",
+              chunk: int = CHUNK) -> StackResult:
+    """Evaluate teams whose agent slots are driven by any of the given checkpoints.
+
+    ``teams[i][s]`` is the index (into ``cfgs``/``weights``) of the checkpoint driving agent
+    slot ``s`` of team ``i``; a team of one repeated index is that checkpoint's self-play.
+    All members of a team must share the world's env configuration (agents, comm
+    channels, reward sharing, difficulty scaling); ``reference`` evaluates self-play teams
+    only (it reproduces upstream's evaluation, which has no mixed teams). Returns
+    ``records[team][episode]``.
     """
     _validate_request(protocol, eval_difficulty, num_episodes, max_steps)
     if len(cfgs) != len(weights):
         raise EvaluationError(f"{len(cfgs)} configs but {len(weights)} weight trees")
-    if not cfgs:
+    if not cfgs or not teams:
         raise EvaluationError("nothing to evaluate: the stack is empty")
-    if len({c.network_key for c in cfgs}) > 1:
-        raise EvaluationError("checkpoints in one stack must share network_key (same algorithm "
-                              "and network shapes); score them in separate stacks")
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
         raise UsageError(f"chunk must be a positive integer, got {chunk!r}")
     if protocol == "reference" and (jax.config.jax_threefry_partitionable
@@ -566,38 +757,67 @@ def run_stack(cfgs: Sequence[RunConfig], weights: Sequence[Any], *,
     for i, cfg in enumerate(cfgs):
         check_env_version(cfg, on_mismatch=on_env_mismatch, where=f"checkpoint {i}",
                           installed=installed)
+    statics = [eval_statics(c) for c in cfgs]
+    specs = [build_network(c) for c in cfgs]
+    for i, team in enumerate(teams):
+        _check_team(i, team, cfgs, statics, protocol)
     if protocol == "reference":
         for cfg in cfgs:
             reference_key(cfg, eval_difficulty)  # fail early when the difficulty was not run
+    for i, (spec, st) in enumerate(zip(specs, statics)):
+        if st.input_dim != spec.input_dim:
+            raise EvaluationError(
+                f"checkpoint {i} ({cfgs[i].algorithm}): the network expects inputs of width "
+                f"{spec.input_dim} but the eval env gives {st.input_dim} (HyperMARL needs "
+                "APPEND_AGENT_ID=true)")
+    used = sorted({m for team in teams for m in team})
+    variables = {i: _policy_variables(specs[i], weights[i], f"checkpoint {i}") for i in used}
 
-    spec = build_network(cfgs[0])
-    statics = [eval_statics(c) for c in cfgs]
-    if statics[0].input_dim != spec.input_dim:
-        raise EvaluationError(
-            f"{cfgs[0].algorithm}: the network expects inputs of width {spec.input_dim} but "
-            f"the eval env gives {statics[0].input_dim} (HyperMARL needs APPEND_AGENT_ID=true)")
-    variables = [_policy_variables(spec, w, f"checkpoint {i}") for i, w in enumerate(weights)]
-
-    def settings(cfg):
+    def settings(team):
+        cfg = cfgs[team[0]]
         if protocol == "fast":
             return (num_episodes or FAST_NUM_EPISODES, max_steps or FAST_MAX_STEPS)
         return (num_episodes or cfg.eval.num_episodes, max_steps or cfg.eval.max_steps)
 
     groups: dict[tuple, list[int]] = collections.defaultdict(list)
-    for i, cfg in enumerate(cfgs):
-        groups[_group_key(cfg, statics[i], protocol, *settings(cfg))].append(i)
+    for i, team in enumerate(teams):
+        seed = (cfgs[team[0]].eval.eval_seed,) if protocol == "reference" else ()
+        groups[(statics[team[0]].world, *settings(team), *seed)].append(i)
 
-    records: list[Any] = [None] * len(cfgs)
-    chunks: list[Any] = [None] * len(cfgs)
+    records: list[Any] = [None] * len(teams)
+    chunks: list[Any] = [None] * len(teams)
     for idx in groups.values():
-        n_ep, cap = settings(cfgs[idx[0]])
-        recs, ch = _run_group(spec, statics[idx[0]], [cfgs[i] for i in idx],
-                              [variables[i] for i in idx], protocol, eval_difficulty,
-                              n_ep, cap, chunk)
+        n_ep, cap = settings(teams[idx[0]])
+        recs, ch = _run_group([tuple(teams[i]) for i in idx], cfgs, specs, statics, variables,
+                              protocol, eval_difficulty, n_ep, cap, chunk)
         for j, i in enumerate(idx):
             records[i], chunks[i] = recs[j], ch[j]
     return StackResult(records=records, chunks=chunks, protocol=protocol,
                        eval_difficulty=eval_difficulty, chunk=chunk)
+
+
+def _check_team(i: int, team: Sequence[int], cfgs, statics, protocol: str) -> None:
+    if not team or any(isinstance(m, bool) or not isinstance(m, (int, np.integer))
+                       or not 0 <= m < len(cfgs) for m in team):
+        raise EvaluationError(f"team {i}: {list(team)!r} names a checkpoint that is not in "
+                              f"the stack (indices 0..{len(cfgs) - 1})")
+    first = statics[team[0]]
+    if len(team) != first.num_agents:
+        raise EvaluationError(f"team {i}: {len(team)} slots but the env has "
+                              f"{first.num_agents} agents")
+    for m in team[1:]:
+        if statics[m].world != first.world:
+            raise EvaluationError(
+                f"team {i}: checkpoints {team[0]} and {m} need different env configurations "
+                f"({_world_diff(first.world, statics[m].world)}); they cannot play together")
+    if protocol == "reference" and len(set(team)) > 1:
+        raise EvaluationError(f"team {i}: protocol 'reference' reproduces upstream's "
+                              "self-play evaluation; score mixed teams with protocol 'fast'")
+
+
+def _world_diff(a, b) -> str:
+    fields = [f.name for f in dataclasses.fields(a) if getattr(a, f.name) != getattr(b, f.name)]
+    return ", ".join(f"{f} {getattr(a, f)} vs {getattr(b, f)}" for f in fields)
 
 
 def _resets(world, dyn, keys: Sequence[Any]) -> tuple[jax.Array, Any]:
@@ -621,44 +841,81 @@ def _scores(world, final_states: Any, k: int, e: int) -> dict[str, np.ndarray]:
     return {name: np.asarray(v)[:n].reshape((k, e) + np.shape(v)[1:]) for name, v in out.items()}
 
 
-def _run_group(spec, statics, cfgs, variables, protocol, eval_difficulty, num_episodes,
-               max_steps, chunk):
-    k = len(cfgs)
+def _batch_structure(teams, cfgs, specs):
+    """Network groups, team classes (role structure) and the batch order of the teams."""
+    keys = list(dict.fromkeys(cfgs[m].network_key for team in teams for m in team))
+    group_of = {m: keys.index(cfgs[m].network_key) for team in teams for m in team}
+    by_class: dict[tuple[Role, ...], list[int]] = {}
+    for i, team in enumerate(teams):
+        members, slots = team_roles(team)
+        sig = tuple(Role(group_of[m], s) for m, s in zip(members, slots))
+        by_class.setdefault(sig, []).append(i)
+    classes = tuple(TeamClass(sig, len(idx)) for sig, idx in by_class.items())
+    order = [i for idx in by_class.values() for i in idx]
+    group_specs = [specs[next(m for m in group_of if group_of[m] == g)] for g in range(len(keys))]
+    return tuple(keys), group_specs, classes, order
+
+
+def _run_group(teams, cfgs, specs, statics, variables, protocol, eval_difficulty,
+               num_episodes, max_steps, chunk):
+    keys, group_specs, classes, order = _batch_structure(teams, cfgs, specs)
+    batch = [teams[i] for i in order]  # class by class
+    t = len(batch)
+    world = statics[batch[0][0]].world
+    masking = any(cfgs[m].env.action_masking for team in batch for m in team)
     capacity = _capacity(max_steps)
-    n_dev = _devices_for(k if protocol == "reference" else num_episodes)
-    prog = _program(ProgramKey(protocol, cfgs[0].network_key, statics, chunk, capacity, n_dev),
-                    spec)
-    world = statics.world
+    if protocol == "fast":
+        n_dev = _devices_for(num_episodes)
+    else:  # teams of one class split over the devices (padded with repeats of the last)
+        n_dev = _devices_for(t) if len(classes) == 1 else 1
+        pad = (-t) % n_dev
+        batch += [batch[-1]] * pad
+        classes = (TeamClass(classes[0].roles, t + pad),) if pad else classes
+    prog = _program(ProgramKey(protocol, keys, classes, world, masking, chunk, capacity, n_dev),
+                    group_specs)
+    # Per class, per role: the members' variables and masking flags, stacked over teams.
+    role_vars, role_mask, start = [], [], 0
+    for cls in classes:
+        members = [team_roles(team)[0] for team in batch[start:start + cls.size]]
+        role_vars.append(tuple(_stack([variables[m[r]] for m in members])
+                               for r in range(len(cls.roles))))
+        role_mask.append(tuple(np.array([cfgs[m[r]].env.action_masking for m in members])
+                               for r in range(len(cls.roles))))
+        start += cls.size
     dyn = prog.env.difficulty_params(eval_difficulty)
     steps = np.asarray(max_steps, np.int32)
     clock = time.perf_counter()
     if protocol == "reference":
-        pad = (-k) % n_dev
-        keys = [np.asarray(reference_key(c, eval_difficulty)) for c in cfgs]
-        seeds = cfgs[0].eval.eval_seed + np.arange(num_episodes)
+        start_keys = np.stack([np.asarray(reference_key(cfgs[team[0]], eval_difficulty))
+                               for team in batch])
+        seeds = cfgs[batch[0][0]].eval.eval_seed + np.arange(num_episodes)
         obs0, state0 = jax.block_until_ready(
             _resets(world, dyn, [jax.random.PRNGKey(int(s)) for s in seeds]))
         t_reset = time.perf_counter()
-        res = prog.run(_stack(variables + [variables[-1]] * pad), dyn,
-                       np.stack(keys + [keys[-1]] * pad), obs0, state0, steps)
-        res = jax.tree_util.tree_map(lambda x: jnp.swapaxes(x, 0, 1)[:k], res)  # -> [K, E]
+        res = prog.run(tuple(role_vars), tuple(role_mask), dyn, start_keys, obs0, state0, steps)
     else:
         padded = num_episodes + (-num_episodes) % n_dev
         worlds, chains = fast_keys(padded)
         obs0, state0 = jax.block_until_ready(_resets(world, dyn, list(worlds)))
         t_reset = time.perf_counter()
-        res = prog.run(_stack(variables), dyn, np.asarray(chains), obs0, state0, steps)
+        res = prog.run(tuple(role_vars), tuple(role_mask), dyn, np.asarray(chains), obs0,
+                       state0, steps)
         res = jax.tree_util.tree_map(lambda x: x[:, :num_episodes], res)
-    res = jax.block_until_ready(res)
+    res = jax.tree_util.tree_map(lambda x: x[:t], jax.block_until_ready(res))
     t_roll = time.perf_counter()
-    scores = _scores(world, res.final_state, k, num_episodes)
+    scores = _scores(world, res.final_state, t, num_episodes)
     t_score = time.perf_counter()
     small = jax.device_get(res._replace(final_state=None))
     records = _records(small, scores)
     LAST_TIMINGS.clear()
     LAST_TIMINGS.update(resets_s=t_reset - clock, rollout_s=t_roll - t_reset,
                         scores_s=t_score - t_roll, records_s=time.perf_counter() - t_score)
-    return records, np.asarray(small.chunks)
+    out_records: list[Any] = [None] * t
+    out_chunks: list[Any] = [None] * t
+    all_chunks = np.asarray(small.chunks)
+    for j, i in enumerate(order):
+        out_records[i], out_chunks[i] = records[j], all_chunks[j]
+    return out_records, out_chunks
 
 
 def _records(res: EpisodeResult, scores: Mapping[str, np.ndarray]) -> list[list[dict[str, float]]]:

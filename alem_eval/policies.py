@@ -102,6 +102,14 @@ class GreedyPolicy:
         """Zero recurrent state for one episode: ``[P, H]``; PQN ``(c, h)`` each ``[P, 1, H]``."""
         return self.kind.init_carry(self.spec)
 
+    def policy_input(self, raw_obs: jax.Array) -> jax.Array:
+        """``[P, obs_dim]`` raw observations -> ``[P, input_dim]``: followed by the one-hot
+        agent id when the network takes it (as AppendAgentIDWrapper and JaxMARL's
+        CTRolloutManager append it)."""
+        if not self.spec.appends_agent_id:
+            return raw_obs
+        return jnp.concatenate([raw_obs, jnp.eye(raw_obs.shape[0], dtype=raw_obs.dtype)], axis=-1)
+
     def act(self, params: dict[str, Any], carry: Any, obs: jax.Array, dones: jax.Array,
             mask: jax.Array) -> tuple[Any, jax.Array]:
         """One greedy step -> (new carry, actions ``[P]`` int32)."""

@@ -189,7 +189,8 @@ def score_cells(
 
     groups: dict[tuple, list[_Job]] = defaultdict(list)
     for job in todo:
-        groups[(job.cfg.network_key, job.eval_difficulty, job.num_episodes, job.max_steps)].append(job)
+        # Any algorithms together: the evaluator runs them in one compiled program.
+        groups[(job.eval_difficulty, job.num_episodes, job.max_steps)].append(job)
     for group in groups.values():
         size = min(options.max_stack, len(group))
         for start in range(0, len(group), size):

@@ -77,3 +77,11 @@ def diff_records(got: dict, expected: dict) -> list[str]:
         elif got[k] != expected[k]:
             out.append(f"{k}: got {got[k]!r}, expected {expected[k]!r}")
     return out
+
+
+def programs_made() -> int:
+    """Rollout programs this process obtained: traced, or loaded from a ``jax.export``
+    file another process of the test run wrote (the warm start skips the trace)."""
+    from alem_eval import evaluate as ev
+
+    return ev.TRACE_COUNTS["rollout"] + ev.TRACE_COUNTS["rollout:loaded"]

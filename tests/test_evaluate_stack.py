@@ -12,7 +12,8 @@ import pytest
 
 from alem_eval import evaluate as ev
 from tests.conftest import REPO
-from tests.eval_support import EVALUATOR_GROUP, FAST_EPISODES, diff_records, load, with_eval
+from tests.eval_support import (EVALUATOR_GROUP, FAST_EPISODES, diff_records, load,
+                                programs_made, with_eval)
 
 pytestmark = pytest.mark.xdist_group(EVALUATOR_GROUP)
 
@@ -37,11 +38,11 @@ def test_reference_stack_equals_each_alone_and_traces_once():
     cfgs = [c for c, _ in members]
     weights = [w for _, w in members]
     kw = dict(protocol="reference", eval_difficulty="hard", num_episodes=3, max_steps=100)
-    before = ev.TRACE_COUNTS["rollout"]
+    before = programs_made()
     stacked = ev.score_stack(cfgs, weights, **kw)
-    assert ev.TRACE_COUNTS["rollout"] - before == 1  # one trace/compile for the whole stack
+    assert programs_made() - before == 1  # one trace/compile for the whole stack
     again = ev.score_stack(cfgs, weights, **kw)
-    assert ev.TRACE_COUNTS["rollout"] - before == 1  # and none for a repeat
+    assert programs_made() - before == 1  # and none for a repeat
     assert again == stacked
     for k, (cfg, w) in enumerate(members):
         alone = ev.score_stack([cfg], [w], **kw)[0]
@@ -59,7 +60,7 @@ def _fast(cell, difficulty):
 def test_fast_protocol_is_deterministic_and_exits_early():
     cell = load(IPPO_EASY)
     first = _fast(cell, "easy")
-    before = ev.TRACE_COUNTS["rollout"]
+    before = programs_made()
     second = _fast(cell, "easy")
     assert second.records == first.records
     assert len(first.records) == 1 and len(first.records[0]) == FAST_EPISODES
@@ -75,7 +76,7 @@ def test_fast_protocol_is_deterministic_and_exits_early():
     assert first.chunks[0].max() < math.ceil(FAST_STEPS / first.chunk)
     # Another difficulty reuses the same compiled program (difficulty is a traced value).
     hard = _fast(cell, "hard")
-    assert ev.TRACE_COUNTS["rollout"] == before
+    assert programs_made() == before
     assert hard.records != first.records
 
 
@@ -129,3 +130,39 @@ def test_sharded_over_four_cpu_devices_matches_single_device():
             assert not diff_records(ev.upstream_view(rec, i), exp)
     single = _fast(cell, "easy").records
     assert out["fast"] == single
+
+
+_WARM_SCRIPT = textwrap.dedent("""
+    import json, sys, time
+    sys.path.insert(0, {repo!r})
+    t0 = time.perf_counter()
+    from alem_eval import evaluate as ev
+    from tests.eval_support import load
+    ev.enable_compilation_cache()  # the session's cache ($ALEM_EVAL_JAX_CACHE)
+    cell = load({cell!r})
+    res = ev.run_stack([cell.cfg], [cell.weights], protocol="fast", eval_difficulty="easy",
+                       num_episodes={episodes}, max_steps={steps})
+    print("RESULT" + json.dumps({{"records": res.records, "counts": dict(ev.TRACE_COUNTS),
+                                  "wall_s": time.perf_counter() - t0}}))
+""")
+
+
+def _score_in_new_process():
+    script = _WARM_SCRIPT.format(repo=str(REPO), cell=IPPO_EASY, episodes=FAST_EPISODES,
+                                 steps=FAST_STEPS)
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
+                          text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(l for l in proc.stdout.splitlines() if l.startswith("RESULT"))
+    return json.loads(line[len("RESULT"):])
+
+
+def test_a_new_process_reuses_the_traced_program_and_scores_identically():
+    first = _score_in_new_process()  # traces, or loads what an earlier test exported
+    second = _score_in_new_process()
+    assert second["counts"].get("rollout", 0) == 0, second["counts"]  # no Python trace
+    assert second["counts"].get("rollout:loaded", 0) == 1
+    assert second["counts"].get("reset:traced", 0) == 0  # world generation: loaded too
+    assert second["counts"].get("score:traced", 0) == 0
+    assert second["records"] == first["records"]
+    assert second["records"] == _fast(load(IPPO_EASY), "easy").records

@@ -1,0 +1,123 @@
+"""MIXED TEAMS: any checkpoint in any agent slot, every algorithm in one compiled rollout."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from alem_eval import evaluate as ev
+from alem_eval.errors import EvaluationError
+from alem_eval.networks import build_network
+from alem_eval.policies import make_policy
+from tests.eval_support import EVALUATOR_GROUP, diff_records, load, programs_made, with_eval
+
+pytestmark = pytest.mark.xdist_group(EVALUATOR_GROUP)
+
+IPPO = "tiny/ippo-rnn/easy/seed0"
+IPPO_2 = "tiny/ippo-rnn/hard/seed2"
+MAPPO = "tiny/mappo-rnn/medium/seed0"
+HYPER = "tiny/hypermarl-rnn/hard/seed0"
+PQN = "tiny/pqn-vdn-rnn/easy/seed0"
+EPISODES, STEPS = 2, 40  # short: these tests check composition, not play
+
+
+def _members(*cell_ids):
+    cells = [load(c) for c in cell_ids]
+    return [c.cfg for c in cells], [c.weights for c in cells]
+
+
+def test_team_roles_lists_members_in_order_with_their_slots():
+    assert ev.team_roles((4, 4, 7)) == ((4, 7), ((0, 1), (2,)))
+    assert ev.team_roles((2, 5, 2)) == ((2, 5), ((0, 2), (1,)))
+    assert ev.team_roles((1, 1, 1)) == ((1,), ((0, 1, 2),))
+
+
+def test_every_algorithm_is_scored_by_one_program_and_identical_teams_equal_self_play():
+    cfgs, weights = _members(IPPO, MAPPO, HYPER, PQN, IPPO_2)
+    teams = [(0, 0, 0), (0, 1, 2), (3, 0, 1), (2, 3, 3), (0, 0, 4), (4, 0, 0), (3, 3, 3)]
+    kw = dict(protocol="fast", eval_difficulty="easy", num_episodes=EPISODES, max_steps=STEPS)
+    made, programs = programs_made(), len(ev._PROGRAMS)
+    mixed = ev.run_teams(cfgs, weights, teams, **kw)
+    # One program, one trace of the rollout (hence of the Alem step) for four algorithms.
+    assert programs_made() - made == 1
+    assert len(ev._PROGRAMS) - programs == 1
+    assert all(len(r) == EPISODES for r in mixed.records)
+    # A team whose three slots are one checkpoint gives exactly that cell's self-play
+    # records, whatever else is in the batch.
+    for team, cell in (((0, 0, 0), IPPO), ((3, 3, 3), PQN)):
+        c = load(cell)
+        alone = ev.run_stack([c.cfg], [c.weights], **kw).records[0]
+        got = mixed.records[teams.index(team)]
+        for i, (a, b) in enumerate(zip(got, alone, strict=True)):
+            assert not diff_records(a, b), f"{team} episode {i}: {diff_records(a, b)[:5]}"
+    # The partners matter: a mixed team plays differently from either member's self-play.
+    assert mixed.records[teams.index((0, 1, 2))] != mixed.records[teams.index((0, 0, 0))]
+
+
+def test_each_slot_acts_as_its_own_policy_would_alone():
+    """The combined step of a mixed batch gives every slot the action (and carry) its own
+    checkpoint's policy computes alone on that slot's observation and carry."""
+    cfgs, weights = _members(IPPO, MAPPO, HYPER, PQN)
+    specs = [build_network(c) for c in cfgs]
+    policies = [make_policy(s) for s in specs]
+    classes = (ev.TeamClass((ev.Role(0, (0,)), ev.Role(1, (1,)), ev.Role(2, (2,))), 1),
+               ev.TeamClass((ev.Role(3, (0, 1)), ev.Role(0, (2,))), 1))
+    member_of = [(0, 1, 2), (3, 0)]
+    variables = [ev._policy_variables(s, w, "test") for s, w in zip(specs, weights, strict=True)]
+    params = tuple(tuple(jax.tree_util.tree_map(lambda x: x[None], policies[m].prepare(
+        variables[m])) for m in ms) for ms in member_of)
+    use_mask = tuple(tuple(np.array([True]) for _ in ms) for ms in member_of)
+    rng = np.random.default_rng(0)
+    p, d, a = 3, specs[0].obs_dim, specs[0].num_actions
+    raw = jnp.asarray(rng.random((2, p, d), np.float32))  # N = 2 teams x 1 episode
+    dones = jnp.zeros((2, p), bool)
+    mask = jnp.asarray(rng.random((2, p, a)) < 0.7).at[:, :, 0].set(True)
+    carries = ev.init_team_carries(policies, classes, 1)
+    # Perturb the carries so that a slot's own recurrent state matters.
+    carries = jax.tree_util.tree_map(lambda x: x + 0.1 * jnp.arange(x.size).reshape(x.shape)
+                                     / x.size, carries)
+    new, actions = ev.team_actions(policies, classes, params, use_mask, carries, raw, dones,
+                                   mask, episodes=1, num_actions=a)
+    for c, cls in enumerate(classes):
+        for r, role in enumerate(cls.roles):
+            m = member_of[c][r]
+            prepared = policies[m].prepare(variables[m])
+            own_carry = jax.tree_util.tree_map(lambda x: x[0, 0], carries[c][r])  # noqa: B023
+            alone_carry, alone = policies[m].act(prepared, own_carry,
+                                                 policies[m].policy_input(raw[c]), dones[c],
+                                                 mask[c])
+            for s in role.slots:
+                assert int(actions[c, s]) == int(alone[s]), (c, r, s)
+            for got, exp in zip(jax.tree_util.tree_leaves(new[c][r]),
+                                jax.tree_util.tree_leaves(alone_carry), strict=True):
+                np.testing.assert_array_equal(np.asarray(got)[0, 0], np.asarray(exp))
+
+
+def test_team_of_cells_needing_different_envs_is_a_clear_error():
+    cfgs, weights = _members(IPPO, PQN)
+    other = with_eval(cfgs[1])
+    import dataclasses
+
+    other = dataclasses.replace(other, env=dataclasses.replace(other.env, num_comm_channels=0))
+    with pytest.raises(EvaluationError, match="different env configurations.*num_comm_channels"):
+        ev.run_teams([cfgs[0], other], weights, [(0, 0, 1)], protocol="fast",
+                     eval_difficulty="easy", num_episodes=1, max_steps=4)
+
+
+@pytest.mark.parametrize("teams, message", [
+    ([(0, 0, 5)], "not in the stack"),
+    ([(0, 0)], "2 slots but the env has 3 agents"),
+])
+def test_team_naming_a_missing_slot_or_cell_is_a_clear_error(teams, message):
+    cfgs, weights = _members(IPPO, PQN)
+    with pytest.raises(EvaluationError, match=message):
+        ev.run_teams(cfgs, weights, teams, protocol="fast", eval_difficulty="easy",
+                     num_episodes=1, max_steps=4)
+
+
+def test_reference_protocol_refuses_mixed_teams():
+    cfgs, weights = _members(IPPO, IPPO_2)
+    with pytest.raises(EvaluationError, match="self-play"):
+        ev.run_teams(cfgs, weights, [(0, 1, 1)], protocol="reference", eval_difficulty="hard",
+                     num_episodes=1, max_steps=4)
