@@ -55,6 +55,7 @@ def compare(
             err_console.print(
                 f"{r['eval_difficulty']}: P(A > B) = {r['p_improvement']:.2f} "
                 f"[{r['p_lo']:.2f}, {r['p_hi']:.2f}] on {metric} (A = {r['A']}, B = {r['B']}; "
-                f"runs = {r['runs']}, {r['n_A']} vs {r['n_B']}; 95% bootstrap CI) -> {r['verdict']}",
+                f"runs = {r['runs']}, {r['n_A']} vs {r['n_B']}; 95% bootstrap CI) "
+                f"-> {r['verdict']}",
                 highlight=False)
     emit_records(rows, fmt, title="compare: probability of improvement P(A > B)")

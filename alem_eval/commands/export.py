@@ -65,6 +65,7 @@ def merge(
         err_console.print(f"[yellow]note[/yellow] {note}", highlight=False)
     if rep.conflicts or fmt != OutputFormat.table:
         emit_records([c.as_record() for c in rep.conflicts], fmt,
-                     columns=["cell", "eval_difficulty", "protocol", "kind", "detail", "resolution"],
+                     columns=["cell", "eval_difficulty", "protocol", "kind", "detail",
+                              "resolution"],
                      title=f"{len(rep.conflicts)} conflict(s)")
     err_console.print(f"merge {rep.source} -> {rep.dest}: {rep.summary()}", highlight=False)

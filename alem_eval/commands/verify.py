@@ -32,8 +32,8 @@ def verify(
     results = verify_cells(src, src.select(selectors))
     if fmt == OutputFormat.table:
         for r in results:
-            line = f"OK    {r.cell}  {r.num_params:,} params" if r.ok else f"FAIL  {r.cell}  {r.message}"
-            print(line)
+            print(f"OK    {r.cell}  {r.num_params:,} params" if r.ok else
+                  f"FAIL  {r.cell}  {r.message}")
             for w in r.warnings:
                 err_console.print(f"[yellow]warning[/yellow] {r.cell}: {w}", highlight=False)
     else:
