@@ -37,7 +37,8 @@ def measure(algo: str, *, num_envs: int | None, num_steps: int | None, updates: 
         ov["NUM_ENVS"] = num_envs
     if num_steps:
         ov["NUM_STEPS"] = num_steps
-    runs = [training_run_config(algo, difficulty="easy", seed=s, overrides=ov) for s in range(seeds)]
+    runs = [training_run_config(algo, difficulty="easy", seed=s, overrides=ov)
+            for s in range(seeds)]
     tcfg = build_train_config(runs[0])
     trainer = trainer_for(runs[0], tcfg)
     init, update_n = trainer.compiled()
@@ -52,7 +53,7 @@ def measure(algo: str, *, num_envs: int | None, num_steps: int | None, updates: 
     state, _ = jax.block_until_ready(update_n(state, np.int32(1), np.bool_(False)))
     t_first = time.perf_counter() - t0  # compile + (warm-up +) first update
     t0 = time.perf_counter()
-    state, totals = jax.block_until_ready(update_n(state, np.int32(updates), np.bool_(False)))
+    state, _ = jax.block_until_ready(update_n(state, np.int32(updates), np.bool_(False)))
     dt = time.perf_counter() - t0
     steps = seeds * updates * tcfg.steps_per_update
     return {
@@ -84,7 +85,10 @@ def to_markdown(rows: list[dict], note: str) -> str:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--algorithms", default="ippo-rnn,mappo-rnn,hypermarl-rnn,pqn-vdn-rnn")
+    from alem_eval.algorithms import ALGORITHMS
+
+    ap.add_argument("--algorithms", default=",".join(ALGORITHMS),
+                    help="comma-separated (default: every registered algorithm)")
     ap.add_argument("--num-envs", type=int, default=None, help="default: upstream's")
     ap.add_argument("--num-steps", type=int, default=None, help="default: upstream's")
     ap.add_argument("--updates", type=int, default=2, help="timed updates after compilation")

@@ -120,7 +120,8 @@ def test_pqn_loss_matches_loop():
     mask[..., 0] = True
     reward = RNG.normal(size=(T, B)).astype(np.float32)
     done = RNG.random((T, B)) < 0.2
-    tr = Transition(None, None, jnp.array(action), jnp.array(reward), jnp.array(done), jnp.array(mask))
+    tr = Transition(None, None, jnp.array(action), jnp.array(reward), jnp.array(done),
+                    jnp.array(mask))
     loss, _ = pqn_loss(jnp.array(q), tr, gamma=0.99, lam=0.9)
     v = np.where(mask, q, -np.inf).max(-1).sum(-1)  # [T, B] team value
     target = upstream_q_lambda_loop(reward[:-1], done[:-1].astype(float), v[1:], 0.99, 0.9)
@@ -138,7 +139,7 @@ def test_ppo_actor_loss_matches_loop_and_clips():
     adv = RNG.normal(size=n).astype(np.float32)
     loss, aux = ppo_actor_loss(jnp.array(logp), jnp.array(old), jnp.array(adv), clip_eps=eps)
     terms, kl, frac = [], [], []
-    for lp, o, a in zip(logp, old, adv):
+    for lp, o, a in zip(logp, old, adv, strict=True):
         r = float(np.exp(lp - o))
         terms.append(-min(r * a, min(max(r, 1 - eps), 1 + eps) * a))
         kl.append((r - 1) - (lp - o))
@@ -148,7 +149,8 @@ def test_ppo_actor_loss_matches_loop_and_clips():
     np.testing.assert_allclose(aux["clip_frac"], np.mean(frac))
     assert 0 < np.mean(frac) < 1  # the sample exercises both branches
     # a ratio far above 1+eps with positive advantage gives no gradient
-    g = jax.grad(lambda l: ppo_actor_loss(l, jnp.zeros(1), jnp.ones(1), clip_eps=eps)[0])(jnp.ones(1))
+    clipped = lambda lp: ppo_actor_loss(lp, jnp.zeros(1), jnp.ones(1), clip_eps=eps)[0]
+    g = jax.grad(clipped)(jnp.ones(1))
     assert float(g[0]) == 0.0
 
 
@@ -159,7 +161,7 @@ def test_ppo_value_loss_matches_loop():
     tgt = RNG.normal(size=n).astype(np.float32)
     got = ppo_value_loss(jnp.array(v), jnp.array(old), jnp.array(tgt), clip_eps=eps)
     ref = []
-    for a, o, t in zip(v, old, tgt):
+    for a, o, t in zip(v, old, tgt, strict=True):
         clipped = o + min(max(a - o, -eps), eps)
         ref.append(max((a - t) ** 2, (clipped - t) ** 2))
     np.testing.assert_allclose(got, 0.5 * np.mean(ref), rtol=1e-5)
@@ -198,7 +200,8 @@ def test_ppo_learning_rate_matches_upstream_formula(warmup):
         return lr * max(0.0, 1 - update / num_updates)
 
     for count in (0, 1, 31, 32, 100, 319, 320, 400):
-        got = float(ppo_learning_rate(jnp.asarray(count), lr=lr, num_updates=jnp.asarray(num_updates),
+        got = float(ppo_learning_rate(jnp.asarray(count), lr=lr,
+                                      num_updates=jnp.asarray(num_updates),
                                       grads_per_update=per, warmup=warmup))
         assert got == pytest.approx(upstream(count), rel=1e-5, abs=1e-12)
 
@@ -278,7 +281,8 @@ def test_training_run_config_defaults():
     assert (t.num_envs, t.num_steps, t.num_minibatches, t.num_epochs) == (1024, 64, 8, 4)
     assert (t.lr, t.gae_lambda, t.clip_eps, t.ent_coef) == (2e-4, 0.8, 0.2, 0.01)
     assert t.num_updates == 10**8 // 64 // 1024
-    p = build_train_config(training_run_config("pqn", difficulty="easy", seed=0, total_timesteps=10**8))
+    p = build_train_config(training_run_config("pqn", difficulty="easy", seed=0,
+                                               total_timesteps=10**8))
     assert isinstance(p, PQNTrainConfig)
     # the yaml's decay horizon, whatever the budget (tests/test_train_planning.py)
     assert p.total_timesteps_decay == 10**9 and (p.num_envs, p.num_steps, p.lr) == (512, 128, 5e-5)
@@ -292,8 +296,10 @@ def test_training_run_config_defaults():
                                                overrides={"SCALE_CLIP_EPS": "true"}))
     assert m.num_envs == 512 and m.clip_eps == pytest.approx(0.2 / 3)
     # the compile key ignores what only feeds traced values
-    a = build_train_config(training_run_config("ippo", difficulty="easy", seed=0, total_timesteps=10**6))
-    b = build_train_config(training_run_config("ippo", difficulty="easy", seed=4, total_timesteps=10**7))
+    a = build_train_config(training_run_config("ippo", difficulty="easy", seed=0,
+                                               total_timesteps=10**6))
+    b = build_train_config(training_run_config("ippo", difficulty="easy", seed=4,
+                                               total_timesteps=10**7))
     assert a.compile_key == b.compile_key and a != b
 
 
@@ -309,7 +315,8 @@ def test_training_run_config_defaults():
 ])
 def test_training_config_errors(algo, overrides, match):
     with pytest.raises(ConfigError, match=match):
-        build_train_config(training_run_config(algo, difficulty="easy", seed=0, overrides=overrides))
+        build_train_config(training_run_config(algo, difficulty="easy", seed=0,
+                                               overrides=overrides))
 
 
 # ----------------------------------------------------------------------------------------
@@ -318,7 +325,8 @@ def test_training_config_errors(algo, overrides, match):
 def test_compare_scores_statement():
     from alem_eval.commands.compare import compare_scores
 
-    better = compare_scores(np.full(10, 0.5) + np.arange(10) * 0.01, np.arange(10) * 0.01, reps=2000)
+    better = compare_scores(np.full(10, 0.5) + np.arange(10) * 0.01, np.arange(10) * 0.01,
+                            reps=2000)
     assert better["p_improvement"] == 1.0 and better["verdict"] == "A better"
     same = compare_scores(np.arange(10.0), np.arange(10.0), reps=2000)
     assert same["p_improvement"] == pytest.approx(0.5) and same["verdict"] == "no clear difference"

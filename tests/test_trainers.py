@@ -84,7 +84,8 @@ def check_released_cell(cell_dir: Path, algo: str, updates: int, fixtures: Path 
     assert ro["NUM_COMM_CHANNELS"] == 4 and ro["ACTION_MASKING"] is True
     assert ro["SHARED_REWARD"] is False and ro["ENV_NAME"] == "Alem-Coop-Symbolic"
     assert cfg["config"]["SEED"] == int(cell_dir.name[4:])
-    assert cfg["config"]["TEST_NUM_EPISODES"] == 20 and cfg["config"]["EVAL_DIFFICULTIES"] == ["easy"]
+    assert cfg["config"]["TEST_NUM_EPISODES"] == 20
+    assert cfg["config"]["EVAL_DIFFICULTIES"] == ["easy"]
     summary = cfg["training_summary"]
     assert summary["complete"] and summary["total_timesteps"] == updates * steps_per_update(algo)
     assert summary["num_updates"] == updates and summary["wall_time_s"] > 0
@@ -93,9 +94,11 @@ def check_released_cell(cell_dir: Path, algo: str, updates: int, fixtures: Path 
     loaded = load_cell(cell_dir)
     expected = build_network(loaded.cfg).expected_tree()
     assert jax.tree_util.tree_structure(loaded.weights) == jax.tree_util.tree_structure(expected)
-    for got, want in zip(jax.tree_util.tree_leaves(loaded.weights), jax.tree_util.tree_leaves(expected)):
+    leaves = jax.tree_util.tree_leaves
+    for got, want in zip(leaves(loaded.weights), leaves(expected), strict=True):
         assert got.shape == want.shape and got.dtype == want.dtype
-    assert cfg["wandb_summary"]["num_params"] == loaded.num_params == build_network(loaded.cfg).num_params()
+    assert cfg["wandb_summary"]["num_params"] == loaded.num_params
+    assert loaded.num_params == build_network(loaded.cfg).num_params()
 
     # The same tree paths (optimiser state and counters included) as an upstream-written cell.
     if fixtures is not None and (fixtures / UPSTREAM_CELL[algo]).is_dir():
@@ -190,7 +193,7 @@ def test_ippo_resume_reaches_the_same_result(ippo_cli_run, tmp_path):
         assert not (d / "checkpoint").exists()
     res, dirs = _train("ippo-rnn", tmp_path, IPPO_SEEDS, 2)
     assert [r.summary["resumed_from_update"] for r in res] == [1, 1, 1]
-    for s, d in zip(IPPO_SEEDS, dirs):
+    for s, d in zip(IPPO_SEEDS, dirs, strict=True):
         check_released_cell(d, "ippo-rnn", 2, None)
         a = _restore_full(d / "checkpoint")
         b = _restore_full(out_cli / f"tiny/ippo-rnn/easy/seed{s}" / "checkpoint")
@@ -202,7 +205,7 @@ def test_resume_state_from_other_settings_is_refused(tmp_path):
 
     res, dirs = _train("ippo-rnn", tmp_path, IPPO_SEEDS, 2, max_updates=1)
     assert res is None
-    with pytest.raises(ConfigError, match="total_timesteps .*--fresh"):
+    with pytest.raises(ConfigError, match=r"total_timesteps .*--fresh"):
         _train("ippo-rnn", tmp_path, IPPO_SEEDS, 3)  # another budget: another LR schedule
     assert all((d / "_resume" / "resume.json").is_file() for d in dirs)  # kept
 
@@ -234,7 +237,8 @@ def test_ippo_learns_on_easy(tmp_path):
     0.7-1.2 in every later window too. The thresholds keep a wide margin.
     """
     trained, frozen = [], []
-    _train("ippo-rnn", tmp_path / "lr", IPPO_SEEDS, LEARN_UPDATES, chunk_updates=10, history=trained)
+    _train("ippo-rnn", tmp_path / "lr", IPPO_SEEDS, LEARN_UPDATES, chunk_updates=10,
+           history=trained)
     _train("ippo-rnn", tmp_path / "lr0", IPPO_SEEDS, LEARN_UPDATES, overrides={"LR": 0.0},
            chunk_updates=10, history=frozen)
     gain = _mean_return(trained, LEARN_FROM) - _mean_return(frozen, LEARN_FROM)
@@ -254,5 +258,6 @@ def test_trainer_writes_released_layout(algo, tmp_path, fixtures):
         assert loaded.cfg.eval.append_agent_id and loaded.cfg.network.hidden_dims == (8,)
     if algo == "pqn-vdn-rnn":
         ro = json.loads((dirs[0] / "config.json").read_text())["reload_overrides"]
-        assert ro["HIDDEN_SIZE"] == 16 and ro["NORM_TYPE"] == "layer_norm" and ro["DUELING"] is False
+        assert ro["HIDDEN_SIZE"] == 16 and ro["NORM_TYPE"] == "layer_norm"
+        assert ro["DUELING"] is False
     shutil.rmtree(tmp_path, ignore_errors=True)

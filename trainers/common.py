@@ -14,7 +14,8 @@ any chunk size reuses one executable). The driver (``trainers/driver.py``, reach
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, NamedTuple
+from typing import Any, NamedTuple
+from collections.abc import Callable, Mapping
 
 import flax
 import jax
@@ -114,7 +115,7 @@ def ppo_optimizer(tcfg: TrainConfig, plan: Mapping[str, Any]) -> optax.GradientT
     """chain(clip_by_global_norm, adam(eps=1e-5)): opt_state[1] = (Adam, schedule) like
     upstream. The LR and the horizon come from the (traced) ``plan``."""
     if tcfg.lr_decay:
-        lr = lambda count: ppo_learning_rate(  # noqa: E731
+        lr = lambda count: ppo_learning_rate(
             count, lr=plan["lr"], num_updates=plan["num_updates"],
             grads_per_update=tcfg.num_minibatches * tcfg.num_epochs, warmup=tcfg.lr_warmup)
     else:
@@ -151,7 +152,7 @@ def epochs_over_minibatches(key, carry, batches, num_items: int, *, num_epochs: 
 def append_agent_id(obs):
     """``[..., A, D] -> [..., A, D + A]``: the one-hot agent id after the observation."""
     a = obs.shape[-2]
-    ids = jnp.broadcast_to(jnp.eye(a, dtype=obs.dtype), obs.shape[:-2] + (a, a))
+    ids = jnp.broadcast_to(jnp.eye(a, dtype=obs.dtype), (*obs.shape[:-2], a, a))
     return jnp.concatenate([obs, ids], axis=-1)
 
 
@@ -182,7 +183,7 @@ def placeholder_worlds(tenv, num_envs: int):
     uses them instead of generating worlds (which would compile world generation a second
     time); the first rollout swaps in real worlds (:func:`begin_rollout`)."""
     obs, state = jax.eval_shape(tenv.reset, jax.random.PRNGKey(0))
-    zeros = lambda s: jnp.zeros((num_envs,) + s.shape, s.dtype)  # noqa: E731
+    zeros = lambda s: jnp.zeros((num_envs, *s.shape), s.dtype)
     return zeros(obs), jax.tree_util.tree_map(zeros, state)
 
 
@@ -206,8 +207,9 @@ class EpisodeLog(NamedTuple):
     lengths: jax.Array  # [E]
 
     @classmethod
-    def zeros(cls, num_envs: int, num_agents: int) -> "EpisodeLog":
-        return cls(jnp.zeros((num_envs, num_agents), jnp.float32), jnp.zeros((num_envs,), jnp.int32))
+    def zeros(cls, num_envs: int, num_agents: int) -> EpisodeLog:
+        return cls(jnp.zeros((num_envs, num_agents), jnp.float32),
+                   jnp.zeros((num_envs,), jnp.int32))
 
 
 EPISODE_KEYS = ("episodes", "return", "length", "achievement_pct", "normal_achievement_pct",
@@ -251,10 +253,10 @@ class Learner:
     opt_state: Any
 
     @classmethod
-    def create(cls, params, tx: optax.GradientTransformation) -> "Learner":
+    def create(cls, params, tx: optax.GradientTransformation) -> Learner:
         return cls(jnp.zeros((), jnp.int32), params, tx.init(params))
 
-    def apply_gradients(self, grads, tx: optax.GradientTransformation) -> "Learner":
+    def apply_gradients(self, grads, tx: optax.GradientTransformation) -> Learner:
         updates, opt_state = tx.update(grads, self.opt_state, self.params)
         return self.replace(step=self.step + 1, params=optax.apply_updates(self.params, updates),
                             opt_state=opt_state)
@@ -358,7 +360,8 @@ class RunnerState:
 _TRAINERS: dict[tuple, Trainer] = {}
 
 
-def cached_trainer(run: RunConfig, tcfg: TrainConfig, build: Callable[[RunConfig, TrainConfig], Trainer]) -> Trainer:
+def cached_trainer(run: RunConfig, tcfg: TrainConfig,
+                   build: Callable[[RunConfig, TrainConfig], Trainer]) -> Trainer:
     """One :class:`Trainer` (and one compilation) per network, env and compile key."""
     key = (run.algorithm, run.network_key, run.env, tcfg.compile_key)
     if key not in _TRAINERS:
@@ -427,6 +430,7 @@ def training_env(run: RunConfig):
                              env_overrides=algo.trains_with_env_overrides)
 
 
-def released_tree(run: RunConfig, learners: Mapping[str, Any], extras: Mapping[str, Any] = {}) -> Any:
+def released_tree(run: RunConfig, learners: Mapping[str, Any],
+                  extras: Mapping[str, Any] | None = None) -> Any:
     """The saved pytree of one seed, packed by the algorithm's released layout."""
-    return get_algorithm(run.algorithm).saved_layout.resolve().pack(learners, extras)
+    return get_algorithm(run.algorithm).saved_layout.resolve().pack(learners, extras or {})

@@ -35,8 +35,8 @@ from alem_eval.networks import build_network
 from .common import (EpisodeLog, Learner, RunnerState, Trainer, action_masks, append_agent_id,
                      begin_rollout, cached_trainer, entropy_of, epochs_over_minibatches, gae,
                      log_episodes, log_prob_of, mask_logits, normalize_advantages,
-                     placeholder_worlds, released_tree, ppo_actor_loss, ppo_optimizer, ppo_value_loss,
-                     step_envs, training_env, sum_totals)
+                     placeholder_worlds, ppo_actor_loss, ppo_optimizer, ppo_value_loss,
+                     released_tree, step_envs, sum_totals, training_env)
 
 ALGORITHM = "ippo-rnn"
 # Hyperparameters: alem_eval.config.PPOTrainConfig, built by build_train_config() from the
@@ -116,7 +116,8 @@ def make_rollout(spec, tenv, tcfg: PPOTrainConfig):
             tr = Transition(obs, reset, action, log_prob_of(logits, action), value[0],
                             reward.reshape(N), jnp.repeat(done, A), mask)
             done_agents = jnp.broadcast_to(done[:, None], (E, A))
-            return (Envs(state2, obs2, done_agents, hidden.reshape(E, A, -1), log), key), (tr, totals)
+            envs = Envs(state2, obs2, done_agents, hidden.reshape(E, A, -1), log)
+            return (envs, key), (tr, totals)
 
         (envs, key), (traj, totals) = jax.lax.scan(step, (envs, key), None, tcfg.num_steps)
         _, _, last_value = spec.module.apply(params, envs.hidden.reshape(N, -1),
@@ -176,7 +177,8 @@ def build_trainer(run: RunConfig, tcfg: PPOTrainConfig) -> Trainer:
         params = spec.init_variables(k_net)["params"]  # the variables dict {"params": ...}
         learner = Learner.create(params, ppo_optimizer(tcfg, plan))
         obs, states = placeholder_worlds(tenv, E)  # real worlds arrive with the first rollout
-        envs = Envs(states, obs, jnp.zeros((E, A), bool), jnp.zeros((E, A, spec.hidden), jnp.float32),
+        envs = Envs(states, obs, jnp.zeros((E, A), bool),
+                    jnp.zeros((E, A, spec.hidden), jnp.float32),
                     EpisodeLog.zeros(E, A))
         return RunnerState(learner, envs, k_run, jnp.zeros((), jnp.int32), plan)
 

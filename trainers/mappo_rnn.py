@@ -35,8 +35,9 @@ from alem_eval.networks import build_network
 
 from .common import (EpisodeLog, Learner, RunnerState, Trainer, action_masks, begin_rollout,
                      cached_trainer, entropy_of, epochs_over_minibatches, gae, log_episodes,
-                     log_prob_of, mask_logits, normalize_advantages, placeholder_worlds, released_tree,
-                     ppo_actor_loss, ppo_optimizer, ppo_value_loss, step_envs, training_env, sum_totals)
+                     log_prob_of, mask_logits, normalize_advantages, placeholder_worlds,
+                     ppo_actor_loss, ppo_optimizer, ppo_value_loss, released_tree, step_envs,
+                     sum_totals, training_env)
 
 ALGORITHM = "mappo-rnn"
 # Hyperparameters: alem_eval.config.PPOTrainConfig (upstream mappo_rnn.yaml, spec §5).
@@ -169,7 +170,7 @@ def make_update(spec, tenv, tcfg: PPOTrainConfig):
 
         key, k_upd = jax.random.split(key)
         learners, losses = epochs_over_minibatches(
-            k_upd, (actor, critic), ((h0 + (jnp.arange(N),), 0), ((traj, adv, targets), 1)), N,
+            k_upd, (actor, critic), (((*h0, jnp.arange(N)), 0), ((traj, adv, targets), 1)), N,
             num_epochs=tcfg.num_epochs, num_minibatches=tcfg.num_minibatches, step=minibatch_step)
         state = state.replace(learner=learners, envs=envs, key=key, updates=state.updates + 1)
         return state, {**totals, **losses}

@@ -47,7 +47,8 @@ from alem_eval.networks import QNetwork, build_network
 
 from .common import (MASK_PENALTY, EpisodeLog, QLearner, RunnerState, Trainer, action_masks,
                      append_agent_id, begin_rollout, cached_trainer, epochs_over_minibatches,
-                     linear_schedule, log_episodes, placeholder_worlds, released_tree, step_envs, training_env, sum_totals)
+                     linear_schedule, log_episodes, placeholder_worlds, released_tree, step_envs,
+                     sum_totals, training_env)
 
 ALGORITHM = "pqn-vdn-rnn"
 # Hyperparameters: alem_eval.config.PQNTrainConfig (upstream pqn_vdn_rnn.yaml, spec §5).
@@ -93,7 +94,7 @@ def masked_greedy(q, mask):
     return jnp.argmax(masked_q(q, mask), axis=-1)
 
 
-def pqn_loss(q, tr: "Transition", *, gamma: float, lam: float):
+def pqn_loss(q, tr: Transition, *, gamma: float, lam: float):
     """VDN Q(lambda) loss of one minibatch. ``q [T, B, A, num_actions]`` from the network
     on the minibatch's sequences; returns ``(loss, mean chosen team Q)``."""
     q_next = vdn_sum(jnp.max(masked_q(jax.lax.stop_gradient(q), tr.mask), axis=-1))  # [T, B]
@@ -177,7 +178,7 @@ def pqn_optimizer(tcfg: PQNTrainConfig, plan) -> optax.GradientTransformation:
     The LR and the decay horizon come from the (traced) ``plan``."""
     if tcfg.lr_decay:
         steps = tcfg.num_epochs * tcfg.num_minibatches * plan["num_updates_decay"]
-        lr = lambda count: linear_schedule(count, init=plan["lr"], end=LR_END, steps=steps)  # noqa: E731
+        lr = lambda count: linear_schedule(count, init=plan["lr"], end=LR_END, steps=steps)
     else:
         lr = plan["lr"]
     return optax.chain(optax.clip_by_global_norm(tcfg.max_grad_norm), optax.radam(learning_rate=lr))
@@ -204,7 +205,8 @@ def make_update(net, tenv, tcfg: PQNTrainConfig):
                                         lam=tcfg.q_lambda)
                 return loss, (updates["batch_stats"], q_mean)
 
-            (loss, (stats, q_mean)), grads = jax.value_and_grad(loss_fn, has_aux=True)(learner.params)
+            grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+            (loss, (stats, q_mean)), grads = grad_fn(learner.params)
             learner = learner.apply_gradients(grads, tx)
             learner = learner.replace(batch_stats=stats, grad_steps=learner.grad_steps + 1)
             return learner, {"loss/total": loss, "loss/q_mean": q_mean}
@@ -253,7 +255,8 @@ def build_trainer(run: RunConfig, tcfg: PQNTrainConfig) -> Trainer:
         v = spec.init_variables(k_net)  # {"params": ..., "batch_stats": ...}
         zero = jnp.zeros((), jnp.int32)
         base = QLearner.create(v["params"], pqn_optimizer(tcfg, plan))
-        learner = QLearner(base.step, base.params, base.opt_state, v["batch_stats"], zero, zero, zero)
+        learner = QLearner(base.step, base.params, base.opt_state, v["batch_stats"],
+                           zero, zero, zero)
         obs, states = placeholder_worlds(tenv, E)
         hidden = tuple(jnp.zeros((E, A, spec.hidden), jnp.float32) for _ in range(2))
         envs = Envs(states, obs, jnp.zeros((E, A), bool), hidden, EpisodeLog.zeros(E, A))
