@@ -12,6 +12,7 @@ import typer
 
 from ..cli import app
 from ..console import err_console
+from ..options import SourceOpt
 from ..training import GroupOutcome, Progress, TrainEvents, TrainGroup, TrainPlan
 
 
@@ -146,10 +147,7 @@ def train(
         None, "--from-config",
         help="A released config.json (or its cell directory): every hyperparameter comes "
         "from it; seed, difficulty and budget come from the cell."),
-    source: str | None = typer.Option(
-        None, "--source",
-        help="Take each cell's hyperparameters from its released config.json in this source "
-        "('hub' or a directory in the released layout). Default: the upstream yaml."),
+    source: SourceOpt = None,  # each cell's released config.json from there (docstring)
     out: Path = typer.Option(
         Path("runs"), "--out",
         help="Output root: cells go to <out>/<budget>/<algorithm>/<difficulty>/seed<N>/."),
@@ -174,6 +172,9 @@ def train(
 ) -> None:
     """Train cells with the alem-eval trainers, in the released checkpoint format.
 
+    Hyperparameters: each cell's released config.json when --source holds it (or --from-config),
+    else the upstream yaml; --set and --total-timesteps win over both.
+
     SIGTERM, Ctrl-C and --checkpoint-every save <cell>/_resume/; rerun the same command to resume.
 
     Metrics of every compiled call go to <cell>/train_log.jsonl.
@@ -191,7 +192,7 @@ def train(
         checkpoint_every=checkpoint_every, max_updates=max_updates, fresh=fresh, force=force,
         dry_run=dry_run)
     if not dry_run:
-        from ..evaluate import enable_compilation_cache
+        from ..runtime import enable_compilation_cache
 
         enable_compilation_cache()
     view = BarView() if err_console.is_terminal else LineView(log_every)
