@@ -1,0 +1,300 @@
+"""Cross-play: team compositions, the gap statistic (no JAX) and `alem-eval crossplay` end
+to end (one compiled rollout, the cross-play store, resume, one-line errors)."""
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+import json
+import shutil
+import warnings
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from alem_eval.crossplay import (Team, compositions, crossplay_gap, pair_matrix,
+                                 stratified_mean_interval)
+from alem_eval.errors import EvaluationError, UsageError
+from alem_eval.manifest import Cell
+
+from .clitools import assert_one_line_error, cli_env, closed_port_url, run_cli
+from .conftest import FIXTURES
+
+IPPO = [Cell.from_id(f"1B/ippo-rnn/hard/seed{s}") for s in range(3)]
+MIXED = [*IPPO, Cell.from_id("1B/mappo-rnn/hard/seed0"), Cell.from_id("1B/pqn-vdn-rnn/hard/seed0")]
+
+
+# ----------------------------------------------------------------------------------------
+# Compositions
+# ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_pairs_are_every_ordered_pair_in_every_slot_plus_each_self_play(n):
+    cells = MIXED[:n]
+    ids = [c.id for c in cells]
+    teams = compositions(cells, "pairs")
+    assert len(teams) == n * (n - 1) * 3 + n
+    assert len(set(teams)) == len(teams)
+    assert teams[:n] == [Team((c,) * 3) for c in ids]  # self-play first, in order
+    pairs = Counter(t.pair for t in teams[n:])
+    assert set(pairs) == {(a, b, pos) for a, b in itertools.permutations(ids, 2)
+                          for pos in range(3)}
+    assert set(pairs.values()) == {1}
+    for t in teams[n:]:
+        a, b, pos = t.pair
+        assert t.slots[pos] == b and t.slots.count(a) == 2 and t.anchor == a
+
+
+def test_distinct_teams_are_all_of_them_under_the_cap_and_a_seeded_sample_over_it():
+    ids = [c.id for c in MIXED]
+    every = {Team(p) for p in itertools.permutations(ids, 3)}  # 5 * 4 * 3 = 60
+    exact = compositions(MIXED, "distinct", max_teams=60, seed=3)
+    assert exact[:5] == [Team((c,) * 3) for c in ids]
+    assert set(exact[5:]) == every and len(exact) == 65
+
+    sample = compositions(MIXED, "distinct", max_teams=7, seed=3)
+    assert len(sample) == 5 + 7 and set(sample[5:]) <= every
+    assert all(t.shape == "distinct" for t in sample[5:])
+    assert compositions(MIXED, "distinct", max_teams=7, seed=3) == sample  # seeded
+    others = {tuple(compositions(MIXED, "distinct", max_teams=7, seed=s)) for s in range(4, 9)}
+    assert tuple(sample) not in others  # another seed, another sample
+
+
+def test_mixed_teams_span_several_algorithms_and_need_two():
+    teams = compositions(MIXED, "mixed", max_teams=1000)[5:]
+    assert teams and all(len({t.split("/")[1] for t in team.slots}) > 1 for team in teams)
+    # The one all-IPPO composition family (3 IPPO seeds, 6 orders) is left out.
+    assert len(teams) == 60 - 6
+    with pytest.raises(UsageError, match="at least two algorithms"):
+        compositions(IPPO, "mixed")
+
+
+def test_all_is_pairs_distinct_and_mixed_once_each():
+    teams = compositions(MIXED, "all", max_teams=1000)
+    assert len(teams) == len(set(teams)) == 5 + 5 * 4 * 3 + 60
+
+
+@pytest.mark.parametrize("cells, scheme, message", [
+    (IPPO[:1], "pairs", "at least two cells"),
+    (IPPO[:2], "distinct", "at least 3 cells"),
+    (IPPO, "triples", "--scheme must be one of"),
+])
+def test_compositions_that_cannot_be_formed_are_usage_errors(cells, scheme, message):
+    with pytest.raises(UsageError, match=message):
+        compositions(cells, scheme)
+
+
+# ----------------------------------------------------------------------------------------
+# The gap statistic (synthetic, no JAX)
+# ----------------------------------------------------------------------------------------
+def _synthetic(gap: float, episodes: int = 8, seed: int = 0):
+    """Self-play of 4 cells and every AAB team scoring exactly ``gap`` below its
+    slot-weighted self reference on average (zero-mean noise per stratum)."""
+    rng = np.random.default_rng(seed)
+    ids = [c.id for c in MIXED[:4]]
+    sp = {c: rng.uniform(0.2, 0.6, episodes) for c in ids}
+    scores = {Team((c,) * 3): sp[c] for c in ids}
+    teams = [t for t in compositions(MIXED[:4], "pairs") if not t.is_self_play]
+    noise = rng.normal(0, 0.02, len(teams))
+    for a in ids:  # centre the noise within each anchor cell
+        idx = [i for i, t in enumerate(teams) if t.anchor == a]
+        noise[idx] -= noise[idx].mean()
+    for t, e in zip(teams, noise, strict=True):
+        ref = np.mean([sp[c] for c in t.slots], axis=0)
+        scores[t] = ref - gap - e
+    return scores
+
+
+@pytest.mark.parametrize("runs", ["teams", "episodes"])
+def test_gap_recovers_a_known_gap_with_a_ci_around_it(runs):
+    est = crossplay_gap(_synthetic(0.1), runs=runs, reps=4000, seed=0)
+    assert est.gap.point == pytest.approx(0.1, abs=1e-12)
+    assert est.self_score - est.cross == pytest.approx(est.gap.point, abs=1e-12)
+    assert 0.0 < est.gap.lo < 0.1 < est.gap.hi < 0.2
+    assert est.n_teams == 4 * 3 * 3 and est.n_strata == 4
+    assert est.n_runs == est.n_teams * (8 if runs == "episodes" else 1)
+    # Seeded: the same seed gives the same interval, another seed another one.
+    assert crossplay_gap(_synthetic(0.1), runs=runs, reps=4000, seed=0) == est
+    assert crossplay_gap(_synthetic(0.1), runs=runs, reps=4000, seed=1).gap != est.gap
+    # No gap: the interval covers zero.
+    none = crossplay_gap(_synthetic(0.0), runs=runs, reps=4000, seed=0)
+    assert none.gap.lo < 0.0 < none.gap.hi
+
+
+def test_bootstrap_resamples_within_strata_only():
+    values = [0.1] * 6 + [0.3] * 6
+    # Constant within each stratum: every replicate has the same mean, so the CI is a point.
+    iv = stratified_mean_interval(values, ["a"] * 6 + ["b"] * 6, reps=2000, seed=0)
+    assert iv.point == pytest.approx(0.2)
+    assert iv.lo == pytest.approx(0.2) and iv.hi == pytest.approx(0.2)
+    pooled = stratified_mean_interval(values, ["all"] * 12, reps=2000, seed=0)
+    assert pooled.hi - pooled.lo > 0.05
+
+
+def test_gap_needs_every_members_self_play():
+    scores = _synthetic(0.1)
+    del scores[Team((MIXED[0].id,) * 3)]
+    with pytest.raises(EvaluationError, match="has no self-play scores"):
+        crossplay_gap(scores, reps=100)
+
+
+def test_pair_matrix_pools_positions_and_puts_self_play_on_the_diagonal():
+    a, b = "1B/ippo-rnn/hard/seed0", "1B/mappo-rnn/hard/seed0"
+    scores = {Team((a, a, a)): [0.5, 0.7], Team((b, b, b)): [0.2, 0.2],
+              Team((b, a, a)): [0.1, 0.1], Team((a, b, a)): [0.2, 0.2],
+              Team((a, a, b)): [0.3, 0.3],  # row a, column b: mean 0.2
+              Team((b, b, a)): [0.4, 0.4]}  # row b, column a (one position only)
+    m = pair_matrix([a, b], scores)
+    np.testing.assert_allclose(m.values, [[0.6, 0.2], [0.4, 0.2]])
+    doc = m.as_json()
+    assert doc["rows"] == doc["cols"] == [a, b] and doc["label"] == "Total%"
+    assert pair_matrix([a, b], {Team((a, a, a)): [0.5]}).as_json()["values"] == [[0.5, None],
+                                                                                [None, None]]
+
+
+# ----------------------------------------------------------------------------------------
+# Bad input before anything is compiled
+# ----------------------------------------------------------------------------------------
+def _copy_cells(tmp_path, *cell_ids):
+    src = tmp_path / "src"
+    for cell_id in cell_ids:
+        shutil.copytree(FIXTURES / cell_id, src / cell_id)
+    for p in src.rglob("*"):
+        p.chmod(p.stat().st_mode | 0o200)  # the fixtures are read-only
+    return src
+
+
+def test_cells_needing_different_env_configurations_are_one_clear_error(tmp_path):
+    from alem_eval.crossplay import run_crossplay
+    from alem_eval.sources import open_source
+
+    src = _copy_cells(tmp_path, "tiny/ippo-rnn/easy/seed0", "tiny/ippo-rnn/hard/seed2")
+    path = src / "tiny/ippo-rnn/hard/seed2/config.json"
+    doc = json.loads(path.read_text())
+    doc["config"]["NUM_COMM_CHANNELS"] = doc["reload_overrides"]["NUM_COMM_CHANNELS"] = 2
+    path.write_text(json.dumps(doc))
+    source = open_source(str(src))
+    with pytest.raises(EvaluationError, match=r"tiny/ippo-rnn/easy/seed0 and "
+                       r"tiny/ippo-rnn/hard/seed2 need different env configurations "
+                       r"\(num_comm_channels 4 vs 2\)"):
+        run_crossplay(source, source.select(["tiny/ippo-rnn"]), eval_difficulty="hard",
+                      num_episodes=1, max_steps=32)
+
+
+def test_cells_of_different_difficulties_need_an_explicit_one(tmp_path):
+    from alem_eval.crossplay import run_crossplay
+    from alem_eval.sources import open_source
+
+    source = open_source(str(FIXTURES))
+    with pytest.raises(UsageError, match=r"different difficulties \(easy, hard\); pass "
+                                         r"--difficulty"):
+        run_crossplay(source, source.select(["tiny/ippo-rnn"]), num_episodes=1, max_steps=32)
+
+
+def test_a_selector_matching_nothing_is_a_one_line_error(tmp_path):
+    env = cli_env(tmp_path, closed_port_url())
+    proc = run_cli(["crossplay", "tiny/nothing", "--source", str(FIXTURES), "--format", "json"],
+                   env)
+    assert_one_line_error(proc, "tiny/nothing", "matches no cell")
+    assert proc.returncode == 2 and proc.stdout == ""
+
+
+# ----------------------------------------------------------------------------------------
+# End to end: one compiled rollout, then everything read back
+# ----------------------------------------------------------------------------------------
+ARGS = ["crossplay", "tiny/ippo-rnn/*/*", "--source", "../shared/fixtures/hub",
+        "--difficulty", "hard", "--episodes", "1", "--max-steps", "32"]
+CELLS = ["tiny/ippo-rnn/easy/seed0", "tiny/ippo-rnn/hard/seed2"]
+
+
+# The three tests below share one scored store: one xdist worker runs them all.
+@pytest.fixture(scope="module")
+def scored(tmp_path_factory):
+    """One `alem-eval crossplay --format json` run of the two tiny IPPO cells (8 teams)."""
+    root = tmp_path_factory.mktemp("crossplay")
+    env = cli_env(root, closed_port_url())
+    results = root / "results"
+    proc = run_cli([*ARGS, "--results", str(results), "--out", str(root / "out"),
+                    "--format", "json"], env, timeout=1500)
+    assert proc.returncode == 0, proc.stderr
+    return root, env, results, proc
+
+
+@pytest.mark.xdist_group("crossplay_cli")
+def test_cli_json_has_the_pair_matrix_the_gaps_and_the_heatmap(scored):
+    root, _, _, proc = scored
+    doc = json.loads(proc.stdout)  # stdout holds only the JSON document
+    assert doc["cells"] == CELLS and doc["eval_difficulty"] == "hard"
+    assert doc["protocol"] == "fast" and doc["scheme"] == "pairs"
+    assert doc["teams_total"] == doc["teams_scored"] == 2 * 1 * 3 + 2
+    assert doc["teams_reused"] == 0
+    m = doc["pair_matrix"]
+    assert m["metric"] == "Team/reward_pct_of_max" and m["rows"] == m["cols"] == CELLS
+    assert all(v is not None and 0.0 <= v <= 1.0 for row in m["values"] for v in row)
+    assert [g["label"] for g in doc["gaps"]] == ["Total%", "Base%", "Coord%"]
+    for g in doc["gaps"]:
+        assert g["n_teams"] == 6 and g["n_strata"] == 2
+        assert g["lo"] <= g["gap"] <= g["hi"]
+        assert g["gap"] == pytest.approx(g["self"] - g["cross"])
+    # The diagonal is self-play, read from the self-play teams.
+    by_slots = {tuple(t[f"slot{s}"] for s in range(3)): t for t in doc["teams"]}
+    for i, c in enumerate(CELLS):
+        assert m["values"][i][i] == pytest.approx(by_slots[(c,) * 3]["Team/reward_pct_of_max"])
+    for t in doc["teams"]:
+        assert t["episodes"] == 1 and 1 <= t["episode_length"] <= 32
+    png = root / "out" / "pair_matrix.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (root / "out" / "pair_matrix.pdf").read_bytes()[:5] == b"%PDF-"
+    assert json.loads((root / "out" / "crossplay.json").read_text())["gaps"] == doc["gaps"]
+    assert str(png) in doc["outputs"]
+
+
+@pytest.mark.xdist_group("crossplay_cli")
+def test_cli_rerun_reads_every_team_back_and_the_results_store_ignores_them(scored):
+    root, env, results, first = scored
+    again = run_cli([*ARGS, "--results", str(results), "--out", str(root / "again"),
+                     "--format", "json"], env, timeout=600)
+    assert again.returncode == 0, again.stderr
+    doc, before = json.loads(again.stdout), json.loads(first.stdout)
+    assert doc["teams_scored"] == 0 and doc["teams_reused"] == 8
+    assert doc["gaps"] == before["gaps"] and doc["pair_matrix"] == before["pair_matrix"]
+    # Cross-play rows live in their own store: the results store (report, leaderboard)
+    # sees no entry and warns about nothing.
+    from alem_eval.results import ResultsStore
+
+    assert list((results / "crossplay" / "hard").glob("*.pq"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert ResultsStore(results).entries() == []
+
+    table = run_cli([*ARGS, "--results", str(results), "--out", str(root / "csv"),
+                     "--format", "csv"], env, timeout=600)
+    assert table.returncode == 0, table.stderr
+    rows = list(csv.DictReader(io.StringIO(table.stdout)))
+    assert len(rows) == 8 and {r["shape"] for r in rows} == {"self", "pair"}
+    assert {r["reused"] for r in rows} == {"True"}
+
+
+@pytest.mark.xdist_group("crossplay_cli")
+def test_cli_cell_that_cannot_be_loaded_is_one_line_and_keeps_stored_teams(scored, tmp_path):
+    _, env, results, _ = scored
+    stored = {p: p.read_bytes() for p in (results / "crossplay").rglob("*.pq")}
+    src = _copy_cells(tmp_path, *CELLS)
+    for f in (src / CELLS[1] / "checkpoint" / "ocdbt.process_0" / "d").iterdir():
+        f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])  # a truncated download
+    proc = run_cli([*ARGS[:2], "--source", str(src), *ARGS[4:], "--results", str(results),
+                    "--out", str(tmp_path / "out"), "--format", "json"], env, timeout=600)
+    assert proc.returncode == 1 and proc.stdout == "" and "Traceback" not in proc.stderr
+    # The plan's progress line, then the error on one line.
+    *_, last = proc.stderr.strip().splitlines()
+    assert last.startswith(f"alem-eval: error: {CELLS[1]}: ") and "corrupt" in last
+    assert "1 read back from the cross-play store, 7 to score" in proc.stderr
+    assert {p: p.read_bytes() for p in (results / "crossplay").rglob("*.pq")} == stored
+
+
+def test_command_choices_are_what_the_library_accepts():
+    from alem_eval import crossplay
+    from alem_eval.commands.crossplay import CrossRuns, Scheme
+
+    assert tuple(m.value for m in Scheme) == crossplay.SCHEMES
+    assert tuple(m.value for m in CrossRuns) == crossplay.RUNS_MODES
