@@ -419,8 +419,8 @@ class Window:
         return {"updates_in_window": n_updates, **summarise(n_updates, tot)}
 
     def mean_over_seeds(self, num_seeds: int, key: str) -> float | None:
-        vals = [self.means(i).get(key) for i in range(num_seeds)] if self.chunks else []
-        vals = [v for v in vals if v is not None]
+        got = [self.means(i).get(key) for i in range(num_seeds)] if self.chunks else []
+        vals = [float(v) for v in got if v is not None]
         return float(np.mean(vals)) if vals else None
 
 

@@ -8,12 +8,17 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import Annotated
+
 import typer
 
 from ..cli import app
 from ..console import err_console
 from ..options import SourceOpt
 from ..training import GroupOutcome, Progress, TrainEvents, TrainGroup, TrainPlan
+
+# The shared --source (flag and help), optional here: no source = the upstream yaml.
+OptionalSourceOpt = Annotated[str | None, SourceOpt.__metadata__[0]]
 
 
 # ----------------------------------------------------------------------------------------
@@ -51,12 +56,12 @@ class BarView:
     """On a terminal: a rich progress bar per group."""
 
     def __init__(self) -> None:
-        from rich.progress import BarColumn, TextColumn
+        from rich.progress import BarColumn, TaskID, TextColumn
         from rich.progress import Progress as RichProgress
 
         self.bars = RichProgress(TextColumn("{task.description}"), BarColumn(),
                                  TextColumn("{task.fields[info]}"), console=err_console)
-        self.tasks: dict[str, int] = {}
+        self.tasks: dict[str, TaskID] = {}
 
     def __enter__(self) -> BarView:
         self.bars.__enter__()
@@ -147,7 +152,7 @@ def train(
         None, "--from-config",
         help="A released config.json (or its cell directory): every hyperparameter comes "
         "from it; seed, difficulty and budget come from the cell."),
-    source: SourceOpt = None,  # each cell's released config.json from there (docstring)
+    source: OptionalSourceOpt = None,
     out: Path = typer.Option(
         Path("runs"), "--out",
         help="Output root: cells go to <out>/<budget>/<algorithm>/<difficulty>/seed<N>/."),
