@@ -3,6 +3,7 @@ import name ``alem``) exactly as upstream's evaluation does. Nothing of the game
 re-implemented here; importing this package does not import ``alem`` (which is slow and
 prints to stdout): use :func:`alem_env.loader.import_alem`.
 """
+
 from .spaces import num_actions, obs_dim
 
 __all__ = ["num_actions", "obs_dim"]

@@ -18,12 +18,14 @@ constants, which the environment needs for its Python-level branches
 object is re-created around the bound ``EnvParams`` (:meth:`EvalEnv.bind`) and its own
 jitted ``reset``/``step_env`` are called, so the step code is upstream's, unmodified.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import functools
 from dataclasses import dataclass
-from typing import Any, Mapping, NamedTuple
+from typing import Any, NamedTuple
+from collections.abc import Mapping
 
 import jax
 import jax.numpy as jnp
@@ -51,7 +53,7 @@ class EnvStatics:
     append_agent_id: bool  # append the one-hot agent id to each agent's obs
 
     @property
-    def world(self) -> "EnvStatics":
+    def world(self) -> EnvStatics:
         """The statics that matter for world generation and scoring only (no policy-side
         flags), so resets and scores are shared across algorithms."""
         return dataclasses.replace(self, action_masking=False, append_agent_id=False)
@@ -88,23 +90,28 @@ class EvalEnv:
         self.statics = statics
         self.alem = alem or import_alem()
         a = self.alem
-        self.static_env_params = a.StaticEnvParams(player_count=statics.num_agents,
-                                                   num_comm_channels=statics.num_comm_channels)
+        self.static_env_params = a.StaticEnvParams(
+            player_count=statics.num_agents, num_comm_channels=statics.num_comm_channels
+        )
         per_diff = {d: self._env_params(d) for d in DIFFICULTY_NAMES}
         fields = [f for f in per_diff["easy"].__dataclass_fields__]
         values = {d: {f: getattr(p, f) for f in fields} for d, p in per_diff.items()}
         self.dynamic_fields: tuple[str, ...] = tuple(
-            f for f in fields if len({repr(values[d][f]) for d in DIFFICULTY_NAMES}) > 1)
+            f for f in fields if len({repr(values[d][f]) for d in DIFFICULTY_NAMES}) > 1
+        )
         for f in self.dynamic_fields:
-            if not all(isinstance(values[d][f], (int, float)) and not isinstance(values[d][f], bool)
-                       for d in DIFFICULTY_NAMES):
+            if not all(
+                isinstance(values[d][f], (int, float)) and not isinstance(values[d][f], bool)
+                for d in DIFFICULTY_NAMES
+            ):
                 raise TypeError(f"EnvParams.{f} differs between difficulties but is not numeric")
         # Static part: the easy preset; the dynamic fields are replaced at bind time.
         self._template = per_diff["easy"]
         self._per_difficulty = values
         # Sanity: the upstream env reports the shapes alem_env.spaces predicts.
-        env = a.make_alem_env_from_name(statics.env_name, env_params=self._template,
-                                        static_env_params=self.static_env_params)
+        env = a.make_alem_env_from_name(
+            statics.env_name, env_params=self._template, static_env_params=self.static_env_params
+        )
         n_act = env.action_space(env.agents[0]).n
         if n_act != statics.num_actions:
             raise RuntimeError(f"alem reports {n_act} actions, expected {statics.num_actions}")
@@ -143,14 +150,17 @@ class EvalEnv:
         if difficulty not in DIFFICULTY_NAMES:
             raise ValueError(f"unknown difficulty {difficulty!r}")
         vals = self._per_difficulty[difficulty]
-        return {f: np.asarray(vals[f], np.int32 if isinstance(vals[f], int) else np.float32)
-                for f in self.dynamic_fields}
+        return {
+            f: np.asarray(vals[f], np.int32 if isinstance(vals[f], int) else np.float32)
+            for f in self.dynamic_fields
+        }
 
     def bind(self, dyn: DifficultyParams):
         """The upstream env object whose ``EnvParams`` carry ``dyn`` (may be tracers)."""
         params = self._template.replace(**{f: dyn[f] for f in self.dynamic_fields})
-        return self.alem.make_alem_env_from_name(self.statics.env_name, env_params=params,
-                                                 static_env_params=self.static_env_params)
+        return self.alem.make_alem_env_from_name(
+            self.statics.env_name, env_params=params, static_env_params=self.static_env_params
+        )
 
     # ------------------------------------------------------------------ dynamics
     def stack_obs(self, obs: Mapping[str, jax.Array]) -> jax.Array:
@@ -177,8 +187,9 @@ class EvalEnv:
         obs, state = self.bind(dyn).reset(key)
         return self.stack_obs(obs), state
 
-    def step(self, key: jax.Array, state: Any, actions: jax.Array,
-             dyn: DifficultyParams) -> StepOutput:
+    def step(
+        self, key: jax.Array, state: Any, actions: jax.Array, dyn: DifficultyParams
+    ) -> StepOutput:
         """One ``env.step_env`` (no auto-reset) with ``actions`` [P] int in agent order."""
         out = self._step(key, state, actions, dyn)
         return out._replace(obs=self.preprocess(out.obs))
@@ -186,7 +197,8 @@ class EvalEnv:
     def _step_impl(self, key, state, actions, dyn) -> StepOutput:
         env = self.bind(dyn)
         obs, state, rewards, dones, _ = env.step_env(
-            key, state, {a: actions[i] for i, a in enumerate(self.agents)})
+            key, state, {a: actions[i] for i, a in enumerate(self.agents)}
+        )
         return StepOutput(
             obs=self.stack_obs(obs),
             state=state,
@@ -217,7 +229,6 @@ class EvalEnv:
         _flatten("", tree, out)
         return out
 
-
     def score_leaf_indices(self, state_like: Any) -> tuple[int, ...]:
         """Indices (in ``tree_leaves`` order) of the state leaves ``compute_score`` reads.
 
@@ -231,7 +242,8 @@ class EvalEnv:
         if cached is None:
             specs = [jax.ShapeDtypeStruct(np.shape(x), x.dtype) for x in leaves]
             closed = jax.make_jaxpr(
-                lambda *xs: self._score_impl(jax.tree_util.tree_unflatten(treedef, xs)))(*specs)
+                lambda *xs: self._score_impl(jax.tree_util.tree_unflatten(treedef, xs))
+            )(*specs)
             used = {id(v) for eqn in closed.jaxpr.eqns for v in eqn.invars}
             used |= {id(v) for v in closed.jaxpr.outvars}
             cached = tuple(i for i, v in enumerate(closed.jaxpr.invars) if id(v) in used)
@@ -269,7 +281,7 @@ def upstream_mean(value: np.ndarray) -> float:
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def get_eval_env(statics: EnvStatics) -> EvalEnv:
     """The (cached) :class:`EvalEnv` for these statics; imports alem quietly on first use."""
     return EvalEnv(statics)

@@ -6,17 +6,19 @@ texture cache (minutes). :func:`import_alem` performs that import once, with std
 captured, so machine-readable output (``--format json|csv``) stays clean. What was printed
 is kept in :data:`IMPORT_MESSAGES` for diagnostics.
 """
+
 from __future__ import annotations
 
 import contextlib
 import io
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 IMPORT_MESSAGES: list[str] = []
 _LOCK = threading.Lock()
-_MODULES: "AlemModules | None" = None
+_MODULES: AlemModules | None = None
 
 
 @dataclass(frozen=True)
@@ -51,8 +53,11 @@ def import_alem() -> AlemModules:
             buf = io.StringIO()
             with contextlib.redirect_stdout(buf):
                 from alem.alem_coop.action_masking import compute_action_mask
-                from alem.alem_coop.alem_state import (EnvParams, StaticEnvParams,
-                                                       get_coordination_params)
+                from alem.alem_coop.alem_state import (
+                    EnvParams,
+                    StaticEnvParams,
+                    get_coordination_params,
+                )
                 from alem.alem_coop.envs.common import compute_score
                 from alem.alem_env import make_alem_env_from_name
             IMPORT_MESSAGES.extend(line for line in buf.getvalue().splitlines() if line)
@@ -60,11 +65,17 @@ def import_alem() -> AlemModules:
                 from importlib.metadata import version
 
                 pkg = version("alem-env")
-            except Exception:  # noqa: BLE001 - metadata is informational only
+            except Exception:
                 pkg = None
-            _MODULES = AlemModules(make_alem_env_from_name, EnvParams, StaticEnvParams,
-                                   get_coordination_params, compute_action_mask, compute_score,
-                                   pkg)
+            _MODULES = AlemModules(
+                make_alem_env_from_name,
+                EnvParams,
+                StaticEnvParams,
+                get_coordination_params,
+                compute_action_mask,
+                compute_score,
+                pkg,
+            )
     return _MODULES
 
 

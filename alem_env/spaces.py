@@ -3,6 +3,7 @@
 These let alem-eval validate checkpoint shapes without importing the environment (which
 takes seconds). ``tests/test_spaces.py`` checks them against the installed environment.
 """
+
 from __future__ import annotations
 
 # Per spec §4: a 9x11 local view of 99 cells with (P + 94) channels each, a dashboard of
@@ -17,8 +18,11 @@ _BASE_ACTIONS = 55
 
 def obs_dim(num_agents: int, num_comm_channels: int) -> int:
     """Width of one agent's raw observation vector."""
-    return (_VIEW_CELLS * (num_agents + _CELL_CHANNELS_BASE)
-            + num_agents * (_DASHBOARD_BASE + num_comm_channels) + _INVENTORY)
+    return (
+        _VIEW_CELLS * (num_agents + _CELL_CHANNELS_BASE)
+        + num_agents * (_DASHBOARD_BASE + num_comm_channels)
+        + _INVENTORY
+    )
 
 
 def num_actions(num_agents: int, num_comm_channels: int) -> int:

@@ -23,6 +23,7 @@ Per-algorithm facts reproduced here (spec §1.2-1.5, §3.2, §5):
   ~400 metrics on every training step only to log them; it does not change training, and
   skipping it halves the step cost. The metrics here come from the achievement table.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -59,8 +60,9 @@ class TrainingEnv:
         """``[A, num_actions]`` bool; all True when ACTION_MASKING is off."""
         if not self.action_masking:
             return jnp.ones((self.num_agents, self.num_actions), bool)
-        m = import_alem().compute_action_mask(state, self.env.default_params,
-                                              self.env.static_env_params)
+        m = import_alem().compute_action_mask(
+            state, self.env.default_params, self.env.static_env_params
+        )
         return m.astype(bool)
 
     def step(self, key: jax.Array, state, actions: jax.Array, reset=None):
@@ -79,8 +81,9 @@ class TrainingEnv:
         obs_st, state_st, reward, dones, _ = self.env.step_env(key_step, state, act)
         obs_re, state_re = self.reset(key_reset) if reset is None else reset
         done = dones["__all__"]
-        state_next = jax.tree_util.tree_map(lambda r, s: jax.lax.select(done, r, s),
-                                            state_re, state_st)
+        state_next = jax.tree_util.tree_map(
+            lambda r, s: jax.lax.select(done, r, s), state_re, state_st
+        )
         obs_next = jnp.where(done, obs_re, self._stack(obs_st))
         rew = jnp.stack([reward[a] for a in self.env.agents]).astype(jnp.float32)
         return obs_next, state_next, rew, done, achievement_metrics(state_st)
@@ -104,8 +107,11 @@ def coordination_kwargs(env_cfg: Any, *, env_overrides: bool) -> dict[str, Any]:
     ``env_cfg.training_difficulty``, plus the SOFT_SPECIALIZATION / *_EFFICIENCY values of
     the config when ``env_overrides`` (only IPPO's upstream trainer applies them)."""
     alem = import_alem()
-    kw = dict(alem.get_coordination_params(env_cfg.training_difficulty,
-                                           scale_base=env_cfg.scale_base_difficulty))
+    kw = dict(
+        alem.get_coordination_params(
+            env_cfg.training_difficulty, scale_base=env_cfg.scale_base_difficulty
+        )
+    )
     if env_overrides:
         kw["soft_specialization"] = bool(env_cfg.soft_specialization)
         kw["non_specialist_efficiency"] = float(env_cfg.non_specialist_efficiency)
@@ -113,8 +119,9 @@ def coordination_kwargs(env_cfg: Any, *, env_overrides: bool) -> dict[str, Any]:
     return kw
 
 
-def make_training_env(env_cfg: Any, *, label: str, env_overrides: bool,
-                      shared_reward: bool) -> TrainingEnv:
+def make_training_env(
+    env_cfg: Any, *, label: str, env_overrides: bool, shared_reward: bool
+) -> TrainingEnv:
     """A training env built as an upstream trainer builds it.
 
     ``env_cfg`` has the fields of ``alem_eval.config.EnvConfig``; ``env_overrides`` and
@@ -124,14 +131,20 @@ def make_training_env(env_cfg: Any, *, label: str, env_overrides: bool,
     alem = import_alem()
     kw = coordination_kwargs(env_cfg, env_overrides=env_overrides)
     params = alem.EnvParams(shared_reward=bool(shared_reward), randomize_alpha=False, **kw)
-    static = alem.StaticEnvParams(player_count=int(env_cfg.num_agents),
-                                  num_comm_channels=int(env_cfg.num_comm_channels))
-    env = alem.make_alem_env_from_name(env_cfg.env_name, env_params=params,
-                                       static_env_params=static, compute_full_info=False)
+    static = alem.StaticEnvParams(
+        player_count=int(env_cfg.num_agents), num_comm_channels=int(env_cfg.num_comm_channels)
+    )
+    env = alem.make_alem_env_from_name(
+        env_cfg.env_name, env_params=params, static_env_params=static, compute_full_info=False
+    )
     agent0 = env.agents[0]
     return TrainingEnv(
-        algorithm=label, env=env, num_agents=env.num_agents,
+        algorithm=label,
+        env=env,
+        num_agents=env.num_agents,
         obs_dim=int(env.observation_space(agent0).shape[0]),
-        num_actions=int(env.action_space(agent0).n), action_masking=bool(env_cfg.action_masking),
-        env_version=str(static.version), coord_params=kw,
+        num_actions=int(env.action_space(agent0).n),
+        action_masking=bool(env_cfg.action_masking),
+        env_version=str(static.version),
+        coord_params=kw,
     )

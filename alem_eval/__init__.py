@@ -1,2 +1,3 @@
 """alem-eval: checkpoint hub and evaluation toolkit for the Alem MARL benchmark baselines."""
+
 __version__ = "0.1.0"

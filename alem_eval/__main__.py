@@ -1,4 +1,5 @@
 """``python -m alem_eval`` runs the CLI."""
+
 from alem_eval.cli import main
 
 main()

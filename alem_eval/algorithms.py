@@ -12,11 +12,13 @@ importing the registry costs nothing and imports no JAX.
 Adding a fifth algorithm = one :class:`Algorithm` entry here + one network builder in
 ``alem_eval/networks.py`` + one trainer file in ``trainers/`` (see CONTRACTS.md).
 """
+
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
+from collections.abc import Callable, Mapping
 
 from . import config as C
 from .errors import ConfigError
@@ -84,72 +86,133 @@ _DEMO_PPO = {"FC_DIM_SIZE": 32, "GRU_HIDDEN_DIM": 64}
 
 _REGISTRY: tuple[Algorithm, ...] = (
     Algorithm(
-        name="ippo-rnn", display_name="IPPO-RNN", family="IPPO", aliases=("ippo",),
-        key_table={**C.COMMON_KEYS, **C.PPO_KEYS}, network_config=C.ppo_network_config,
-        reads_num_agents=True, train_family=C.PPO_TRAINING,
+        name="ippo-rnn",
+        display_name="IPPO-RNN",
+        family="IPPO",
+        aliases=("ippo",),
+        key_table={**C.COMMON_KEYS, **C.PPO_KEYS},
+        network_config=C.ppo_network_config,
+        reads_num_agents=True,
+        train_family=C.PPO_TRAINING,
         network=Ref("alem_eval.networks:build_ippo"),
         greedy_policy=Ref("alem_eval.policies:CATEGORICAL"),
-        input_layer_key="FC_DIM_SIZE", recurrent_key="GRU_HIDDEN_DIM", id_in_first_layer=False,
+        input_layer_key="FC_DIM_SIZE",
+        recurrent_key="GRU_HIDDEN_DIM",
+        id_in_first_layer=False,
         saved_layout=Ref("alem_eval.released:TRAIN_STATE"),
-        agent_id_input="never", trains_with_env_overrides=True,
+        agent_id_input="never",
+        trains_with_env_overrides=True,
         trains_with_shared_reward_key=True,
-        reload_keys=("NUM_COMM_CHANNELS", "NUM_AGENTS", "ACTION_MASKING", *_PPO_SIZES,
-                     *_ENV_RELOAD),
-        not_logged_keys=("APPEND_AGENT_ID",), trainer_module="trainers.ippo_rnn",
+        reload_keys=(
+            "NUM_COMM_CHANNELS",
+            "NUM_AGENTS",
+            "ACTION_MASKING",
+            *_PPO_SIZES,
+            *_ENV_RELOAD,
+        ),
+        not_logged_keys=("APPEND_AGENT_ID",),
+        trainer_module="trainers.ippo_rnn",
         demo_overrides={**_DEMO_PPO, "NUM_AGENTS": 3},
     ),
     Algorithm(
-        name="mappo-rnn", display_name="MAPPO-RNN", family="MAPPO", aliases=("mappo",),
+        name="mappo-rnn",
+        display_name="MAPPO-RNN",
+        family="MAPPO",
+        aliases=("mappo",),
         key_table={**C.COMMON_KEYS, **C.PPO_KEYS, **C.MAPPO_KEYS},
-        network_config=C.ppo_network_config, reads_num_agents=False,
+        network_config=C.ppo_network_config,
+        reads_num_agents=False,
         train_family=C.MAPPO_TRAINING,
         network=Ref("alem_eval.networks:build_mappo"),
         greedy_policy=Ref("alem_eval.policies:CATEGORICAL"),
-        input_layer_key="FC_DIM_SIZE", recurrent_key="GRU_HIDDEN_DIM", id_in_first_layer=False,
+        input_layer_key="FC_DIM_SIZE",
+        recurrent_key="GRU_HIDDEN_DIM",
+        id_in_first_layer=False,
         saved_layout=Ref("alem_eval.released:ACTOR_CRITIC"),
-        agent_id_input="never", trains_with_env_overrides=False,
+        agent_id_input="never",
+        trains_with_env_overrides=False,
         trains_with_shared_reward_key=True,
         reload_keys=(*_COMMON_RELOAD, *_PPO_SIZES, *_ENV_RELOAD),
-        not_logged_keys=("APPEND_AGENT_ID", "NUM_AGENTS"), trainer_module="trainers.mappo_rnn",
+        not_logged_keys=("APPEND_AGENT_ID", "NUM_AGENTS"),
+        trainer_module="trainers.mappo_rnn",
         demo_overrides=dict(_DEMO_PPO),
     ),
     Algorithm(
-        name="hypermarl-rnn", display_name="HyperMARL-RNN", family="HyperMARL",
+        name="hypermarl-rnn",
+        display_name="HyperMARL-RNN",
+        family="HyperMARL",
         aliases=("hypermarl", "ippo-hypermarl-rnn", "hypermarl-ippo-rnn"),
         key_table={**C.COMMON_KEYS, **C.PPO_KEYS, **C.HYPERMARL_KEYS},
-        network_config=C.hypermarl_network_config, reads_num_agents=False,
+        network_config=C.hypermarl_network_config,
+        reads_num_agents=False,
         train_family=C.HYPERMARL_TRAINING,
         network=Ref("alem_eval.networks:build_hypermarl"),
         greedy_policy=Ref("alem_eval.policies:CATEGORICAL"),
-        input_layer_key="FC_DIM_SIZE", recurrent_key="GRU_HIDDEN_DIM", id_in_first_layer=False,
+        input_layer_key="FC_DIM_SIZE",
+        recurrent_key="GRU_HIDDEN_DIM",
+        id_in_first_layer=False,
         saved_layout=Ref("alem_eval.released:TRAIN_STATE"),
-        agent_id_input="if_configured", trains_with_env_overrides=False,
+        agent_id_input="if_configured",
+        trains_with_env_overrides=False,
         trains_with_shared_reward_key=True,
-        reload_keys=(*_COMMON_RELOAD, *_PPO_SIZES, "APPEND_AGENT_ID", "HYPERNET_EMBEDDING_DIM",
-                     "HYPERNET_HIDDEN_DIMS", "HYPERNET_INIT_SCALE", "USE_AGENT_ID_EMBEDDINGS",
-                     "USE_BIAS_IN_HYPERNET", *_ENV_RELOAD),
-        not_logged_keys=("NUM_AGENTS",), trainer_module="trainers.hypermarl_rnn",
-        demo_overrides={**_DEMO_PPO, "HYPERNET_EMBEDDING_DIM": 8, "HYPERNET_HIDDEN_DIMS": [16],
-                        "APPEND_AGENT_ID": True, "ACTIVATION": "relu",
-                        "USE_AGENT_ID_EMBEDDINGS": True, "USE_BIAS_IN_HYPERNET": True},
+        reload_keys=(
+            *_COMMON_RELOAD,
+            *_PPO_SIZES,
+            "APPEND_AGENT_ID",
+            "HYPERNET_EMBEDDING_DIM",
+            "HYPERNET_HIDDEN_DIMS",
+            "HYPERNET_INIT_SCALE",
+            "USE_AGENT_ID_EMBEDDINGS",
+            "USE_BIAS_IN_HYPERNET",
+            *_ENV_RELOAD,
+        ),
+        not_logged_keys=("NUM_AGENTS",),
+        trainer_module="trainers.hypermarl_rnn",
+        demo_overrides={
+            **_DEMO_PPO,
+            "HYPERNET_EMBEDDING_DIM": 8,
+            "HYPERNET_HIDDEN_DIMS": [16],
+            "APPEND_AGENT_ID": True,
+            "ACTIVATION": "relu",
+            "USE_AGENT_ID_EMBEDDINGS": True,
+            "USE_BIAS_IN_HYPERNET": True,
+        },
     ),
     Algorithm(
-        name="pqn-vdn-rnn", display_name="PQN-VDN-RNN", family="PQN-VDN",
+        name="pqn-vdn-rnn",
+        display_name="PQN-VDN-RNN",
+        family="PQN-VDN",
         aliases=("pqn", "pqn-vdn", "pqn-rnn"),
-        key_table={**C.COMMON_KEYS, **C.PQN_KEYS}, network_config=C.pqn_network_config,
-        reads_num_agents=False, train_family=C.PQN_TRAINING,
+        key_table={**C.COMMON_KEYS, **C.PQN_KEYS},
+        network_config=C.pqn_network_config,
+        reads_num_agents=False,
+        train_family=C.PQN_TRAINING,
         network=Ref("alem_eval.networks:build_pqn"),
         greedy_policy=Ref("alem_eval.policies:Q_VALUES"),
-        input_layer_key="HIDDEN_SIZE", recurrent_key="HIDDEN_SIZE", id_in_first_layer=True,
+        input_layer_key="HIDDEN_SIZE",
+        recurrent_key="HIDDEN_SIZE",
+        id_in_first_layer=True,
         saved_layout=Ref("alem_eval.released:PQN_TRAIN_STATE"),
-        agent_id_input="always", trains_with_env_overrides=False,
+        agent_id_input="always",
+        trains_with_env_overrides=False,
         trains_with_shared_reward_key=False,
-        reload_keys=(*_COMMON_RELOAD, "HIDDEN_SIZE", "NUM_LAYERS", "NORM_TYPE", "NORM_INPUT",
-                     "DUELING", *_ENV_RELOAD),
+        reload_keys=(
+            *_COMMON_RELOAD,
+            "HIDDEN_SIZE",
+            "NUM_LAYERS",
+            "NORM_TYPE",
+            "NORM_INPUT",
+            "DUELING",
+            *_ENV_RELOAD,
+        ),
         not_logged_keys=("APPEND_AGENT_ID", "NUM_AGENTS", "UPDATE_EPOCHS", "ANNEAL_LR"),
         trainer_module="trainers.pqn_vdn_rnn",
-        demo_overrides={"HIDDEN_SIZE": 64, "NUM_LAYERS": 1, "NORM_TYPE": "layer_norm",
-                        "NORM_INPUT": False},
+        demo_overrides={
+            "HIDDEN_SIZE": 64,
+            "NUM_LAYERS": 1,
+            "NORM_TYPE": "layer_norm",
+            "NORM_INPUT": False,
+        },
     ),
 )
 
@@ -171,8 +234,7 @@ def get_algorithm(name: str, *, where: str = "algorithm") -> Algorithm:
     """The record of ``name`` (any accepted spelling); :class:`ConfigError` if unknown."""
     canonical = canonical_algorithm(name)
     if canonical is None:
-        raise ConfigError(f"{where}: unknown algorithm {name!r} "
-                          f"(one of {', '.join(ALGORITHMS)})")
+        raise ConfigError(f"{where}: unknown algorithm {name!r} (one of {', '.join(ALGORITHMS)})")
     return _BY_NAME[canonical]
 
 

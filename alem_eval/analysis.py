@@ -16,6 +16,7 @@ The shapes, from the store to the numbers:
 
 Metric names, labels and scales come from :mod:`alem_eval.metrics`.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -26,8 +27,7 @@ import numpy as np
 import pandas as pd
 
 from .algorithms import algorithm_rank
-from .bootstrap import (AGGREGATES, RUNS_MODES, BootstrapSettings, Interval,
-                        StratifiedBootstrap)
+from .bootstrap import AGGREGATES, RUNS_MODES, BootstrapSettings, Interval, StratifiedBootstrap
 from .config import DIFFICULTIES
 from .errors import UsageError
 from .manifest import budget_sort_key
@@ -53,8 +53,10 @@ def algorithm_order(algorithm: str) -> tuple:
 
 
 def difficulty_order(difficulty: str) -> tuple:
-    return (DIFFICULTIES.index(difficulty) if difficulty in DIFFICULTIES else len(DIFFICULTIES),
-            difficulty)
+    return (
+        DIFFICULTIES.index(difficulty) if difficulty in DIFFICULTIES else len(DIFFICULTIES),
+        difficulty,
+    )
 
 
 @dataclass(frozen=True)
@@ -135,8 +137,9 @@ def run_scores(df: pd.DataFrame, metric: str, *, runs: str = "seeds") -> dict[Gr
     if df["protocol"].nunique() > 1:
         raise ResultsError("run scores mix protocols; select one first")
     if (df["difficulty"].astype(str) != df["eval_difficulty"].astype(str)).any():
-        raise ResultsError("run scores need eval difficulty == training difficulty rows; "
-                           "use standard_rows() first")
+        raise ResultsError(
+            "run scores need eval difficulty == training difficulty rows; use standard_rows() first"
+        )
     sub = df[["budget", "algorithm", "eval_difficulty", "seed", "episode", metric]]
     sub = sub[np.isfinite(sub[metric].to_numpy(dtype=float))]
     out: dict[Group, RunScores] = {}
@@ -147,8 +150,9 @@ def run_scores(df: pd.DataFrame, metric: str, *, runs: str = "seeds") -> dict[Gr
             values = per_seed.mean().to_numpy(dtype=float)
         else:
             values = g.sort_values(["seed", "episode"])[metric].to_numpy(dtype=float)
-        out[group] = RunScores(group, values.reshape(-1, 1), runs,
-                               tuple(int(s) for s in per_seed.size().index), len(g))
+        out[group] = RunScores(
+            group, values.reshape(-1, 1), runs, tuple(int(s) for s in per_seed.size().index), len(g)
+        )
     return dict(sorted(out.items(), key=lambda kv: kv[0].sort_key()))
 
 
@@ -219,8 +223,12 @@ class MetricAnalysis:
         return tuple(Entry(b, a) for b in self.budgets for a in self.algorithms)
 
     def missing(self) -> list[Group]:
-        return [Group(e.budget, e.algorithm, d) for d in self.difficulties for e in self.entries
-                if Group(e.budget, e.algorithm, d) not in self.aggregates]
+        return [
+            Group(e.budget, e.algorithm, d)
+            for d in self.difficulties
+            for e in self.entries
+            if Group(e.budget, e.algorithm, d) not in self.aggregates
+        ]
 
 
 def _stream(runs: RunScores) -> tuple:
@@ -232,14 +240,21 @@ def grid(df: pd.DataFrame) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str,
     """(budgets, algorithms, eval difficulties) present, in report order."""
     if df.empty:
         return (), (), ()
-    return (tuple(sorted(map(str, df["budget"].unique()), key=budget_order)),
-            tuple(sorted(map(str, df["algorithm"].unique()), key=algorithm_order)),
-            tuple(sorted(map(str, df["eval_difficulty"].unique()), key=difficulty_order)))
+    return (
+        tuple(sorted(map(str, df["budget"].unique()), key=budget_order)),
+        tuple(sorted(map(str, df["algorithm"].unique()), key=algorithm_order)),
+        tuple(sorted(map(str, df["eval_difficulty"].unique()), key=difficulty_order)),
+    )
 
 
-def summarize(df: pd.DataFrame, metrics: Sequence[str], settings: BootstrapSettings, *,
-              names: Sequence[str] = ("mean",),
-              bootstrap: StratifiedBootstrap | None = None) -> dict[str, dict[Group, AggregateRow]]:
+def summarize(
+    df: pd.DataFrame,
+    metrics: Sequence[str],
+    settings: BootstrapSettings,
+    *,
+    names: Sequence[str] = ("mean",),
+    bootstrap: StratifiedBootstrap | None = None,
+) -> dict[str, dict[Group, AggregateRow]]:
     """Interval estimates of ``names`` for every metric and group (standard rows only)."""
     bs = bootstrap or StratifiedBootstrap(settings)
     out: dict[str, dict[Group, AggregateRow]] = {}
@@ -247,8 +262,9 @@ def summarize(df: pd.DataFrame, metrics: Sequence[str], settings: BootstrapSetti
         info = metric_info(metric)
         rows: dict[Group, AggregateRow] = {}
         for group, rs in run_scores(df, metric, runs=settings.runs).items():
-            est = bs.aggregates(rs.scores, _stream(rs), names=names,
-                                gamma=1.0 if info.fraction else None)
+            est = bs.aggregates(
+                rs.scores, _stream(rs), names=names, gamma=1.0 if info.fraction else None
+            )
             rows[group] = AggregateRow(group, rs.n_runs, len(rs.seeds), rs.num_episodes, est)
         out[metric] = rows
     return out
@@ -267,8 +283,9 @@ def _profile_taus(values: np.ndarray, fraction: bool, points: int) -> np.ndarray
     return np.linspace(lo, hi, points)
 
 
-def analyze(df: pd.DataFrame, metric: str, settings: BootstrapSettings, *,
-            profile_points: int = 101) -> MetricAnalysis:
+def analyze(
+    df: pd.DataFrame, metric: str, settings: BootstrapSettings, *, profile_points: int = 101
+) -> MetricAnalysis:
     """Interval estimates, P(improvement), profiles and budget comparisons for one metric.
 
     ``df`` holds standard-protocol rows of one protocol (see :func:`standard_rows`,
@@ -288,8 +305,9 @@ def analyze(df: pd.DataFrame, metric: str, settings: BootstrapSettings, *,
             for a1, a2 in itertools.combinations(algorithms, 2):
                 g1, g2 = Group(b, a1, d), Group(b, a2, d)
                 if g1 in runs and g2 in runs:
-                    p = bs.improvement(runs[g1].scores, runs[g2].scores,
-                                       _stream(runs[g1]), _stream(runs[g2]))
+                    p = bs.improvement(
+                        runs[g1].scores, runs[g2].scores, _stream(runs[g1]), _stream(runs[g2])
+                    )
                     improvements.append(ImprovementRow(d, g1.entry, g2.entry, p, "algorithm"))
         for a in algorithms:
             for b_lo, b_hi in itertools.combinations(budgets, 2):
@@ -299,32 +317,53 @@ def analyze(df: pd.DataFrame, metric: str, settings: BootstrapSettings, *,
                 r_lo, r_hi = runs[lo_g], runs[hi_g]
                 p = bs.improvement(r_hi.scores, r_lo.scores, _stream(r_hi), _stream(r_lo))
                 improvements.append(ImprovementRow(d, hi_g.entry, lo_g.entry, p, "budget"))
-                budget_rows.append(BudgetRow(
-                    a, d, b_lo, b_hi, aggregates[lo_g].estimates["mean"],
-                    aggregates[hi_g].estimates["mean"],
-                    bs.difference(r_hi.scores, r_lo.scores, _stream(r_hi), _stream(r_lo)), p))
+                budget_rows.append(
+                    BudgetRow(
+                        a,
+                        d,
+                        b_lo,
+                        b_hi,
+                        aggregates[lo_g].estimates["mean"],
+                        aggregates[hi_g].estimates["mean"],
+                        bs.difference(r_hi.scores, r_lo.scores, _stream(r_hi), _stream(r_lo)),
+                        p,
+                    )
+                )
 
     profiles: dict[Group, ProfileRow] = {}
     for d in difficulties:
         in_d = [rs for g, rs in runs.items() if g.difficulty == d]
         if not in_d:
             continue
-        taus = _profile_taus(np.concatenate([rs.scores.ravel() for rs in in_d]),
-                             info.fraction, profile_points)
+        taus = _profile_taus(
+            np.concatenate([rs.scores.ravel() for rs in in_d]), info.fraction, profile_points
+        )
         for rs in in_d:
             point, lo, hi = bs.profile(rs.scores, taus, _stream(rs))
             profiles[rs.group] = ProfileRow(rs.group, taus, point, lo, hi)
 
-    return MetricAnalysis(info, settings, budgets, algorithms, difficulties, aggregates,
-                          tuple(improvements), profiles, tuple(budget_rows))
+    return MetricAnalysis(
+        info,
+        settings,
+        budgets,
+        algorithms,
+        difficulties,
+        aggregates,
+        tuple(improvements),
+        profiles,
+        tuple(budget_rows),
+    )
 
 
-def pair_improvement(df: pd.DataFrame, metric: str, x: Group, y: Group,
-                     settings: BootstrapSettings) -> Interval:
+def pair_improvement(
+    df: pd.DataFrame, metric: str, x: Group, y: Group, settings: BootstrapSettings
+) -> Interval:
     """P(X > Y) for any two groups of one difficulty (e.g. two algorithms of two budgets)."""
     if x.difficulty != y.difficulty:
-        raise UsageError("probability of improvement compares groups of one difficulty; "
-                         "difficulties are never pooled")
+        raise UsageError(
+            "probability of improvement compares groups of one difficulty; "
+            "difficulties are never pooled"
+        )
     runs = run_scores(df, metric, runs=settings.runs)
     for g in (x, y):
         if g not in runs:
@@ -348,8 +387,14 @@ class PreparedResults:
     entries: tuple = ()  # the StoreEntry of every file read (keys, extras)
 
 
-def prepare(store, selectors: Sequence[str] | None = None, *, metrics: Sequence[str] = (),
-            optional_metrics: Sequence[str] = (), protocol: str | None = None) -> PreparedResults:
+def prepare(
+    store,
+    selectors: Sequence[str] | None = None,
+    *,
+    metrics: Sequence[str] = (),
+    optional_metrics: Sequence[str] = (),
+    protocol: str | None = None,
+) -> PreparedResults:
     """Load what an analysis needs from a :class:`~alem_eval.results.ResultsStore`.
 
     ``metrics`` are names, labels or aliases and must exist (UsageError otherwise);
@@ -362,12 +407,16 @@ def prepare(store, selectors: Sequence[str] | None = None, *, metrics: Sequence[
     with collect_warnings() as notes:
         entries = store.entries(selectors)
         if not entries:
-            raise ResultsError(f"no scored results in {store.root}; run `alem-eval score` first "
-                               f"or point --results at a results directory")
+            raise ResultsError(
+                f"no scored results in {store.root}; run `alem-eval score` first "
+                f"or point --results at a results directory"
+            )
         present = sorted({e.key.protocol for e in entries})
         if protocol is None and len(present) > 1:
-            raise UsageError(f"the selected results mix protocols ({', '.join(present)}); "
-                             f"choose one with --protocol")
+            raise UsageError(
+                f"the selected results mix protocols ({', '.join(present)}); "
+                f"choose one with --protocol"
+            )
         chosen = protocol or present[0]
         if chosen not in present:
             raise UsageError(f"no results with protocol {chosen!r} (present: {', '.join(present)})")
@@ -378,10 +427,20 @@ def prepare(store, selectors: Sequence[str] | None = None, *, metrics: Sequence[
         frame = store.read(entries, list(dict.fromkeys([*resolved, *optional])))
     frame, dropped = standard_rows(frame)
     if dropped:
-        notes.append(f"left out {dropped} cross-difficulty rows (eval difficulty differs from "
-                     f"the training difficulty); reports use the standard protocol only")
+        notes.append(
+            f"left out {dropped} cross-difficulty rows (eval difficulty differs from "
+            f"the training difficulty); reports use the standard protocol only"
+        )
     if frame.empty:
-        raise ResultsError("the selected results hold no standard-protocol rows (eval "
-                           "difficulty == training difficulty)")
-    return PreparedResults(frame.reset_index(drop=True), resolved, chosen, tuple(notes),
-                           str(store.root), tuple(entries))
+        raise ResultsError(
+            "the selected results hold no standard-protocol rows (eval "
+            "difficulty == training difficulty)"
+        )
+    return PreparedResults(
+        frame.reset_index(drop=True),
+        resolved,
+        chosen,
+        tuple(notes),
+        str(store.root),
+        tuple(entries),
+    )

@@ -29,6 +29,7 @@ statistic is a weighted sum, no per-replicate Python) and seeded per stream, so 
 interval depends only on (seed, reps, stream, its own runs) and is reproduced exactly.
 Nothing here knows about results frames, metrics or cells.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -44,7 +45,10 @@ from .errors import UsageError
 
 AGGREGATES: tuple[str, ...] = ("iqm", "mean", "median", "optimality_gap")
 AGGREGATE_LABELS: dict[str, str] = {
-    "iqm": "IQM", "mean": "Mean", "median": "Median", "optimality_gap": "Optimality gap",
+    "iqm": "IQM",
+    "mean": "Mean",
+    "median": "Median",
+    "optimality_gap": "Optimality gap",
     "median_of_task_means": "Median of task means",
 }
 # What a run is (BootstrapSettings.runs): the analysis builds the run matrices accordingly.
@@ -53,8 +57,8 @@ RUNS_MODES: tuple[str, ...] = ("seeds", "episodes")
 RUNS_LABELS = {
     "seeds": "runs = seeds: each seed's score is the mean over its episodes",
     "episodes": "runs = episodes: every (seed, episode) pair is a run; this ignores that "
-                "episodes of one seed share a checkpoint, so the CIs are narrower than "
-                "seed-level ones",
+    "episodes of one seed share a checkpoint, so the CIs are narrower than "
+    "seed-level ones",
 }
 
 
@@ -105,7 +109,9 @@ def _pairwise(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 _POINT = {
-    "mean": aggregate_mean, "iqm": aggregate_iqm, "median": aggregate_median,
+    "mean": aggregate_mean,
+    "iqm": aggregate_iqm,
+    "median": aggregate_median,
     "median_of_task_means": aggregate_median_of_task_means,
 }
 
@@ -141,11 +147,17 @@ class BootstrapSettings:
     runs: str = "seeds"
 
     def __post_init__(self) -> None:
-        if isinstance(self.reps, bool) or not isinstance(self.reps, (int, np.integer)) \
-                or not 1 <= self.reps <= 10_000_000:
+        if (
+            isinstance(self.reps, bool)
+            or not isinstance(self.reps, (int, np.integer))
+            or not 1 <= self.reps <= 10_000_000
+        ):
             raise UsageError(f"--reps must be an integer between 1 and 10000000, got {self.reps!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) \
-                or self.seed < 0:
+        if (
+            isinstance(self.seed, bool)
+            or not isinstance(self.seed, (int, np.integer))
+            or self.seed < 0
+        ):
             raise UsageError(f"--seed must be a non-negative integer, got {self.seed!r}")
         if not 0.0 < float(self.confidence) < 1.0:
             raise UsageError(f"confidence must be in (0, 1), got {self.confidence!r}")
@@ -157,13 +169,15 @@ class BootstrapSettings:
         return RUNS_LABELS[self.runs]
 
     def describe(self) -> str:
-        return (f"stratified percentile bootstrap, {self.reps:,} replicates, seed {self.seed}, "
-                f"{self.confidence:.0%} CIs; {self.runs_label}")
+        return (
+            f"stratified percentile bootstrap, {self.reps:,} replicates, seed {self.seed}, "
+            f"{self.confidence:.0%} CIs; {self.runs_label}"
+        )
 
 
 def _stream_entropy(seed: int, stream: Sequence) -> list[int]:
     digest = hashlib.sha256(json.dumps([str(s) for s in stream]).encode()).digest()
-    return [int(seed)] + [int.from_bytes(digest[i:i + 4], "little") for i in range(0, 16, 4)]
+    return [int(seed)] + [int.from_bytes(digest[i : i + 4], "little") for i in range(0, 16, 4)]
 
 
 class Resamples:
@@ -194,8 +208,9 @@ class Resamples:
         if flat.shape[1] * math.log2(n_runs + 1) < 62:  # a row fits one int64 code
             powers = (n_runs + 1) ** np.arange(flat.shape[1], dtype=np.int64)
             codes = flat.astype(np.int64) @ powers
-            _, first, index, weights = np.unique(codes, return_index=True, return_inverse=True,
-                                                 return_counts=True)
+            _, first, index, weights = np.unique(
+                codes, return_index=True, return_inverse=True, return_counts=True
+            )
             if len(first) <= reps // 2:
                 return cls(counts[first], weights.astype(np.int64), index.reshape(-1))
         return cls(counts, np.ones(reps, dtype=np.int64), np.arange(reps))
@@ -207,8 +222,9 @@ def _lerp(a: np.ndarray, b: np.ndarray, t: float) -> np.ndarray:
     return np.where(t >= 0.5, b - diff * (1 - t), a + diff * t)
 
 
-def weighted_percentiles(values: np.ndarray, weights: np.ndarray,
-                         qs: Sequence[float]) -> np.ndarray:
+def weighted_percentiles(
+    values: np.ndarray, weights: np.ndarray, qs: Sequence[float]
+) -> np.ndarray:
     """``np.percentile(np.repeat(values, weights, axis=0), qs, axis=0)`` (linear method)
     without expanding: ``values`` is (U,) or (U, G), ``weights`` (U,) positive ints."""
     v = np.asarray(values, dtype=float)
@@ -271,8 +287,9 @@ class StratifiedBootstrap:
     def counts(self, n_runs: int, n_tasks: int, stream: Sequence) -> np.ndarray:
         """Resample counts ``(reps, n_tasks, n_runs)``, replicate by replicate; equal to
         drawing ``n_runs`` run indices with replacement, independently per task."""
-        rng = np.random.Generator(np.random.PCG64(
-            np.random.SeedSequence(_stream_entropy(self.settings.seed, stream))))
+        rng = np.random.Generator(
+            np.random.PCG64(np.random.SeedSequence(_stream_entropy(self.settings.seed, stream)))
+        )
         rows = self.reps * n_tasks
         idx = rng.integers(0, n_runs, size=(rows, n_runs), dtype=np.int64)
         idx += (np.arange(rows, dtype=np.int64) * n_runs)[:, None]
@@ -292,9 +309,14 @@ class StratifiedBootstrap:
         return np.asarray(point, float), np.asarray(lo, float), np.asarray(hi, float)
 
     # -- statistics ----------------------------------------------------------------------
-    def aggregates(self, scores: np.ndarray, stream: Sequence, *,
-                   names: Sequence[str] = AGGREGATES,
-                   gamma: float | None = 1.0) -> dict[str, Interval]:
+    def aggregates(
+        self,
+        scores: np.ndarray,
+        stream: Sequence,
+        *,
+        names: Sequence[str] = AGGREGATES,
+        gamma: float | None = 1.0,
+    ) -> dict[str, Interval]:
         """``scores (num_runs x num_tasks) -> {name: Interval}``: interval estimates of the
         named aggregates (``optimality_gap`` needs a gamma; it is left out when ``gamma``
         is None)."""
@@ -342,8 +364,9 @@ class StratifiedBootstrap:
             return table().reshape(-1)[keep], w[keep]
         return per_replicate(rx.counts[rx.index], ry.counts[ry.index]), None
 
-    def improvement(self, x: np.ndarray, y: np.ndarray, stream_x: Sequence,
-                    stream_y: Sequence) -> Interval:
+    def improvement(
+        self, x: np.ndarray, y: np.ndarray, stream_x: Sequence, stream_y: Sequence
+    ) -> Interval:
         """``x (n_x x T), y (n_y x T) -> Interval``: P(X > Y) with X and Y resampled
         independently (each within each task)."""
         x, y = _as_matrix(x), _as_matrix(y)
@@ -356,28 +379,52 @@ class StratifiedBootstrap:
 
         # float32 is exact here: counts <= n and pairwise values in {0, 0.5, 1}, sums < 2**24.
         def table():
-            return np.mean([(rx.counts[:, t, :].astype(np.float32) @ s)
-                            @ ry.counts[:, t, :].astype(np.float32).T
-                            for t, s in enumerate(pairs)], axis=0, dtype=np.float64) / norm
+            return (
+                np.mean(
+                    [
+                        (rx.counts[:, t, :].astype(np.float32) @ s)
+                        @ ry.counts[:, t, :].astype(np.float32).T
+                        for t, s in enumerate(pairs)
+                    ],
+                    axis=0,
+                    dtype=np.float64,
+                )
+                / norm
+            )
 
         def per_replicate(cx, cy):
-            return np.mean([np.einsum("bj,bj->b", cx[:, t, :].astype(np.float32) @ s,
-                                      cy[:, t, :].astype(np.float32), dtype=np.float64)
-                            for t, s in enumerate(pairs)], axis=0) / norm
+            return (
+                np.mean(
+                    [
+                        np.einsum(
+                            "bj,bj->b",
+                            cx[:, t, :].astype(np.float32) @ s,
+                            cy[:, t, :].astype(np.float32),
+                            dtype=np.float64,
+                        )
+                        for t, s in enumerate(pairs)
+                    ],
+                    axis=0,
+                )
+                / norm
+            )
 
         samples, w = self._paired(rx, ry, table, per_replicate)
         return self.interval(samples, probability_of_improvement(x, y), w)
 
-    def difference(self, x: np.ndarray, y: np.ndarray, stream_x: Sequence,
-                   stream_y: Sequence) -> Interval:
+    def difference(
+        self, x: np.ndarray, y: np.ndarray, stream_x: Sequence, stream_y: Sequence
+    ) -> Interval:
         """``x (n_x x T), y (n_y x T) -> Interval``: mean(X) - mean(Y), resampled
         independently."""
         x, y = _as_matrix(x), _as_matrix(y)
-        rx, ry = self.resamples(*x.shape, stream_x), self.resamples(*y.shape, stream_y)
+        (nx, tx), (ny, ty) = x.shape, y.shape
+        rx, ry = self.resamples(nx, tx, stream_x), self.resamples(ny, ty, stream_y)
         mx = _weighted_task_means(rx.counts, x.T).mean(axis=1)
         my = _weighted_task_means(ry.counts, y.T).mean(axis=1)
-        samples, w = self._paired(rx, ry, lambda: mx[:, None] - my[None, :],
-                                  lambda cx, cy: mx[rx.index] - my[ry.index])
+        samples, w = self._paired(
+            rx, ry, lambda: mx[:, None] - my[None, :], lambda cx, cy: mx[rx.index] - my[ry.index]
+        )
         return self.interval(samples, aggregate_mean(x) - aggregate_mean(y), w)
 
     def profile(self, scores: np.ndarray, taus: np.ndarray, stream: Sequence):

@@ -7,6 +7,7 @@ from another orbax release), it falls back to the ``_METADATA`` tree index plus 
 array headers inside the OCDBT store, read with tensorstore. Restores use
 ``restore_type=np.ndarray``, so a checkpoint saved on a GPU restores on a CPU-only host.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -15,7 +16,8 @@ import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
+from collections.abc import Iterable, Mapping
 
 import jax
 import numpy as np
@@ -46,8 +48,11 @@ def resolve_checkpoint_dir(path: str | Path) -> Path:
         raise CheckpointError(f"{p}: checkpoint directory not found")
     if any((p / m).is_file() for m in _ORBAX_MARKERS):
         return p
-    candidates = [c for c in p.iterdir() if c.is_dir() and "checkpoint" in c.name
-                  and any((c / m).is_file() for m in _ORBAX_MARKERS)]
+    candidates = [
+        c
+        for c in p.iterdir()
+        if c.is_dir() and "checkpoint" in c.name and any((c / m).is_file() for m in _ORBAX_MARKERS)
+    ]
     if not candidates:
         raise CheckpointError(f"{p}: no orbax checkpoint here (no _METADATA or checkpoint/ dir)")
 
@@ -75,15 +80,17 @@ def read_tree_metadata(ckpt_dir: str | Path) -> dict[Path_, LeafMeta]:
     d = resolve_checkpoint_dir(ckpt_dir)
     try:
         return _metadata_via_orbax(d)
-    except Exception as exc:  # noqa: BLE001 - any orbax failure: try the raw format
+    except Exception as exc:
         logging.getLogger(__name__).debug("orbax metadata failed (%s); raw fallback", exc)
     try:
         return _metadata_via_tensorstore(d)
     except CheckpointError:
         raise
-    except Exception as exc:  # noqa: BLE001
-        raise CheckpointError(f"{d}: cannot read checkpoint metadata ({type(exc).__name__}: "
-                              f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+    except Exception as exc:
+        raise CheckpointError(
+            f"{d}: cannot read checkpoint metadata ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''})"
+        ) from None
 
 
 def _metadata_via_orbax(d: Path) -> dict[Path_, LeafMeta]:
@@ -116,8 +123,10 @@ def _metadata_via_tensorstore(d: Path) -> dict[Path_, LeafMeta]:
         if value.get("skip_deserialize") or value.get("value_type") in ("None", None):
             continue  # empty nodes (e.g. optax's stateless clip entry) hold no array
         path = tuple(str(k["key"]) for k in entry["key_metadata"])
-        spec = {"driver": driver, "kvstore": {"driver": "ocdbt", "base": f"file://{d}",
-                                              "path": ".".join(path)}}
+        spec = {
+            "driver": driver,
+            "kvstore": {"driver": "ocdbt", "base": f"file://{d}", "path": ".".join(path)},
+        }
         arr = ts.open(spec, open=True).result()
         out[path] = LeafMeta(tuple(int(s) for s in arr.shape), str(np.dtype(arr.dtype.numpy_dtype)))
     return out
@@ -126,8 +135,9 @@ def _metadata_via_tensorstore(d: Path) -> dict[Path_, LeafMeta]:
 # ----------------------------------------------------------------------------------------
 # Validation
 # ----------------------------------------------------------------------------------------
-def compare_trees(expected: Mapping[Path_, LeafMeta],
-                  found: Mapping[Path_, LeafMeta]) -> list[LeafMismatch]:
+def compare_trees(
+    expected: Mapping[Path_, LeafMeta], found: Mapping[Path_, LeafMeta]
+) -> list[LeafMismatch]:
     """Leaf-by-leaf differences inside the expected tree's weight groups.
 
     A weight group is a path prefix ending at the first ``params``/``batch_stats`` key
@@ -135,12 +145,13 @@ def compare_trees(expected: Mapping[Path_, LeafMeta],
     and counters beside the weights are ignored.
     """
     groups = weight_groups(expected)
-    scoped = {p: m for p, m in found.items() if any(p[:len(g)] == g for g in groups)}
+    scoped = {p: m for p, m in found.items() if any(p[: len(g)] == g for g in groups)}
     out = []
     for path in sorted(set(expected) | set(scoped)):
         e, f = expected.get(path), scoped.get(path)
         name = "/".join(path)
         if f is None:
+            assert e is not None  # the path came from one of the two trees
             out.append(LeafMismatch(name, e.shape, None))
         elif e is None:
             out.append(LeafMismatch(name, None, f.shape))
@@ -155,7 +166,7 @@ def weight_groups(paths: Iterable[Path_]) -> set[Path_]:
     out = set()
     for p in paths:
         cut = next((i for i, k in enumerate(p) if k in ("params", "batch_stats")), len(p) - 1)
-        out.add(p[:cut + 1])
+        out.add(p[: cut + 1])
     return out
 
 
@@ -182,29 +193,41 @@ def mismatch_hints(cfg, mismatches: Iterable[LeafMismatch]) -> list[str]:
         if leaf.endswith("Dense_0/kernel") and "hypernet" not in leaf:
             critic = leaf.startswith("critic/")
             extra_id = algo.id_in_first_layer
-            for fp, fnc in _obs_explanations(m.found[0], extra_id=extra_id,
-                                             times=2 if critic else 1):
+            for fp, fnc in _obs_explanations(
+                m.found[0], extra_id=extra_id, times=2 if critic else 1
+            ):
                 if (fp, fnc) != (p, nc):
-                    hints.append(f"input width {m.found[0]} vs {m.expected[0]} means "
-                                 f"NUM_AGENTS={fp}, NUM_COMM_CHANNELS={fnc} (config says "
-                                 f"NUM_AGENTS={p}, NUM_COMM_CHANNELS={nc}).")
+                    hints.append(
+                        f"input width {m.found[0]} vs {m.expected[0]} means "
+                        f"NUM_AGENTS={fp}, NUM_COMM_CHANNELS={fnc} (config says "
+                        f"NUM_AGENTS={p}, NUM_COMM_CHANNELS={nc})."
+                    )
             if len(m.found) > 1 and len(m.expected) > 1 and m.found[1] != m.expected[1]:
-                hints.append(f"first layer width {m.found[1]} vs {m.expected[1]}: "
-                             f"check {algo.input_layer_key}.")
+                hints.append(
+                    f"first layer width {m.found[1]} vs {m.expected[1]}: "
+                    f"check {algo.input_layer_key}."
+                )
         elif re.search(r"(GRUCell_1|OptimizedLSTMCell_0)/h\w/kernel$", leaf):
-            hints.append(f"recurrent width {m.found[-1]} vs {m.expected[-1]}: "
-                         f"check {algo.recurrent_key}.")
+            hints.append(
+                f"recurrent width {m.found[-1]} vs {m.expected[-1]}: check {algo.recurrent_key}."
+            )
         elif leaf.endswith("bias") and len(m.found) == 1 and m.found[0] != m.expected[0]:
             for fnc in range(0, 33):
                 if num_actions(p, fnc) == m.found[0] and m.expected[0] == num_actions(p, nc):
-                    hints.append(f"{m.found[0]} actions vs {m.expected[0]} means "
-                                 f"NUM_COMM_CHANNELS={fnc} (config says {nc}).")
+                    hints.append(
+                        f"{m.found[0]} actions vs {m.expected[0]} means "
+                        f"NUM_COMM_CHANNELS={fnc} (config says {nc})."
+                    )
         elif "agent_embeddings" in leaf:
-            hints.append(f"agent embeddings {list(m.found)} vs {list(m.expected)}: check "
-                         "HYPERNET_EMBEDDING_DIM / NUM_AGENTS.")
+            hints.append(
+                f"agent embeddings {list(m.found)} vs {list(m.expected)}: check "
+                "HYPERNET_EMBEDDING_DIM / NUM_AGENTS."
+            )
     if any("hypernet" in m.path for m in mismatches):
-        hints.append("hypernet layers differ: check HYPERNET_HIDDEN_DIMS, "
-                     "HYPERNET_EMBEDDING_DIM, USE_BIAS_IN_HYPERNET.")
+        hints.append(
+            "hypernet layers differ: check HYPERNET_HIDDEN_DIMS, "
+            "HYPERNET_EMBEDDING_DIM, USE_BIAS_IN_HYPERNET."
+        )
     if any(m.found is None and m.path.startswith("params/agent_embeddings") for m in mismatches):
         hints.append("no agent_embeddings in the checkpoint: USE_AGENT_ID_EMBEDDINGS=false?")
     # Unique, in order.
@@ -212,12 +235,20 @@ def mismatch_hints(cfg, mismatches: Iterable[LeafMismatch]) -> list[str]:
 
 
 def expected_metadata(spec) -> dict[Path_, LeafMeta]:
-    return {p: LeafMeta(tuple(x.shape), str(np.dtype(x.dtype)))
-            for p, x in _flatten(spec.expected_tree()).items()}
+    return {
+        p: LeafMeta(tuple(x.shape), str(np.dtype(x.dtype)))
+        for p, x in _flatten(spec.expected_tree()).items()
+    }
 
 
-def validate(cfg, spec, ckpt_dir: str | Path, *, where: str | None = None,
-             found: Mapping[Path_, LeafMeta] | None = None) -> dict[Path_, LeafMeta]:
+def validate(
+    cfg,
+    spec,
+    ckpt_dir: str | Path,
+    *,
+    where: str | None = None,
+    found: Mapping[Path_, LeafMeta] | None = None,
+) -> dict[Path_, LeafMeta]:
     """Raise :class:`ShapeMismatchError` unless the checkpoint's weights match ``spec``.
 
     Returns the expected leaf metadata. Reads metadata only, never array data.
@@ -227,11 +258,12 @@ def validate(cfg, spec, ckpt_dir: str | Path, *, where: str | None = None,
     expected = expected_metadata(spec)
     groups = weight_groups(expected)
     roots = sorted("/".join(g) for g in groups)
-    if not any(p[:len(g)] == g for p in found for g in groups):
+    if not any(p[: len(g)] == g for p in found for g in groups):
         top = sorted({p[0] for p in found})
         raise CheckpointError(
             f"{where}: checkpoint has none of the {cfg.algorithm} weight groups "
-            f"{roots} (its top-level keys: {top}); is the algorithm right?")
+            f"{roots} (its top-level keys: {top}); is the algorithm right?"
+        )
     mismatches = compare_trees(expected, found)
     if mismatches:
         raise ShapeMismatchError(where, mismatches, mismatch_hints(cfg, mismatches))
@@ -241,8 +273,9 @@ def validate(cfg, spec, ckpt_dir: str | Path, *, where: str | None = None,
 # ----------------------------------------------------------------------------------------
 # Restore
 # ----------------------------------------------------------------------------------------
-def restore_weights(cfg, spec, ckpt_dir: str | Path, *, policy_only: bool = False,
-                    where: str | None = None) -> dict[str, Any]:
+def restore_weights(
+    cfg, spec, ckpt_dir: str | Path, *, policy_only: bool = False, where: str | None = None
+) -> dict[str, Any]:
     """Validate, then restore the weights (host numpy arrays, released disk layout).
 
     The optimiser state is not read. ``policy_only`` also skips MAPPO's critic.
@@ -255,19 +288,22 @@ def restore_weights(cfg, spec, ckpt_dir: str | Path, *, policy_only: bool = Fals
     template = spec.expected_tree()
     if policy_only and "critic" in template:
         template = {k: v for k, v in template.items() if k != "critic"}
-    restore_args = jax.tree_util.tree_map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray),
-                                          template)
+    restore_args = jax.tree_util.tree_map(
+        lambda _: ocp.RestoreArgs(restore_type=np.ndarray), template
+    )
     absl_logger = logging.getLogger("absl")
     level = absl_logger.level
     absl_logger.setLevel(logging.ERROR)  # orbax warns that `transforms` is a legacy API
     try:
         restored = ocp.PyTreeCheckpointer().restore(
-            d, args=ocp.args.PyTreeRestore(item=template, restore_args=restore_args,
-                                           transforms={}))
-    except Exception as exc:  # noqa: BLE001 - orbax/tensorstore raise many types
+            d, args=ocp.args.PyTreeRestore(item=template, restore_args=restore_args, transforms={})
+        )
+    except Exception as exc:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise CheckpointError(f"{where}: checkpoint data unreadable, corrupt or truncated "
-                              f"download? ({type(exc).__name__}: {msg[:200]})") from None
+        raise CheckpointError(
+            f"{where}: checkpoint data unreadable, corrupt or truncated "
+            f"download? ({type(exc).__name__}: {msg[:200]})"
+        ) from None
     finally:
         absl_logger.setLevel(level)
     restored = jax.tree_util.tree_map(np.asarray, restored)

@@ -6,6 +6,7 @@ Options that several commands share are declared once, in :mod:`alem_eval.option
 Every :class:`~alem_eval.errors.AlemEvalError` becomes one line on stderr and a non-zero
 exit code; tracebacks are shown only with ``ALEM_EVAL_DEBUG=1``.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -25,8 +26,19 @@ app = typer.Typer(
 )
 
 # Command modules register themselves on `app` when imported.
-COMMAND_MODULES = ("list_", "pull", "verify", "score", "demo", "report", "leaderboard", "export",
-                   "train", "compare", "crossplay")
+COMMAND_MODULES = (
+    "list_",
+    "pull",
+    "verify",
+    "score",
+    "demo",
+    "report",
+    "leaderboard",
+    "export",
+    "train",
+    "compare",
+    "crossplay",
+)
 
 
 def _register() -> None:
@@ -53,8 +65,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"alem-eval: error: {err}", file=sys.stderr)
         sys.exit(err.exit_code)
     except KeyboardInterrupt:
-        print("alem-eval: interrupted; completed work is kept and a rerun resumes it",
-              file=sys.stderr)
+        print(
+            "alem-eval: interrupted; completed work is kept and a rerun resumes it", file=sys.stderr
+        )
         sys.exit(130)
 
 

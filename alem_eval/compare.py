@@ -7,6 +7,7 @@ that a random run of A scores higher than a random run of B, ties counted one ha
 seeded stratified bootstrap CI, plus the mean difference. Runs are seeds when both sides
 have at least two cells, else episodes. Difficulties are compared separately, never pooled.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -22,9 +23,15 @@ DEFAULT_COMPARE_REPS = 20_000
 DEFAULT_COMPARE_EPISODES = 20
 
 
-def compare_scores(x: np.ndarray, y: np.ndarray, *, reps: int = DEFAULT_COMPARE_REPS,
-                   seed: int = 0, confidence: float = 0.95,
-                   stream: Sequence = ()) -> dict[str, Any]:
+def compare_scores(
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    reps: int = DEFAULT_COMPARE_REPS,
+    seed: int = 0,
+    confidence: float = 0.95,
+    stream: Sequence = (),
+) -> dict[str, Any]:
     """``x (n_x,), y (n_y,)`` run scores -> P(X > Y) and mean(X) - mean(Y) with bootstrap
     CIs, and a verdict ("A better" when the CI of P lies above 1/2, "B better" below).
 
@@ -45,13 +52,27 @@ def compare_scores(x: np.ndarray, y: np.ndarray, *, reps: int = DEFAULT_COMPARE_
         verdict = "B better"
     else:
         verdict = "no clear difference"
-    return {"p_improvement": poi.point, "p_lo": poi.lo, "p_hi": poi.hi, "diff": diff.point,
-            "diff_lo": diff.lo, "diff_hi": diff.hi, "verdict": verdict}
+    return {
+        "p_improvement": poi.point,
+        "p_lo": poi.lo,
+        "p_hi": poi.hi,
+        "diff": diff.point,
+        "diff_lo": diff.lo,
+        "diff_hi": diff.hi,
+        "verdict": verdict,
+    }
 
 
-def score_source(spec: str, selectors: Sequence[str], *, metric: str,
-                 eval_difficulty: str | None, protocol: str, episodes: int | None,
-                 max_steps: int | None) -> dict[str, dict[str, list[float]]]:
+def score_source(
+    spec: str,
+    selectors: Sequence[str],
+    *,
+    metric: str,
+    eval_difficulty: str | None,
+    protocol: str,
+    episodes: int | None,
+    max_steps: int | None,
+) -> dict[str, dict[str, list[float]]]:
     """``{eval difficulty: {cell id: [per-episode values of metric]}}`` for one source
     (each cell on ``eval_difficulty``, default its own training difficulty)."""
     from . import evaluate
@@ -61,18 +82,33 @@ def score_source(spec: str, selectors: Sequence[str], *, metric: str,
 
     src = open_source(spec)
     cells = src.select(list(selectors))
-    loaded = [(c, load_cell(src.local_dir(c), algorithm=c.algorithm, difficulty=c.difficulty,
-                            seed=c.seed, policy_only=True, where=f"{spec}:{c.id}"))
-              for c in cells]
+    loaded = [
+        (
+            c,
+            load_cell(
+                src.local_dir(c),
+                algorithm=c.algorithm,
+                difficulty=c.difficulty,
+                seed=c.seed,
+                policy_only=True,
+                where=f"{spec}:{c.id}",
+            ),
+        )
+        for c in cells
+    ]
     groups: dict[tuple, list] = defaultdict(list)
     for c, lc in loaded:
         groups[(lc.cfg.network_key, eval_difficulty or c.difficulty)].append((c, lc))
     out: dict[str, dict[str, list[float]]] = defaultdict(dict)
     for (_, diff), members in groups.items():
-        records = evaluate.score_stack([lc.cfg for _, lc in members],
-                                       [lc.weights for _, lc in members], protocol=protocol,
-                                       eval_difficulty=diff, num_episodes=episodes,
-                                       max_steps=max_steps)
+        records = evaluate.score_stack(
+            [lc.cfg for _, lc in members],
+            [lc.weights for _, lc in members],
+            protocol=protocol,
+            eval_difficulty=diff,
+            num_episodes=episodes,
+            max_steps=max_steps,
+        )
         for (c, _), eps in zip(members, records, strict=True):
             if eps and metric not in eps[0]:
                 resolve_metric(metric, eps[0].keys())  # raises a UsageError with hints
@@ -80,19 +116,35 @@ def score_source(spec: str, selectors: Sequence[str], *, metric: str,
     return out
 
 
-def compare_sources(sources: Sequence[str], selectors: Sequence[str], *,
-                    metric: str = DEFAULT_COMPARE_METRIC, eval_difficulty: str | None = None,
-                    protocol: str = "fast", episodes: int | None = DEFAULT_COMPARE_EPISODES,
-                    max_steps: int | None = None, reps: int = DEFAULT_COMPARE_REPS,
-                    seed: int = 0) -> list[dict[str, Any]]:
+def compare_sources(
+    sources: Sequence[str],
+    selectors: Sequence[str],
+    *,
+    metric: str = DEFAULT_COMPARE_METRIC,
+    eval_difficulty: str | None = None,
+    protocol: str = "fast",
+    episodes: int | None = DEFAULT_COMPARE_EPISODES,
+    max_steps: int | None = None,
+    reps: int = DEFAULT_COMPARE_REPS,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
     """Score the selected cells of two sources and compare them, one row per eval
     difficulty: ``eval_difficulty, metric, A, B, runs ("seeds" | "episodes"), n_A, n_B,
     mean_A, mean_B`` and the keys of :func:`compare_scores`."""
     if len(sources) != 2:
         raise UsageError(f"compare needs exactly two --source options (got {len(sources)})")
-    scored = [score_source(s, selectors, metric=metric, eval_difficulty=eval_difficulty,
-                           protocol=protocol, episodes=episodes, max_steps=max_steps)
-              for s in sources]
+    scored = [
+        score_source(
+            s,
+            selectors,
+            metric=metric,
+            eval_difficulty=eval_difficulty,
+            protocol=protocol,
+            episodes=episodes,
+            max_steps=max_steps,
+        )
+        for s in sources
+    ]
     rows = []
     for diff in sorted(set(scored[0]) | set(scored[1])):
         a, b = scored[0].get(diff, {}), scored[1].get(diff, {})
@@ -106,9 +158,18 @@ def compare_sources(sources: Sequence[str], selectors: Sequence[str], *,
             x = np.concatenate(list(a.values()))
             y = np.concatenate(list(b.values()))
         res = compare_scores(x, y, reps=reps, seed=seed, stream=(diff, metric))
-        rows.append({
-            "eval_difficulty": diff, "metric": metric, "A": sources[0], "B": sources[1],
-            "runs": "seeds" if by_seed else "episodes", "n_A": len(x), "n_B": len(y),
-            "mean_A": float(np.mean(x)), "mean_B": float(np.mean(y)), **res,
-        })
+        rows.append(
+            {
+                "eval_difficulty": diff,
+                "metric": metric,
+                "A": sources[0],
+                "B": sources[1],
+                "runs": "seeds" if by_seed else "episodes",
+                "n_A": len(x),
+                "n_B": len(y),
+                "mean_A": float(np.mean(x)),
+                "mean_B": float(np.mean(y)),
+                **res,
+            }
+        )
     return rows

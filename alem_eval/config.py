@@ -12,6 +12,7 @@ field is read defensively. Values may be JSON numbers/booleans/lists or strings 
 naming the key. Unknown keys in ``reload_overrides`` produce warnings; nothing is ever
 evaluated as code.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -20,7 +21,8 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Union
+from typing import Any
+from collections.abc import Callable, Mapping
 
 from .errors import ConfigError
 
@@ -219,16 +221,29 @@ PQN_KEYS: dict[str, KeySpec] = {
 }
 
 
-
 def key_table(algorithm: str) -> Mapping[str, KeySpec]:
     """Every upstream key the trainer of ``algorithm`` reads: ``{KEY: (coerce, default)}``."""
     return _algorithm(algorithm).key_table
 
 
 # Keys the trainers log but that carry no meaning for alem-eval: not warned about.
-_IGNORED_PREFIXES = ("coord_", "WANDB", "ENTITY", "PROJECT", "RUN_NAME", "ALG_NAME",
-                     "RUN_TAGS", "env_version", "LOAD_CHECKPOINT", "NUM_RNN_LAYERS",
-                     "ADD_LAST_ACTION", "REW_SHAPING_HORIZON", "TEST_", "HYDRA", "SAVE_PATH")
+_IGNORED_PREFIXES = (
+    "coord_",
+    "WANDB",
+    "ENTITY",
+    "PROJECT",
+    "RUN_NAME",
+    "ALG_NAME",
+    "RUN_TAGS",
+    "env_version",
+    "LOAD_CHECKPOINT",
+    "NUM_RNN_LAYERS",
+    "ADD_LAST_ACTION",
+    "REW_SHAPING_HORIZON",
+    "TEST_",
+    "HYDRA",
+    "SAVE_PATH",
+)
 
 
 # ----------------------------------------------------------------------------------------
@@ -280,7 +295,7 @@ class PQNNetConfig:
     dueling: bool
 
 
-NetworkConfig = Union[PPONetConfig, HyperMARLNetConfig, PQNNetConfig]
+NetworkConfig = PPONetConfig | HyperMARLNetConfig | PQNNetConfig
 
 
 @dataclass(frozen=True)
@@ -317,16 +332,25 @@ class RunConfig:
     def network_key(self) -> str:
         """Identifies everything that fixes parameter shapes and the forward pass."""
         return json.dumps(
-            [self.algorithm, dataclasses.asdict(self.network), self.env.num_agents,
-             self.env.num_comm_channels, self.env.env_name, self.eval.append_agent_id],
+            [
+                self.algorithm,
+                dataclasses.asdict(self.network),
+                self.env.num_agents,
+                self.env.num_comm_channels,
+                self.env.env_name,
+                self.eval.append_agent_id,
+            ],
             sort_keys=True,
         )
 
     @property
     def config_hash(self) -> str:
         """Hash of every value that can change an evaluation number."""
-        payload = json.dumps([self.network_key, dataclasses.asdict(self.env),
-                              dataclasses.asdict(self.eval)], sort_keys=True, default=list)
+        payload = json.dumps(
+            [self.network_key, dataclasses.asdict(self.env), dataclasses.asdict(self.eval)],
+            sort_keys=True,
+            default=list,
+        )
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
@@ -373,15 +397,21 @@ def ppo_network_config(v: Mapping[str, Any]) -> PPONetConfig:
 
 def hypermarl_network_config(v: Mapping[str, Any]) -> HyperMARLNetConfig:
     return HyperMARLNetConfig(
-        v["FC_DIM_SIZE"], v["GRU_HIDDEN_DIM"], v["ACTIVATION"], v["HYPERNET_EMBEDDING_DIM"],
-        tuple(v["HYPERNET_HIDDEN_DIMS"]), v["HYPERNET_INIT_SCALE"],
-        v["USE_AGENT_ID_EMBEDDINGS"], v["USE_BIAS_IN_HYPERNET"],
+        v["FC_DIM_SIZE"],
+        v["GRU_HIDDEN_DIM"],
+        v["ACTIVATION"],
+        v["HYPERNET_EMBEDDING_DIM"],
+        tuple(v["HYPERNET_HIDDEN_DIMS"]),
+        v["HYPERNET_INIT_SCALE"],
+        v["USE_AGENT_ID_EMBEDDINGS"],
+        v["USE_BIAS_IN_HYPERNET"],
     )
 
 
 def pqn_network_config(v: Mapping[str, Any]) -> PQNNetConfig:
-    return PQNNetConfig(v["HIDDEN_SIZE"], v["NUM_LAYERS"], v["NORM_TYPE"], v["NORM_INPUT"],
-                        v["DUELING"])
+    return PQNNetConfig(
+        v["HIDDEN_SIZE"], v["NUM_LAYERS"], v["NORM_TYPE"], v["NORM_INPUT"], v["DUELING"]
+    )
 
 
 def build_run_config(
@@ -406,8 +436,11 @@ def build_run_config(
         if v[key] < 1:
             raise ConfigError(f"{where}: key {key}={v[key]} must be positive")
     env = EnvConfig(
-        env_name=v["ENV_NAME"], num_agents=num_agents, num_comm_channels=v["NUM_COMM_CHANNELS"],
-        shared_reward=v["SHARED_REWARD"], action_masking=v["ACTION_MASKING"],
+        env_name=v["ENV_NAME"],
+        num_agents=num_agents,
+        num_comm_channels=v["NUM_COMM_CHANNELS"],
+        shared_reward=v["SHARED_REWARD"],
+        action_masking=v["ACTION_MASKING"],
         scale_base_difficulty=v["SCALE_BASE_DIFFICULTY"],
         training_difficulty=v["TRAINING_COORDINATION_DIFFICULTY"],
         soft_specialization=v["SOFT_SPECIALIZATION"],
@@ -415,14 +448,23 @@ def build_run_config(
         non_specialist_efficiency=v["NON_SPECIALIST_EFFICIENCY"],
     )
     ev = EvalConfig(
-        seed=v["SEED"], visualize=v["VISUALIZE"], eval_difficulties=tuple(v["EVAL_DIFFICULTIES"]),
-        num_episodes=v["TEST_NUM_EPISODES"], max_steps=v["TEST_MAX_STEPS"],
-        eval_seed=v["EVAL_SEED"], append_agent_id=v["APPEND_AGENT_ID"],
+        seed=v["SEED"],
+        visualize=v["VISUALIZE"],
+        eval_difficulties=tuple(v["EVAL_DIFFICULTIES"]),
+        num_episodes=v["TEST_NUM_EPISODES"],
+        max_steps=v["TEST_MAX_STEPS"],
+        eval_seed=v["EVAL_SEED"],
+        append_agent_id=v["APPEND_AGENT_ID"],
     )
     return RunConfig(
-        algorithm=algo.name, env=env, network=algo.network_config(v), eval=ev,
-        env_version=env_version, logged_num_params=logged_num_params,
-        values=tuple(sorted((k, _freeze(x)) for k, x in v.items())), warnings=tuple(warnings),
+        algorithm=algo.name,
+        env=env,
+        network=algo.network_config(v),
+        eval=ev,
+        env_version=env_version,
+        logged_num_params=logged_num_params,
+        values=tuple(sorted((k, _freeze(x)) for k, x in v.items())),
+        warnings=tuple(warnings),
     )
 
 
@@ -451,14 +493,17 @@ def parse_config_json(
     overrides = data.get("reload_overrides")
     if overrides is None:
         overrides = {}
-    env_cfg = data.get("env_config") if isinstance(data.get("env_config"), Mapping) else {}
+    raw_env = data.get("env_config")
+    env_cfg: Mapping[str, Any] = raw_env if isinstance(raw_env, Mapping) else {}
 
     from .algorithms import ALGORITHMS, canonical_algorithm
 
     declared = data.get("algorithm") or (full or {}).get("ALG_NAME")
     algo = canonical_algorithm(declared) if declared else None
     if declared and algo is None and algorithm is None:
-        raise ConfigError(f"{where}: field algorithm={declared!r} is not one of {', '.join(ALGORITHMS)}")
+        raise ConfigError(
+            f"{where}: field algorithm={declared!r} is not one of {', '.join(ALGORITHMS)}"
+        )
     algo = algo or (_algorithm(algorithm, where).name if algorithm else None)
     if algo is None:
         raise ConfigError(f"{where}: cannot tell the algorithm (no 'algorithm' field, no layout)")
@@ -468,11 +513,13 @@ def parse_config_json(
     train_diff = env_cfg.get("coordination_difficulty") or difficulty
     if train_diff is not None:
         defaults["TRAINING_COORDINATION_DIFFICULTY"] = _coerce(
-            key_table(algo), "TRAINING_COORDINATION_DIFFICULTY", train_diff, f"{where} env_config")
+            key_table(algo), "TRAINING_COORDINATION_DIFFICULTY", train_diff, f"{where} env_config"
+        )
     if seed is not None:
         defaults["SEED"] = seed
-    merged, warnings = resolve_values(algo, full_config=full, overrides=overrides, where=where,
-                                      defaults=defaults)
+    merged, warnings = resolve_values(
+        algo, full_config=full, overrides=overrides, where=where, defaults=defaults
+    )
     # One model per difficulty, evaluated on it (EVALUATION.md): unless the run recorded its
     # own EVAL_DIFFICULTIES, evaluate the training difficulty.
     recorded = any("EVAL_DIFFICULTIES" in (layer or {}) for layer in (full, overrides))
@@ -487,8 +534,14 @@ def parse_config_json(
             logged = _to_int(summary["num_params"])
         except ValueError:
             warnings.append(f"{where}: wandb_summary.num_params is not an integer; ignored")
-    return build_run_config(algo, merged, env_version=str(env_version) if env_version else None,
-                            logged_num_params=logged, warnings=tuple(warnings), where=where)
+    return build_run_config(
+        algo,
+        merged,
+        env_version=str(env_version) if env_version else None,
+        logged_num_params=logged,
+        warnings=tuple(warnings),
+        where=where,
+    )
 
 
 def load_config_file(path: str | Path, **layout: Any) -> RunConfig:
@@ -541,7 +594,7 @@ class TrainConfig:
         return self.total_timesteps // self.num_steps // self.num_envs
 
     @property
-    def compile_key(self) -> "TrainConfig":
+    def compile_key(self) -> TrainConfig:
         """This config with every value that only feeds traced arrays (seed, budget, LR)
         zeroed: two runs with equal keys share one compiled trainer."""
         return dataclasses.replace(self, seed=0, total_timesteps=0, lr=0.0)
@@ -574,7 +627,7 @@ class PQNTrainConfig(TrainConfig):
         return self.total_timesteps_decay // self.num_steps // self.num_envs
 
     @property
-    def compile_key(self) -> "TrainConfig":
+    def compile_key(self) -> TrainConfig:
         return dataclasses.replace(self, seed=0, total_timesteps=0, total_timesteps_decay=0, lr=0.0)
 
 
@@ -611,8 +664,11 @@ def training_run_config(
         k = str(key).strip().upper()
         if k not in table:
             close = difflib_close(k, table)
-            hint = f"did you mean {', '.join(close)}?" if close else \
-                "the keys are the upstream yaml's, see alem_eval.config.key_table()"
+            hint = (
+                f"did you mean {', '.join(close)}?"
+                if close
+                else "the keys are the upstream yaml's, see alem_eval.config.key_table()"
+            )
             raise ConfigError(f"{where}: unknown training key {key!r} for {algo} ({hint})")
         user[k] = value
     stated: dict[str, Any] = {}
@@ -620,12 +676,17 @@ def training_run_config(
         if not isinstance(released, Mapping):
             raise ConfigError(f"{where}: config.json: expected a JSON object at the top level")
         layers = [released.get("config") or {}, released.get("reload_overrides") or {}]
-        values, _ = resolve_values(algo, full_config=layers[0], overrides=layers[1],
-                                   where=f"{where} config.json")
+        values, _ = resolve_values(
+            algo, full_config=layers[0], overrides=layers[1], where=f"{where} config.json"
+        )
         stated = {k: values[k] for layer in layers for k in layer if k in table}
     cell = {"TRAINING_COORDINATION_DIFFICULTY": difficulty, "SEED": seed}
-    base: dict[str, Any] = {**REGENERATION_DEFAULTS, **stated, **cell,
-                            "EVAL_DIFFICULTIES": [difficulty]}
+    base: dict[str, Any] = {
+        **REGENERATION_DEFAULTS,
+        **stated,
+        **cell,
+        "EVAL_DIFFICULTIES": [difficulty],
+    }
     if total_timesteps is not None:
         base["TOTAL_TIMESTEPS"] = total_timesteps
     merged, _ = resolve_values(algo, full_config=base, overrides=user, where=where)
@@ -649,56 +710,83 @@ def _positive(v: Mapping[str, Any], keys: tuple[str, ...], where: str) -> None:
             raise ConfigError(f"{where}: key {key}={v[key]} must be positive")
 
 
-def _common_train_fields(cfg: RunConfig, family: "TrainFamily", where: str) -> dict[str, Any]:
+def _common_train_fields(cfg: RunConfig, family: TrainFamily, where: str) -> dict[str, Any]:
     """The :class:`TrainConfig` fields every trainer reads, validated."""
     v = dict(cfg.values)
-    _positive(v, ("NUM_ENVS", "NUM_STEPS", "NUM_MINIBATCHES", "TOTAL_TIMESTEPS",
-                  family.epochs_key), where)
+    _positive(
+        v, ("NUM_ENVS", "NUM_STEPS", "NUM_MINIBATCHES", "TOTAL_TIMESTEPS", family.epochs_key), where
+    )
     if v["TOTAL_TIMESTEPS"] < v["NUM_ENVS"] * v["NUM_STEPS"]:
         raise ConfigError(
             f"{where}: TOTAL_TIMESTEPS={v['TOTAL_TIMESTEPS']} is less than one update "
-            f"(NUM_ENVS x NUM_STEPS = {v['NUM_ENVS'] * v['NUM_STEPS']})")
+            f"(NUM_ENVS x NUM_STEPS = {v['NUM_ENVS'] * v['NUM_STEPS']})"
+        )
     return dict(
-        algorithm=cfg.algorithm, seed=v["SEED"], total_timesteps=v["TOTAL_TIMESTEPS"],
-        num_envs=v["NUM_ENVS"], num_steps=v["NUM_STEPS"], num_minibatches=v["NUM_MINIBATCHES"],
-        num_epochs=v[family.epochs_key], lr=v["LR"], max_grad_norm=v["MAX_GRAD_NORM"],
-        lr_decay=v[family.lr_decay_key], gamma=v["GAMMA"],
+        algorithm=cfg.algorithm,
+        seed=v["SEED"],
+        total_timesteps=v["TOTAL_TIMESTEPS"],
+        num_envs=v["NUM_ENVS"],
+        num_steps=v["NUM_STEPS"],
+        num_minibatches=v["NUM_MINIBATCHES"],
+        num_epochs=v[family.epochs_key],
+        lr=v["LR"],
+        max_grad_norm=v["MAX_GRAD_NORM"],
+        lr_decay=v[family.lr_decay_key],
+        gamma=v["GAMMA"],
     )
 
 
-def _ppo_train_config(cfg: RunConfig, family: "TrainFamily", where: str) -> PPOTrainConfig:
+def _ppo_train_config(cfg: RunConfig, family: TrainFamily, where: str) -> PPOTrainConfig:
     v = dict(cfg.values)
     common = _common_train_fields(cfg, family, where)
     if family.needs_agent_id and not v["APPEND_AGENT_ID"]:
-        raise ConfigError(f"{where}: {cfg.algorithm} trains on observations with the agent id "
-                          "appended; APPEND_AGENT_ID must be true")
+        raise ConfigError(
+            f"{where}: {cfg.algorithm} trains on observations with the agent id "
+            "appended; APPEND_AGENT_ID must be true"
+        )
     actors = cfg.env.num_agents * v["NUM_ENVS"]
     if actors % v["NUM_MINIBATCHES"]:
         raise ConfigError(
             f"{where}: NUM_MINIBATCHES={v['NUM_MINIBATCHES']} must divide the number of actors "
-            f"(agents x NUM_ENVS = {cfg.env.num_agents} x {v['NUM_ENVS']} = {actors})")
+            f"(agents x NUM_ENVS = {cfg.env.num_agents} x {v['NUM_ENVS']} = {actors})"
+        )
     clip = v["CLIP_EPS"]
     if family.scales_clip_eps and v["SCALE_CLIP_EPS"]:
         clip = clip / cfg.env.num_agents
-    return PPOTrainConfig(**common, gae_lambda=v["GAE_LAMBDA"], clip_eps=clip,
-                          ent_coef=v["ENT_COEF"], vf_coef=v["VF_COEF"], lr_warmup=v["LR_WARMUP"])
+    return PPOTrainConfig(
+        **common,
+        gae_lambda=v["GAE_LAMBDA"],
+        clip_eps=clip,
+        ent_coef=v["ENT_COEF"],
+        vf_coef=v["VF_COEF"],
+        lr_warmup=v["LR_WARMUP"],
+    )
 
 
-def _pqn_train_config(cfg: RunConfig, family: "TrainFamily", where: str) -> PQNTrainConfig:
+def _pqn_train_config(cfg: RunConfig, family: TrainFamily, where: str) -> PQNTrainConfig:
     v = dict(cfg.values)
     common = _common_train_fields(cfg, family, where)
     if v["NUM_ENVS"] % v["NUM_MINIBATCHES"]:
-        raise ConfigError(f"{where}: NUM_ENVS={v['NUM_ENVS']} must be divisible by "
-                          f"NUM_MINIBATCHES={v['NUM_MINIBATCHES']}")
+        raise ConfigError(
+            f"{where}: NUM_ENVS={v['NUM_ENVS']} must be divisible by "
+            f"NUM_MINIBATCHES={v['NUM_MINIBATCHES']}"
+        )
     if v["MEMORY_WINDOW"] != 0:
-        raise ConfigError(f"{where}: MEMORY_WINDOW={v['MEMORY_WINDOW']} is not supported "
-                          "(the released runs use 0)")
+        raise ConfigError(
+            f"{where}: MEMORY_WINDOW={v['MEMORY_WINDOW']} is not supported "
+            "(the released runs use 0)"
+        )
     if v["NUM_STEPS"] < 2:
         raise ConfigError(f"{where}: PQN needs NUM_STEPS >= 2 (the last step only bootstraps)")
     return PQNTrainConfig(
-        **common, q_lambda=v["LAMBDA"], total_timesteps_decay=max(1, v["TOTAL_TIMESTEPS_DECAY"]),
-        eps_start=v["EPS_START"], eps_finish=v["EPS_FINISH"], eps_decay=v["EPS_DECAY"],
-        rew_scale=v["REW_SCALE"], memory_window=v["MEMORY_WINDOW"],
+        **common,
+        q_lambda=v["LAMBDA"],
+        total_timesteps_decay=max(1, v["TOTAL_TIMESTEPS_DECAY"]),
+        eps_start=v["EPS_START"],
+        eps_finish=v["EPS_FINISH"],
+        eps_decay=v["EPS_DECAY"],
+        rew_scale=v["REW_SCALE"],
+        memory_window=v["MEMORY_WINDOW"],
     )
 
 
@@ -708,10 +796,9 @@ class TrainFamily:
 
     epochs_key: str  # PPO's UPDATE_EPOCHS, PQN's NUM_EPOCHS
     lr_decay_key: str  # PPO's ANNEAL_LR, PQN's LR_LINEAR_DECAY
-    build: Callable[[RunConfig, "TrainFamily", str], TrainConfig]
+    build: Callable[[RunConfig, TrainFamily, str], TrainConfig]
     needs_agent_id: bool = False  # trains on obs + one-hot id (APPEND_AGENT_ID must be set)
     scales_clip_eps: bool = False  # SCALE_CLIP_EPS divides CLIP_EPS by the agent count
-    budget_tied_keys: tuple[str, ...] = ()  # default to TOTAL_TIMESTEPS unless set
 
 
 PPO_TRAINING = TrainFamily("UPDATE_EPOCHS", "ANNEAL_LR", _ppo_train_config)

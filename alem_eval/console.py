@@ -1,4 +1,5 @@
 """Output helpers shared by the commands: data to stdout, humans to stderr."""
+
 from __future__ import annotations
 
 import csv
@@ -23,8 +24,13 @@ class OutputFormat(StrEnum):
     csv = "csv"
 
 
-def emit_records(records: Sequence[dict[str, Any]], fmt: OutputFormat, *,
-                 columns: Sequence[str] | None = None, title: str | None = None) -> None:
+def emit_records(
+    records: Sequence[dict[str, Any]],
+    fmt: OutputFormat,
+    *,
+    columns: Sequence[str] | None = None,
+    title: str | None = None,
+) -> None:
     """Print records as a rich table (stderr-free, to stdout), JSON or CSV."""
     columns = list(columns or (records[0].keys() if records else []))
     if fmt == OutputFormat.json:

@@ -31,6 +31,7 @@ The statistics (no JAX):
   cell in most slots, A for AAB; slot 0's for a team of distinct cells), keeping each
   stratum's size (:func:`stratified_mean_interval`).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -111,9 +112,14 @@ class Team:
         return " | ".join(self.slots)
 
 
-def compositions(cells: Sequence[Any], scheme: str = "pairs",
-                 max_teams: int = DEFAULT_MAX_TEAMS, seed: int = 0, *,
-                 num_slots: int = 3) -> list[Team]:
+def compositions(
+    cells: Sequence[Any],
+    scheme: str = "pairs",
+    max_teams: int = DEFAULT_MAX_TEAMS,
+    seed: int = 0,
+    *,
+    num_slots: int = 3,
+) -> list[Team]:
     """The teams of ``scheme`` over ``cells`` (objects with ``.id`` and ``.algorithm``,
     e.g. manifest cells): each cell's self-play team first (in the given order), then the
     scheme's teams, each team once. ``max_teams`` caps the sampled schemes (``distinct``,
@@ -133,9 +139,15 @@ def compositions(cells: Sequence[Any], scheme: str = "pairs",
     for kind in ("distinct", "mixed"):
         if scheme in (kind, "all"):
             algorithms = [c.algorithm for c in cells]
-            teams += _sample_distinct(ids, algorithms, num_slots, max_teams,
-                                      _rng(seed, "compositions", kind), mixed=kind == "mixed",
-                                      required=scheme == kind)
+            teams += _sample_distinct(
+                ids,
+                algorithms,
+                num_slots,
+                max_teams,
+                _rng(seed, "compositions", kind),
+                mixed=kind == "mixed",
+                required=scheme == kind,
+            )
     return list(dict.fromkeys(teams))
 
 
@@ -149,9 +161,16 @@ def _pairs(ids: Sequence[str], num_slots: int) -> list[Team]:
     return teams
 
 
-def _sample_distinct(ids: Sequence[str], algorithms: Sequence[str], num_slots: int,
-                     max_teams: int, rng: np.random.Generator, *, mixed: bool,
-                     required: bool) -> list[Team]:
+def _sample_distinct(
+    ids: Sequence[str],
+    algorithms: Sequence[str],
+    num_slots: int,
+    max_teams: int,
+    rng: np.random.Generator,
+    *,
+    mixed: bool,
+    required: bool,
+) -> list[Team]:
     """Ordered teams of ``num_slots`` different cells (spanning more than one algorithm when
     ``mixed``): all of them when at most ``max_teams``, else a uniform sample without
     replacement, kept in lexicographic order of the cells' positions."""
@@ -160,11 +179,14 @@ def _sample_distinct(ids: Sequence[str], algorithms: Sequence[str], num_slots: i
     if n < num_slots:
         if not required:
             return []
-        raise UsageError(f"scheme {name} needs at least {num_slots} cells (one per slot), "
-                         f"the selection has {n}")
-    if n ** num_slots > _GRID_LIMIT:
-        raise UsageError(f"scheme {name}: {n} cells are too many to draw {num_slots}-slot "
-                         "teams from; select fewer cells")
+        raise UsageError(
+            f"scheme {name} needs at least {num_slots} cells (one per slot), the selection has {n}"
+        )
+    if n**num_slots > _GRID_LIMIT:
+        raise UsageError(
+            f"scheme {name}: {n} cells are too many to draw {num_slots}-slot "
+            "teams from; select fewer cells"
+        )
     grid = np.indices((n,) * num_slots, dtype=np.int32).reshape(num_slots, -1).T
     keep = np.ones(len(grid), bool)
     for i, j in itertools.combinations(range(num_slots), 2):
@@ -176,8 +198,10 @@ def _sample_distinct(ids: Sequence[str], algorithms: Sequence[str], num_slots: i
     if len(candidates) == 0:
         if not required:
             return []
-        raise UsageError(f"scheme {name} needs cells of at least two algorithms; the "
-                         f"selection has only {algorithms[0]}")
+        raise UsageError(
+            f"scheme {name} needs cells of at least two algorithms; the "
+            f"selection has only {algorithms[0]}"
+        )
     if len(candidates) > max_teams:
         candidates = candidates[np.sort(rng.choice(len(candidates), max_teams, replace=False))]
     return [Team(tuple(ids[k] for k in row)) for row in candidates]
@@ -186,10 +210,15 @@ def _sample_distinct(ids: Sequence[str], algorithms: Sequence[str], num_slots: i
 # ----------------------------------------------------------------------------------------
 # Statistics (numpy only)
 # ----------------------------------------------------------------------------------------
-def stratified_mean_interval(values: Sequence[float], strata: Sequence[Any], *,
-                             reps: int = DEFAULT_REPS, seed: int = 0,
-                             confidence: float = DEFAULT_CONFIDENCE,
-                             stream: Sequence = ()) -> Interval:
+def stratified_mean_interval(
+    values: Sequence[float],
+    strata: Sequence[Any],
+    *,
+    reps: int = DEFAULT_REPS,
+    seed: int = 0,
+    confidence: float = DEFAULT_CONFIDENCE,
+    stream: Sequence = (),
+) -> Interval:
     """``values (N,), strata (N,) -> Interval``: the mean of ``values`` with a percentile
     bootstrap CI. Each replicate draws, within every stratum, as many values as it has
     with replacement (strata keep their sizes), and takes the mean of all N. Seeded by
@@ -211,7 +240,7 @@ def stratified_mean_interval(values: Sequence[float], strata: Sequence[Any], *,
         block = max(1, _BOOTSTRAP_BLOCK // len(v))
         for start in range(0, reps, block):
             b = min(block, reps - start)
-            totals[start:start + b] += v[rng.integers(0, len(v), size=(b, len(v)))].sum(axis=1)
+            totals[start : start + b] += v[rng.integers(0, len(v), size=(b, len(v)))].sum(axis=1)
     alpha = (1.0 - confidence) / 2.0
     lo, hi = np.percentile(totals / len(x), [100 * alpha, 100 * (1 - alpha)])
     return Interval(float(x.mean()), float(lo), float(hi))
@@ -231,15 +260,29 @@ class GapEstimate:
 
     def as_json(self) -> dict[str, Any]:
         info = metric_info(self.metric)
-        return {"metric": self.metric, "label": info.label, "self": self.self_score,
-                "cross": self.cross, "gap": self.gap.point, "lo": self.gap.lo,
-                "hi": self.gap.hi, "n_teams": self.n_teams, "n_runs": self.n_runs,
-                "n_strata": self.n_strata}
+        return {
+            "metric": self.metric,
+            "label": info.label,
+            "self": self.self_score,
+            "cross": self.cross,
+            "gap": self.gap.point,
+            "lo": self.gap.lo,
+            "hi": self.gap.hi,
+            "n_teams": self.n_teams,
+            "n_runs": self.n_runs,
+            "n_strata": self.n_strata,
+        }
 
 
-def crossplay_gap(scores: Mapping[Team | tuple[str, ...], Sequence[float]], *,
-                  metric: str = TOTAL, runs: str = "teams", reps: int = DEFAULT_REPS,
-                  seed: int = 0, confidence: float = DEFAULT_CONFIDENCE) -> GapEstimate:
+def crossplay_gap(
+    scores: Mapping[Any, Sequence[float] | np.ndarray],
+    *,
+    metric: str = TOTAL,
+    runs: str = "teams",
+    reps: int = DEFAULT_REPS,
+    seed: int = 0,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> GapEstimate:
     """``{team: per-episode values (E,)}`` of one metric, the members' self-play teams
     included -> the cross-play gap (self - cross) with a stratified bootstrap CI.
 
@@ -250,8 +293,10 @@ def crossplay_gap(scores: Mapping[Team | tuple[str, ...], Sequence[float]], *,
     """
     if runs not in RUNS_MODES:
         raise UsageError(f"--runs must be one of {', '.join(RUNS_MODES)}, got {runs!r}")
-    arrays = {(t if isinstance(t, Team) else Team(tuple(t))): np.asarray(v, float).reshape(-1)
-              for t, v in scores.items()}
+    arrays = {
+        (t if isinstance(t, Team) else Team(tuple(t))): np.asarray(v, float).reshape(-1)
+        for t, v in scores.items()
+    }
     self_play = {t.slots[0]: v for t, v in arrays.items() if t.is_self_play}
     cross = [(t, v) for t, v in arrays.items() if not t.is_self_play]
     if not cross:
@@ -263,8 +308,10 @@ def crossplay_gap(scores: Mapping[Team | tuple[str, ...], Sequence[float]], *,
             raise EvaluationError(f"team {team.label()}: {missing[0]} has no self-play scores")
         refs = [self_play[c] for c in team.slots]
         if any(len(r) != len(x) for r in refs):
-            raise EvaluationError(f"team {team.label()}: {len(x)} episodes but its members' "
-                                  "self-play has a different number")
+            raise EvaluationError(
+                f"team {team.label()}: {len(x)} episodes but its members' "
+                "self-play has a different number"
+            )
         ref = np.mean(refs, axis=0)
         ok = np.isfinite(ref) & np.isfinite(x)
         if not ok.any():
@@ -280,10 +327,18 @@ def crossplay_gap(scores: Mapping[Team | tuple[str, ...], Sequence[float]], *,
             strata.extend([team.anchor] * len(diff))
     if not values:
         raise EvaluationError(f"no finite {metric} values in the cross-play teams")
-    iv = stratified_mean_interval(values, strata, reps=reps, seed=seed, confidence=confidence,
-                                  stream=(metric, runs))
-    return GapEstimate(metric, float(np.mean(self_means)), float(np.mean(cross_means)), iv,
-                       n_teams=len(self_means), n_runs=len(values), n_strata=len(set(strata)))
+    iv = stratified_mean_interval(
+        values, strata, reps=reps, seed=seed, confidence=confidence, stream=(metric, runs)
+    )
+    return GapEstimate(
+        metric,
+        float(np.mean(self_means)),
+        float(np.mean(cross_means)),
+        iv,
+        n_teams=len(self_means),
+        n_runs=len(values),
+        n_strata=len(set(strata)),
+    )
 
 
 @dataclass(frozen=True)
@@ -297,14 +352,22 @@ class PairMatrix:
     values: np.ndarray  # (n, n)
 
     def as_json(self) -> dict[str, Any]:
-        return {"metric": self.metric, "label": metric_info(self.metric).label,
-                "rows": list(self.cells), "cols": list(self.cells),
-                "values": [[None if not math.isfinite(v) else float(v) for v in row]
-                           for row in self.values]}
+        return {
+            "metric": self.metric,
+            "label": metric_info(self.metric).label,
+            "rows": list(self.cells),
+            "cols": list(self.cells),
+            "values": [
+                [None if not math.isfinite(v) else float(v) for v in row] for row in self.values
+            ],
+        }
 
 
-def pair_matrix(cells: Sequence[str], scores: Mapping[Team, Sequence[float]],
-                metric: str = MATRIX_METRIC) -> PairMatrix:
+def pair_matrix(
+    cells: Sequence[str],
+    scores: Mapping[Team, Sequence[float] | np.ndarray],
+    metric: str = MATRIX_METRIC,
+) -> PairMatrix:
     """The pair matrix of ``metric`` from ``{team: per-episode values}``."""
     index = {c: i for i, c in enumerate(cells)}
     pooled: dict[tuple[int, int], list[float]] = defaultdict(list)
@@ -376,12 +439,17 @@ class CrossplayStore:
                     n = int(rows["num_episodes"].iloc[0])
                     if key in out or rows["episode"].tolist() != list(range(n)):
                         continue
-                    out[str(key)] = [{c: float(r[c]) for c in metrics if pd.notna(r[c])}
-                                     for _, r in rows.iterrows()]
+                    out[str(key)] = [
+                        {c: float(r[c]) for c in metrics if pd.notna(r[c])}
+                        for _, r in rows.iterrows()
+                    ]
             except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as exc:
-                warnings.warn(f"skipping unreadable cross-play file {path}: "
-                              f"{' '.join(str(exc).split()) or type(exc).__name__}",
-                              ResultsWarning, stacklevel=2)
+                warnings.warn(
+                    f"skipping unreadable cross-play file {path}: "
+                    f"{' '.join(str(exc).split()) or type(exc).__name__}",
+                    ResultsWarning,
+                    stacklevel=2,
+                )
         return out
 
     def write(self, rows: Sequence[Mapping[str, Any]], eval_difficulty: str) -> Path:
@@ -396,13 +464,28 @@ class CrossplayStore:
         digest = hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]
         table = pa.Table.from_pandas(pd.DataFrame(list(rows)), preserve_index=False)
         dest = self.root / eval_difficulty / f"{PROTOCOL}-{digest}{self.SUFFIX}"
-        return atomic_write(dest, lambda fh: pq.write_table(table, fh, compression="zstd"),
-                            prefix=TMP_PREFIX, suffix=self.SUFFIX)
+        return atomic_write(
+            dest,
+            lambda fh: pq.write_table(table, fh, compression="zstd"),
+            prefix=TMP_PREFIX,
+            suffix=self.SUFFIX,
+        )
 
 
-_ID_COLUMNS = frozenset({"team_key", "num_slots", "eval_difficulty", "protocol", "num_episodes",
-                         "max_steps", "episode", "env_version", "jax_version",
-                         "alem_eval_version"})
+_ID_COLUMNS = frozenset(
+    {
+        "team_key",
+        "num_slots",
+        "eval_difficulty",
+        "protocol",
+        "num_episodes",
+        "max_steps",
+        "episode",
+        "env_version",
+        "jax_version",
+        "alem_eval_version",
+    }
+)
 
 
 def _is_id_column(name: str) -> bool:
@@ -419,27 +502,55 @@ class CellKey:
     env_version: str | None
 
 
-def team_key(team: Team, cells: Mapping[str, CellKey], *, eval_difficulty: str,
-             num_episodes: int, max_steps: int) -> str:
+def team_key(
+    team: Team,
+    cells: Mapping[str, CellKey],
+    *,
+    eval_difficulty: str,
+    num_episodes: int,
+    max_steps: int,
+) -> str:
     """16-hex-digit digest of everything that decides a team's records."""
-    doc = {"slots": [[cells[c].cell, cells[c].checkpoint_hash, cells[c].config_hash,
-                      cells[c].env_version] for c in team.slots],
-           "eval_difficulty": eval_difficulty, "protocol": PROTOCOL,
-           "num_episodes": num_episodes, "max_steps": max_steps}
+    doc = {
+        "slots": [
+            [cells[c].cell, cells[c].checkpoint_hash, cells[c].config_hash, cells[c].env_version]
+            for c in team.slots
+        ],
+        "eval_difficulty": eval_difficulty,
+        "protocol": PROTOCOL,
+        "num_episodes": num_episodes,
+        "max_steps": max_steps,
+    }
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def store_rows(team: Team, key: str, episodes: Sequence[Mapping[str, float]], *,
-               eval_difficulty: str, num_episodes: int, max_steps: int,
-               env_version: str | None) -> list[dict[str, Any]]:
+def store_rows(
+    team: Team,
+    key: str,
+    episodes: Sequence[Mapping[str, float]],
+    *,
+    eval_difficulty: str,
+    num_episodes: int,
+    max_steps: int,
+    env_version: str | None,
+) -> list[dict[str, Any]]:
     """The store rows of one scored team (one per episode)."""
-    base = {"team_key": key, "num_slots": len(team.slots),
-            **{f"slot{s}": c for s, c in enumerate(team.slots)},
-            "eval_difficulty": eval_difficulty, "protocol": PROTOCOL,
-            "num_episodes": num_episodes, "max_steps": max_steps, "env_version": env_version,
-            "jax_version": _version("jax"), "alem_eval_version": _version("alem-eval")}
-    return [{**base, "episode": i, **{k: float(v) for k, v in ep.items()}}
-            for i, ep in enumerate(episodes)]
+    base = {
+        "team_key": key,
+        "num_slots": len(team.slots),
+        **{f"slot{s}": c for s, c in enumerate(team.slots)},
+        "eval_difficulty": eval_difficulty,
+        "protocol": PROTOCOL,
+        "num_episodes": num_episodes,
+        "max_steps": max_steps,
+        "env_version": env_version,
+        "jax_version": _version("jax"),
+        "alem_eval_version": _version("alem-eval"),
+    }
+    return [
+        {**base, "episode": i, **{k: float(v) for k, v in ep.items()}}
+        for i, ep in enumerate(episodes)
+    ]
 
 
 def _version(dist: str) -> str | None:
@@ -474,11 +585,15 @@ class TeamScore:
 
     def row(self) -> dict[str, Any]:
         """Flat per-team row: slots, shape, anchor, reused, episodes, metric means."""
-        return {"team_key": self.key,
-                **{f"slot{s}": c for s, c in enumerate(self.team.slots)},
-                "shape": self.team.shape, "anchor": self.team.anchor, "reused": self.reused,
-                "episodes": len(self.episodes),
-                **{k: self.mean(k) for k in (*GAP_METRICS, "episode_return", "episode_length")}}
+        return {
+            "team_key": self.key,
+            **{f"slot{s}": c for s, c in enumerate(self.team.slots)},
+            "shape": self.team.shape,
+            "anchor": self.team.anchor,
+            "reused": self.reused,
+            "episodes": len(self.episodes),
+            **{k: self.mean(k) for k in (*GAP_METRICS, "episode_return", "episode_length")},
+        }
 
 
 @dataclass(frozen=True)
@@ -506,16 +621,22 @@ class CrossplayResult:
         return sum(t.reused for t in self.teams)
 
     def as_json(self) -> dict[str, Any]:
-        return {"eval_difficulty": self.eval_difficulty, "protocol": PROTOCOL,
-                "scheme": self.scheme, "num_episodes": self.num_episodes,
-                "max_steps": self.max_steps, "cells": list(self.cells),
-                "teams_total": len(self.teams), "teams_scored": self.teams_scored,
-                "teams_reused": self.teams_reused,
-                "pair_matrix": self.matrix.as_json(),
-                "gaps": [g.as_json() for g in self.gaps],
-                "bootstrap": dict(self.bootstrap),
-                "teams": [t.row() for t in self.teams],
-                "store": str(self.store) if self.store is not None else None}
+        return {
+            "eval_difficulty": self.eval_difficulty,
+            "protocol": PROTOCOL,
+            "scheme": self.scheme,
+            "num_episodes": self.num_episodes,
+            "max_steps": self.max_steps,
+            "cells": list(self.cells),
+            "teams_total": len(self.teams),
+            "teams_scored": self.teams_scored,
+            "teams_reused": self.teams_reused,
+            "pair_matrix": self.matrix.as_json(),
+            "gaps": [g.as_json() for g in self.gaps],
+            "bootstrap": dict(self.bootstrap),
+            "teams": [t.row() for t in self.teams],
+            "store": str(self.store) if self.store is not None else None,
+        }
 
     def team_rows(self) -> list[dict[str, Any]]:
         return [t.row() for t in self.teams]
@@ -526,19 +647,31 @@ class CrossplayResult:
         for g in self.gaps:
             info = metric_info(g.metric)
             k = info.scale
-            rows.append({"metric": info.label, "self-play": f"{g.self_score * k:.2f}",
-                         "cross-play": f"{g.cross * k:.2f}",
-                         "gap (self - cross)": g.gap.scaled(k).fmt(2),
-                         "teams": g.n_teams, "runs": g.n_runs})
+            rows.append(
+                {
+                    "metric": info.label,
+                    "self-play": f"{g.self_score * k:.2f}",
+                    "cross-play": f"{g.cross * k:.2f}",
+                    "gap (self - cross)": g.gap.scaled(k).fmt(2),
+                    "teams": g.n_teams,
+                    "runs": g.n_runs,
+                }
+            )
         return rows
 
     def matrix_rows(self) -> list[dict[str, Any]]:
         """The pair matrix for a human table (percent), row = partner A."""
         k = metric_info(self.matrix.metric).scale
-        return [{"A (partner) \\ B (newcomer)": a,
-                 **{b: (None if not math.isfinite(v) else round(v * k, 2))
-                    for b, v in zip(self.cells, row, strict=True)}}
-                for a, row in zip(self.cells, self.matrix.values, strict=True)]
+        return [
+            {
+                "A (partner) \\ B (newcomer)": a,
+                **{
+                    b: (None if not math.isfinite(v) else round(v * k, 2))
+                    for b, v in zip(self.cells, row, strict=True)
+                },
+            }
+            for a, row in zip(self.cells, self.matrix.values, strict=True)
+        ]
 
 
 def run_crossplay(
@@ -568,8 +701,14 @@ def run_crossplay(
     each, naming the cell: cells that cannot be resolved or loaded, cells that need
     different env configurations, bad options.
     """
-    from .evaluate import (FAST_MAX_STEPS, FAST_NUM_EPISODES, _validate_request,
-                           check_env_version, eval_statics, run_teams)
+    from .evaluate import (
+        FAST_MAX_STEPS,
+        FAST_NUM_EPISODES,
+        _validate_request,
+        check_env_version,
+        eval_statics,
+        run_teams,
+    )
     from .loader import resolve_cell
 
     note = on_progress or (lambda _m: None)
@@ -587,38 +726,87 @@ def run_crossplay(
         check_env_version(resolved[c.id][1], on_mismatch=on_env_mismatch, where=c.id)
     statics = {c.id: eval_statics(resolved[c.id][1]) for c in cells}
     _check_same_world(cells, statics)
-    teams = compositions(cells, scheme, max_teams, seed,
-                         num_slots=statics[cells[0].id].num_agents)
+    teams = compositions(cells, scheme, max_teams, seed, num_slots=statics[cells[0].id].num_agents)
 
     cell_keys = {c.id: _cell_key(c, *resolved[c.id][:2]) for c in cells}
-    keys = {t: team_key(t, cell_keys, eval_difficulty=eval_difficulty,
-                        num_episodes=num_episodes, max_steps=max_steps) for t in teams}
+    keys = {
+        t: team_key(
+            t,
+            cell_keys,
+            eval_difficulty=eval_difficulty,
+            num_episodes=num_episodes,
+            max_steps=max_steps,
+        )
+        for t in teams
+    }
     stored = store.load(eval_difficulty) if store is not None else {}
     todo = [t for t in teams if keys[t] not in stored]
-    note(f"{len(teams)} teams on {eval_difficulty}: {len(teams) - len(todo)} read back from "
-         f"the cross-play store, {len(todo)} to score")
-    fresh = _score(source, cells, todo, run_teams, eval_difficulty=eval_difficulty,
-                   num_episodes=num_episodes, max_steps=max_steps) if todo else {}
+    note(
+        f"{len(teams)} teams on {eval_difficulty}: {len(teams) - len(todo)} read back from "
+        f"the cross-play store, {len(todo)} to score"
+    )
+    fresh = (
+        _score(
+            source,
+            cells,
+            todo,
+            run_teams,
+            eval_difficulty=eval_difficulty,
+            num_episodes=num_episodes,
+            max_steps=max_steps,
+        )
+        if todo
+        else {}
+    )
     if store is not None and fresh:
-        rows = [r for t, eps in fresh.items()
-                for r in store_rows(t, keys[t], eps, eval_difficulty=eval_difficulty,
-                                    num_episodes=num_episodes, max_steps=max_steps,
-                                    env_version=cell_keys[t.slots[0]].env_version)]
+        rows = [
+            r
+            for t, eps in fresh.items()
+            for r in store_rows(
+                t,
+                keys[t],
+                eps,
+                eval_difficulty=eval_difficulty,
+                num_episodes=num_episodes,
+                max_steps=max_steps,
+                env_version=cell_keys[t.slots[0]].env_version,
+            )
+        ]
         path = store.write(rows, eval_difficulty)
         note(f"scored {len(fresh)} teams; stored in {path}")
-    scores = tuple(TeamScore(t, keys[t], tuple(fresh[t] if t in fresh else stored[keys[t]]),
-                             reused=t not in fresh) for t in teams)
+    scores = tuple(
+        TeamScore(
+            t, keys[t], tuple(fresh[t] if t in fresh else stored[keys[t]]), reused=t not in fresh
+        )
+        for t in teams
+    )
     per_metric = {m: {s.team: s.values(m) for s in scores} for m in GAP_METRICS}
-    gaps = tuple(crossplay_gap(per_metric[m], metric=m, runs=runs, reps=reps, seed=seed,
-                               confidence=confidence) for m in GAP_METRICS)
+    gaps = tuple(
+        crossplay_gap(
+            per_metric[m], metric=m, runs=runs, reps=reps, seed=seed, confidence=confidence
+        )
+        for m in GAP_METRICS
+    )
     ids = tuple(c.id for c in cells)
     return CrossplayResult(
-        cells=ids, eval_difficulty=eval_difficulty, scheme=scheme, num_episodes=num_episodes,
-        max_steps=max_steps, teams=scores, matrix=pair_matrix(ids, per_metric[MATRIX_METRIC]),
-        gaps=gaps, bootstrap={"reps": reps, "seed": seed, "confidence": confidence,
-                              "runs": runs, "method": "percentile bootstrap of the mean gap, "
-                              "runs resampled within each team's anchor cell"},
-        store=store.root if store is not None else None)
+        cells=ids,
+        eval_difficulty=eval_difficulty,
+        scheme=scheme,
+        num_episodes=num_episodes,
+        max_steps=max_steps,
+        teams=scores,
+        matrix=pair_matrix(ids, per_metric[MATRIX_METRIC]),
+        gaps=gaps,
+        bootstrap={
+            "reps": reps,
+            "seed": seed,
+            "confidence": confidence,
+            "runs": runs,
+            "method": "percentile bootstrap of the mean gap, "
+            "runs resampled within each team's anchor cell",
+        },
+        store=store.root if store is not None else None,
+    )
 
 
 def _resolve(source, cell, resolve_cell) -> tuple[Path, Any, Any]:
@@ -627,8 +815,9 @@ def _resolve(source, cell, resolve_cell) -> tuple[Path, Any, Any]:
 
     cell_dir = source.local_dir(cell)
     try:
-        cfg, spec = resolve_cell(cell_dir, algorithm=cell.algorithm, difficulty=cell.difficulty,
-                                 seed=cell.seed)
+        cfg, spec = resolve_cell(
+            cell_dir, algorithm=cell.algorithm, difficulty=cell.difficulty, seed=cell.seed
+        )
     except AlemEvalError as exc:
         if cell.id in str(exc):
             raise
@@ -640,8 +829,10 @@ def _shared_difficulty(cells, resolved) -> str:
     found = {c.id: resolved[c.id][1].env.training_difficulty for c in cells}
     names = sorted(set(found.values()))
     if len(names) > 1:
-        raise UsageError(f"the selected cells were trained on different difficulties "
-                         f"({', '.join(names)}); pass --difficulty to play them together")
+        raise UsageError(
+            f"the selected cells were trained on different difficulties "
+            f"({', '.join(names)}); pass --difficulty to play them together"
+        )
     return names[0]
 
 
@@ -650,34 +841,69 @@ def _check_same_world(cells, statics) -> None:
     for c in cells[1:]:
         a, b = statics[first.id].world, statics[c.id].world
         if a != b:
-            fields = [f for f in ("env_name", "num_agents", "num_comm_channels", "shared_reward",
-                                  "scale_base_difficulty") if getattr(a, f) != getattr(b, f)]
+            fields = [
+                f
+                for f in (
+                    "env_name",
+                    "num_agents",
+                    "num_comm_channels",
+                    "shared_reward",
+                    "scale_base_difficulty",
+                )
+                if getattr(a, f) != getattr(b, f)
+            ]
             detail = ", ".join(f"{f} {getattr(a, f)} vs {getattr(b, f)}" for f in fields)
-            raise EvaluationError(f"{first.id} and {c.id} need different env configurations "
-                                  f"({detail}); they cannot play in one team")
+            raise EvaluationError(
+                f"{first.id} and {c.id} need different env configurations "
+                f"({detail}); they cannot play in one team"
+            )
 
 
 def _cell_key(cell, cell_dir: Path, cfg) -> CellKey:
     from .checkpoint import checkpoint_hash
     from .loader import cell_checkpoint_dir
 
-    return CellKey(cell.id, checkpoint_hash(cell_checkpoint_dir(cell_dir)), cfg.config_hash,
-                   cfg.env_version)
+    return CellKey(
+        cell.id, checkpoint_hash(cell_checkpoint_dir(cell_dir)), cfg.config_hash, cfg.env_version
+    )
 
 
-def _score(source, cells, teams: Sequence[Team], run_teams, *, eval_difficulty: str,
-           num_episodes: int, max_steps: int) -> dict[Team, list[dict[str, float]]]:
+def _score(
+    source,
+    cells,
+    teams: Sequence[Team],
+    run_teams,
+    *,
+    eval_difficulty: str,
+    num_episodes: int,
+    max_steps: int,
+) -> dict[Team, list[dict[str, float]]]:
     """Load the cells the teams use and score every team in one ``run_teams`` call."""
     from .loader import load_cell
 
     used = [c for c in cells if any(c.id in t.slots for t in teams)]
-    loaded = [load_cell(source.local_dir(c), algorithm=c.algorithm, difficulty=c.difficulty,
-                        seed=c.seed, policy_only=True, where=c.id) for c in used]
+    loaded = [
+        load_cell(
+            source.local_dir(c),
+            algorithm=c.algorithm,
+            difficulty=c.difficulty,
+            seed=c.seed,
+            policy_only=True,
+            where=c.id,
+        )
+        for c in used
+    ]
     index = {c.id: i for i, c in enumerate(used)}
-    result = run_teams([lc.cfg for lc in loaded], [lc.weights for lc in loaded],
-                       [tuple(index[c] for c in t.slots) for t in teams], protocol=PROTOCOL,
-                       eval_difficulty=eval_difficulty, num_episodes=num_episodes,
-                       max_steps=max_steps, on_env_mismatch="ignore")  # checked per cell
+    result = run_teams(
+        [lc.cfg for lc in loaded],
+        [lc.weights for lc in loaded],
+        [tuple(index[c] for c in t.slots) for t in teams],
+        protocol=PROTOCOL,
+        eval_difficulty=eval_difficulty,
+        num_episodes=num_episodes,
+        max_steps=max_steps,
+        on_env_mismatch="ignore",
+    )  # checked per cell
     return {t: list(recs) for t, recs in zip(teams, result.records, strict=True)}
 
 
@@ -733,16 +959,26 @@ def plot_pair_matrix(result: CrossplayResult):
     ax.set_yticks(range(n), labels, fontsize=8)
     ax.set_xlabel("newcomer B (1 agent)")
     ax.set_ylabel(f"partner A ({_num_slots(result) - 1} agents)")
-    ax.set_title(f"Cross-play {info.label} on {result.eval_difficulty} (diagonal: self-play)"
-                 + (f"\ncells {prefix}/..." if prefix else ""), fontsize=10)
+    ax.set_title(
+        f"Cross-play {info.label} on {result.eval_difficulty} (diagonal: self-play)"
+        + (f"\ncells {prefix}/..." if prefix else ""),
+        fontsize=10,
+    )
     if n <= 16:
         finite = data.compressed()
         mid = float(finite.mean()) if finite.size else 0.0
         for i in range(n):
             for j in range(n):
                 if not np.ma.is_masked(data[i, j]):
-                    ax.text(j, i, f"{data[i, j]:.3g}", ha="center", va="center", fontsize=7,
-                            color="black" if data[i, j] > mid else "white")
+                    ax.text(
+                        j,
+                        i,
+                        f"{data[i, j]:.3g}",
+                        ha="center",
+                        va="center",
+                        fontsize=7,
+                        color="black" if data[i, j] > mid else "white",
+                    )
     return fig
 
 
@@ -751,8 +987,13 @@ def save_figure(fig, base: Path, formats: Sequence[str] = FIGURE_FORMATS) -> lis
     out = []
     for fmt in formats:
         path = base.with_suffix(f".{fmt}")
-        fig.savefig(path, format=fmt, bbox_inches="tight", dpi=150,
-                    metadata={"CreationDate": None} if fmt == "pdf" else {})
+        fig.savefig(
+            path,
+            format=fmt,
+            bbox_inches="tight",
+            dpi=150,
+            metadata={"CreationDate": None} if fmt == "pdf" else {},
+        )
         out.append(path)
     return out
 
@@ -776,8 +1017,7 @@ def _short_labels(ids: Sequence[str]) -> tuple[str, list[str]]:
 # ----------------------------------------------------------------------------------------
 def _check_scheme(scheme: str) -> None:
     if scheme not in SCHEMES:
-        raise UsageError(f"unknown scheme {scheme!r}: --scheme must be one of "
-                         f"{', '.join(SCHEMES)}")
+        raise UsageError(f"unknown scheme {scheme!r}: --scheme must be one of {', '.join(SCHEMES)}")
 
 
 def _check_int(name: str, value: Any, minimum: int) -> None:
@@ -788,5 +1028,5 @@ def _check_int(name: str, value: Any, minimum: int) -> None:
 def _rng(seed: int, *stream: Any) -> np.random.Generator:
     """A generator for ``(seed, stream)``: independent streams from one user seed."""
     digest = hashlib.sha256(json.dumps([str(s) for s in stream]).encode()).digest()
-    words = [int.from_bytes(digest[i:i + 4], "little") for i in range(0, 16, 4)]
+    words = [int.from_bytes(digest[i : i + 4], "little") for i in range(0, 16, 4)]
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(seed), *words])))

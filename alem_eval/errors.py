@@ -1,5 +1,6 @@
 """Typed errors. Every failure a user can cause is one of these: the CLI prints its
 one-line message and exits non-zero, never a traceback."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

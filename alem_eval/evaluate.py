@@ -1,20 +1,24 @@
-"""The vectorised evaluator: greedy episodes of a stack of checkpoints in one compiled call.
+"""The vectorised evaluator: greedy episodes of teams of checkpoints in one compiled call.
 
 Structure (gymnax / PureJaxRL style, everything pure and jitted once):
 
-* :func:`rollout` -- ONE episode from a given start state: a ``lax.while_loop`` over
-  fixed-size ``lax.scan`` chunks (:data:`CHUNK` steps). Each step splits the key into
-  3 (key, act key, env key) exactly like upstream's ``_run_eval_sequential``, applies the
-  mask, the greedy policy and ``env.step_env``. A per-episode ``alive`` flag masks
-  everything the result depends on once the episode has ended (env done, or the step cap):
-  key, step count, rewards and the state leaves ``compute_score`` reads are frozen; the
-  loop exits at the end of the chunk in which the episode ended (under ``vmap``: when
-  all have ended).
-* ``vmap`` over episodes (``fast``) and over a stack of checkpoints that share a
-  ``cfg.network_key`` (both protocols). The compiled program is cached at module level per
-  (protocol, network, env statics, chunk, buffer capacity, devices); the difficulty, the
-  keys, the step cap and the weights are traced arguments, so one compilation serves all
-  difficulties and all checkpoints of that shape.
+* :func:`rollout` -- a batch of ``slots`` per team, fed from per-team queues of episodes
+  inside ONE ``lax.while_loop`` over fixed-size ``lax.scan`` chunks (:data:`CHUNK` steps).
+  Each step splits every slot's key into 3 (key, act key, env key) exactly like
+  upstream's ``_run_eval_sequential``, applies the mask, the greedy policies and one
+  vmapped ``env.step_env``. At each chunk boundary a slot whose episode ended hands its
+  result to the output buffer and starts the team's next pending episode (continuous
+  batching: no slot waits for the batch's longest episode, and no host round trip); the
+  loop ends when every queue is empty.
+* Teams: every agent slot names the checkpoint driving it (:func:`run_teams`); a team of
+  one checkpoint is its self-play (:func:`run_stack`). Checkpoints are grouped by network
+  (``cfg.network_key``) and teams by role structure (:class:`TeamClass`), so any mix of
+  algorithms runs in one program with one trace of the Alem step. The compiled program
+  is cached per (protocol, networks, team classes, env statics, slots, chunk, buffer
+  capacity, devices); the difficulty, the keys, the step cap and the weights are traced
+  arguments, so one compilation serves all difficulties and all checkpoints of that shape.
+  Traced programs are also saved with ``jax.export`` (see :class:`_Compiled`): a new
+  process with the same shapes skips the Python trace (the warm start).
 
 Protocols (spec §3):
 
@@ -22,17 +26,19 @@ Protocols (spec §3):
   PRNGKey(SEED); if VISUALIZE: root, _ = split(root); root, eval_key = split(root); then for
   each difficulty of EVAL_DIFFICULTIES in order chain, d_key = split(chain) -- the evaluated
   difficulty uses the d_key of its (first) position. That key is threaded through all steps
-  of all episodes in order; episode i resets with PRNGKey(EVAL_SEED + i). Episodes are a
-  ``lax.scan`` (sequential, since each start key depends on the previous episode's length);
-  the checkpoints of a stack run side by side, each with its own chain.
+  of all episodes in order (one slot per checkpoint; its episodes run back to back, the key
+  carried from one to the next); episode i resets with PRNGKey(EVAL_SEED + i). Self-play
+  only: upstream has no mixed teams.
 * ``fast`` (default): episode i on world PRNGKey(9999 + i); its step keys thread (same
   3-way split per step) from ``fold_in(PRNGKey(9999 + i), 1)``, independent of the
-  checkpoint, its SEED and the difficulty (common random numbers), so all episodes run in
-  parallel. Defaults: 20 episodes, at most 10000 steps. Deterministic: a repeat gives
-  identical records. (Batch shapes enter the float rounding of the policy's matmuls, so
-  a different episode count or device split may, in rare near-ties, pick another action;
-  ``reference`` keeps upstream's shapes per checkpoint and is exact however it is
-  stacked or sharded.)
+  checkpoint, its SEED, the difficulty and the slot that runs it (common random numbers),
+  so all episodes run in parallel. Defaults: 20 episodes, at most 10000 steps, and
+  ``batch`` = :func:`default_batch` slots shared out over the teams. Deterministic: a
+  repeat gives identical records, and for a given batch an episode's records do not
+  depend on which slot ran it or when. (Batch shapes enter the float rounding of the
+  policy's matmuls, so a different batch, episode count or device split may, in rare
+  near-ties, pick another action; ``reference`` keeps upstream's shapes per checkpoint and
+  is exact however it is stacked or sharded.)
 
 Per-episode records carry every ``compute_score`` key verbatim, reduced like upstream's
 ``_flatten_user_info_prefix`` (``float(jnp.array(v).mean())`` of each ``[P]`` value,
@@ -42,10 +48,11 @@ step order, exactly like upstream's Python accumulation), ``episode_length`` (th
 number of steps; upstream logs length - 1) and ``terminated`` (1.0 if the env ended the
 episode before the cap).
 
-With several local devices the checkpoint axis (``reference``) or the episode axis
-(``fast``) is split across them with ``shard_map`` (padded to a multiple of the device
-count); each device runs its own early-exit loop.
+With several local devices the episode axis (``fast``) or the checkpoints of a one-class
+``reference`` stack are split across them with ``shard_map`` (padded to a multiple of the
+device count); each device runs its own slots and loop.
 """
+
 from __future__ import annotations
 
 import collections
@@ -57,7 +64,8 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from typing import Any, NamedTuple
+from collections.abc import Callable, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -78,6 +86,8 @@ FAST_NUM_EPISODES = 20
 FAST_MAX_STEPS = 10_000
 CHUNK = 64  # steps per lax.scan chunk: the early-exit granularity
 CAPACITY_BUCKET = 1024  # the reward buffer is sized to max_steps rounded up to this
+# Batch slots when --batch is not given (continuous batching; see rollout()).
+DEFAULT_BATCH = {"cpu": 256, "gpu": 4096, "cuda": 4096, "rocm": 4096, "tpu": 4096}
 ENV_MISMATCH_POLICIES: tuple[str, ...] = ("error", "warn", "ignore")
 
 # Diagnostics: how often each program kind traced its rollout, and compile timings.
@@ -104,8 +114,13 @@ class EnvVersionWarning(UserWarning):
 # ----------------------------------------------------------------------------------------
 # Validation
 # ----------------------------------------------------------------------------------------
-def check_env_version(cfg: RunConfig, *, on_mismatch: str = "error", where: str | None = None,
-                      installed: str | None = None) -> str | None:
+def check_env_version(
+    cfg: RunConfig,
+    *,
+    on_mismatch: str = "error",
+    where: str | None = None,
+    installed: str | None = None,
+) -> str | None:
     """Compare ``cfg.env_version`` with the installed ``StaticEnvParams().version``.
 
     Returns a message when they differ (None when they match or the config records no
@@ -113,8 +128,10 @@ def check_env_version(cfg: RunConfig, *, on_mismatch: str = "error", where: str 
     emits an :class:`EnvVersionWarning`, ``"ignore"`` only returns the message.
     """
     if on_mismatch not in ENV_MISMATCH_POLICIES:
-        raise UsageError(f"unknown env-version policy {on_mismatch!r} "
-                         f"(expected one of {', '.join(ENV_MISMATCH_POLICIES)})")
+        raise UsageError(
+            f"unknown env-version policy {on_mismatch!r} "
+            f"(expected one of {', '.join(ENV_MISMATCH_POLICIES)})"
+        )
     if cfg.env_version is None:
         return None
     if installed is None:
@@ -123,9 +140,11 @@ def check_env_version(cfg: RunConfig, *, on_mismatch: str = "error", where: str 
         installed = installed_env_version()
     if cfg.env_version == installed:
         return None
-    msg = (f"{where + ': ' if where else ''}checkpoint was scored on alem env version "
-           f"{cfg.env_version!r} but the installed alem is {installed!r}; numbers will not "
-           f"reproduce the released evaluation (install alem-env==0.1.0)")
+    msg = (
+        f"{where + ': ' if where else ''}checkpoint was scored on alem env version "
+        f"{cfg.env_version!r} but the installed alem is {installed!r}; numbers will not "
+        f"reproduce the released evaluation (install alem-env==0.1.0)"
+    )
     if on_mismatch == "error":
         raise EvaluationError(msg + "; pass the mismatch policy 'warn' to score anyway")
     if on_mismatch == "warn":
@@ -142,13 +161,16 @@ def _check_count(name: str, value: int | None) -> None:
         raise UsageError(f"{name} must be at least 1, got {value}")
 
 
-def _validate_request(protocol: str, eval_difficulty: str, num_episodes: int | None,
-                      max_steps: int | None) -> None:
+def _validate_request(
+    protocol: str, eval_difficulty: str, num_episodes: int | None, max_steps: int | None
+) -> None:
     if protocol not in PROTOCOLS:
         raise UsageError(f"unknown protocol {protocol!r} (expected one of {', '.join(PROTOCOLS)})")
     if eval_difficulty not in DIFFICULTIES:
-        raise UsageError(f"unknown eval difficulty {eval_difficulty!r} "
-                         f"(expected one of {', '.join(DIFFICULTIES)})")
+        raise UsageError(
+            f"unknown eval difficulty {eval_difficulty!r} "
+            f"(expected one of {', '.join(DIFFICULTIES)})"
+        )
     _check_count("--episodes", num_episodes)
     _check_count("--max-steps", max_steps)
 
@@ -188,7 +210,8 @@ def reference_key(cfg: RunConfig, eval_difficulty: str) -> jax.Array:
         raise EvaluationError(
             f"protocol 'reference' reproduces upstream's final eval, which ran "
             f"EVAL_DIFFICULTIES={list(order)}; {eval_difficulty!r} is not among them "
-            f"(use protocol 'fast' to score other difficulties)")
+            f"(use protocol 'fast' to score other difficulties)"
+        )
     root = jax.random.PRNGKey(cfg.eval.seed)
     if cfg.eval.visualize:
         root, _ = jax.random.split(root)
@@ -209,13 +232,14 @@ def fast_keys(num_episodes: int) -> tuple[jax.Array, jax.Array]:
 # ----------------------------------------------------------------------------------------
 # One episode
 # ----------------------------------------------------------------------------------------
-class EpisodeCarry(NamedTuple):
-    """The loop state of a batch of ``N`` episodes (leading axis ``N`` on every leaf)."""
+class SlotCarry(NamedTuple):
+    """The loop state of ``N = teams x slots`` batch slots (leading axis ``N``)."""
 
-    t: jax.Array  # [N] int32: steps taken
+    episode: jax.Array  # [N] int32: the episode index the slot runs (E: idle)
+    t: jax.Array  # [N] int32: steps taken in that episode
     alive: jax.Array  # [N] bool: the episode still runs
     terminated: jax.Array  # [N] bool: the env said done
-    chunks: jax.Array  # [N] int32: scan chunks executed while the episode ran
+    chunks: jax.Array  # [N] int32: chunks executed while the episode ran
     key: jax.Array  # [N, 2] the threaded step keys (frozen once an episode is over)
     state: Any  # EnvState (keeps stepping, unused, once an episode is over)
     snapshot: tuple  # the state leaves compute_score reads, frozen at each episode's end
@@ -226,11 +250,21 @@ class EpisodeCarry(NamedTuple):
 
 
 class EpisodeResult(NamedTuple):
+    """Per-episode results, leading axes ``[teams, episodes]``."""
+
     length: jax.Array  # int32, true length
     terminated: jax.Array  # bool
-    chunks: jax.Array  # int32
+    chunks: jax.Array  # int32: chunks the episode ran for
     rewards: jax.Array  # [capacity] float32 (entries >= length are 0)
-    final_state: Any  # scores like the state after the last effective step (see rollout)
+    snapshot: tuple  # the terminal state's leaves that compute_score reads
+    key: jax.Array  # [2] the step key after the episode's last step
+
+
+class Schedule(NamedTuple):
+    """How busy the batch slots were: ``live_steps / slot_steps`` is the utilisation."""
+
+    loops: jax.Array  # [] int32: chunks the loop ran
+    next_episode: jax.Array  # [teams] int32: episodes started per team (== E at the end)
 
 
 # ----------------------------------------------------------------------------------------
@@ -259,21 +293,35 @@ def team_roles(team: Sequence[int]) -> tuple[tuple[int, ...], tuple[tuple[int, .
     return members, tuple(tuple(s for s, m in enumerate(team) if m == x) for x in members)
 
 
-def _broadcast_leading(x: jax.Array, n: int) -> jax.Array:
-    return jnp.broadcast_to(x, (n,) + x.shape)
-
-
-def init_team_carries(policies: Sequence[GreedyPolicy], classes: Sequence[TeamClass],
-                      episodes: int) -> tuple:
+def init_team_carries(
+    policies: Sequence[GreedyPolicy], classes: Sequence[TeamClass], episodes: int
+) -> tuple:
     """Zero recurrent state of every role: per class, per role, ``[size, episodes, ...]``."""
-    return tuple(tuple(jax.tree_util.tree_map(
-        lambda x, s=cls.size: jnp.broadcast_to(x, (s, episodes) + x.shape),
-        policies[role.group].init_carry()) for role in cls.roles) for cls in classes)
+    return tuple(
+        tuple(
+            jax.tree_util.tree_map(
+                lambda x, s=cls.size: jnp.broadcast_to(x, (s, episodes) + x.shape),
+                policies[role.group].init_carry(),
+            )
+            for role in cls.roles
+        )
+        for cls in classes
+    )
 
 
-def team_actions(policies: Sequence[GreedyPolicy], classes: Sequence[TeamClass], params: Any,
-                 use_mask: Any, carries: Any, raw_obs: jax.Array, dones: jax.Array,
-                 mask: jax.Array | None, *, episodes: int, num_actions: int) -> tuple[Any, jax.Array]:
+def team_actions(
+    policies: Sequence[GreedyPolicy],
+    classes: Sequence[TeamClass],
+    params: Any,
+    use_mask: Any,
+    carries: Any,
+    raw_obs: jax.Array,
+    dones: jax.Array,
+    mask: jax.Array | None,
+    *,
+    episodes: int,
+    num_actions: int,
+) -> tuple[Any, jax.Array]:
     """One greedy step of every team in the batch -> (new carries, actions ``[N, P]`` int32).
 
     ``raw_obs [N, P, obs_dim]``, ``dones [N, P]``, ``mask [N, P, A]`` (None: all legal),
@@ -289,7 +337,7 @@ def team_actions(policies: Sequence[GreedyPolicy], classes: Sequence[TeamClass],
         lo = start
 
         def block(x, lo=lo, cls=cls, size=size):
-            return x[lo:lo + size].reshape((cls.size, episodes) + x.shape[1:])
+            return x[lo : lo + size].reshape((cls.size, episodes) + x.shape[1:])
 
         obs, done = block(raw_obs), block(dones)
         mask_c = block(mask) if mask is not None else None
@@ -317,88 +365,210 @@ def team_actions(policies: Sequence[GreedyPolicy], classes: Sequence[TeamClass],
     return tuple(new_carries), jnp.concatenate(actions)
 
 
-def rollout(env, mask_env, policies: Sequence[GreedyPolicy], classes: Sequence[TeamClass],
-            params: Any, use_mask: Any, dyn: Mapping[str, jax.Array], raw_obs0: jax.Array,
-            state0: Any, keys: jax.Array, max_steps: jax.Array, *, episodes: int, chunk: int,
-            capacity: int) -> tuple[jax.Array, EpisodeResult]:
-    """Run a batch of greedy episodes from reset worlds, step keys threaded from ``keys``.
+def _select(pred: jax.Array, new: Any, old: Any) -> Any:
+    """Per-slot select of two trees with leading axis N (``pred`` is ``[N]`` bool)."""
+    return jax.tree_util.tree_map(
+        lambda a, b: jnp.where(pred.reshape((-1,) + (1,) * (a.ndim - 1)), a, b), new, old
+    )
 
-    The batch is ``N = sum(class sizes) x episodes`` episodes, laid out class by class, team
-    by team, episode by episode. Every step, each class's roles run their policies (vmapped
-    over the class's teams, then its episodes) on the raw observations of all ``P`` slots
-    -- the batch shape upstream's policies see -- and each role's actions are kept for the
-    slots it drives; then ONE vmapped ``env.step`` advances all ``N`` episodes. ``params``
-    and ``use_mask`` are nested per class, per role, with a leading axis of the class size.
+
+def rollout(
+    env,
+    mask_env,
+    policies: Sequence[GreedyPolicy],
+    classes: Sequence[TeamClass],
+    params: Any,
+    use_mask: Any,
+    dyn: Mapping[str, jax.Array],
+    world_obs: jax.Array,
+    world_states: Any,
+    episode_keys: jax.Array | None,
+    start_keys: jax.Array | None,
+    max_steps: jax.Array,
+    *,
+    slots: int,
+    chunk: int,
+    capacity: int,
+) -> tuple[EpisodeResult, Schedule]:
+    """Every team's ``E`` episodes, run through ``slots`` batch slots per team.
+
+    ``world_obs [E, P, obs_dim]`` / ``world_states [E, ...]`` are the reset worlds of the
+    episodes (episode ``e`` of every team starts from world ``e``). The batch is
+    ``N = sum(class sizes) x slots`` slots, laid out class by class, team by team. Each
+    team has a queue (its episodes, in order); a slot whose episode has ended hands its
+    result to the output buffer and takes the team's next pending episode, inside the
+    compiled loop, at the next chunk boundary (every ``chunk`` steps); the loop ends when
+    every queue is empty and every slot idle. Step keys: ``fast`` -- episode ``e`` threads
+    its own chain from ``episode_keys[e]``, so its records do not depend on which slot ran
+    it or when; ``reference`` (``slots == 1``) -- each team's key chain starts at
+    ``start_keys[team]`` and is carried from one episode to the next, as upstream's
+    sequential evaluation does.
+
+    Every step, each class's roles run their policies (vmapped over the class's teams,
+    then its slots) on the raw observations of all ``P`` agents -- the batch shape
+    upstream's policies see -- each role's actions are kept for the agent slots it drives,
+    and ONE vmapped ``env.step`` advances all ``N`` slots. ``params`` and ``use_mask`` are
+    nested per class, per role, with a leading axis of the class size.
 
     Guarantees: exactly ``min(T, max_steps)`` env steps count per episode, where T is the
-    step at which the env reports ``__all__`` done; the loop stops at the end of the chunk
-    in which the last episode ended. Once an episode is over (``alive`` false) everything
-    its result depends on is masked: the key and the step count stop, rewards are no longer
-    written, and the state leaves ``compute_score`` reads are frozen. (The rest of the env
-    state keeps stepping, unused -- freezing all ~390 kB of it by a select every step would
-    cost 10-25% of the step.) Returns the keys after each episode's last effective step
-    (upstream's chain goes on from it) and the :class:`EpisodeResult` (leading axis ``N``),
-    whose ``final_state`` gives exactly the terminal state's ``compute_score``.
+    step at which the env reports ``__all__`` done. Once an episode is over everything its
+    result depends on is frozen (key, step count, rewards, and the ~1 kB of state leaves
+    ``compute_score`` reads); the rest of the env state keeps stepping, unused, until the
+    slot is refilled (freezing all ~390 kB of it every step would cost 10-25% of the step).
     ``max_steps`` must be in ``[1, capacity]``.
     """
     TRACE_COUNTS["rollout"] += 1
-    n, num_agents = raw_obs0.shape[:2]
+    n_teams = sum(c.size for c in classes)
+    n = n_teams * slots
+    num_episodes, num_agents = world_obs.shape[:2]
     num_actions = env.statics.num_actions
-    score_idx = env.score_leaf_indices(jax.tree_util.tree_map(lambda x: x[0], state0))
+    template = jax.tree_util.tree_map(lambda x: x[0], world_states)
+    score_idx = env.score_leaf_indices(template)
+    team_of = np.repeat(np.arange(n_teams), slots)  # static: slot -> team
 
     def snapshot(state) -> tuple:
         leaves = jax.tree_util.tree_leaves(state)
         return tuple(leaves[i] for i in score_idx)
 
-    def step(c: EpisodeCarry, _):
+    def step(c: SlotCarry, _):
         split = jax.vmap(lambda k: jax.random.split(k, 3))(c.key)  # act key unused: greedy
         key, env_key = split[:, 0], split[:, 2]
         mask = None if mask_env is None else jax.vmap(mask_env.action_mask, (0, None))(c.state, dyn)
-        pcarry, actions = team_actions(policies, classes, params, use_mask, c.policy_carry,
-                                       c.obs, c.dones, mask, episodes=episodes,
-                                       num_actions=num_actions)
+        pcarry, actions = team_actions(
+            policies,
+            classes,
+            params,
+            use_mask,
+            c.policy_carry,
+            c.obs,
+            c.dones,
+            mask,
+            episodes=slots,
+            num_actions=num_actions,
+        )
         out = jax.vmap(env.step, (0, 0, 0, None))(env_key, c.state, actions, dyn)
         live = c.alive
-
-        def keep(new, old):
-            return jax.tree_util.tree_map(
-                lambda a, b: jnp.where(live.reshape((-1,) + (1,) * (a.ndim - 1)), a, b), new, old)
-
         t = c.t + live.astype(jnp.int32)
-        slot = jnp.where(live, c.t, capacity)  # out of bounds -> dropped
-        return EpisodeCarry(
+        at = jnp.where(live, c.t, capacity)  # out of bounds -> dropped
+        return c._replace(
             t=t,
             alive=live & ~out.done & (t < max_steps),
             terminated=jnp.where(live, out.done, c.terminated),
-            chunks=c.chunks,
-            key=keep(key, c.key),
+            key=_select(live, key, c.key),
             state=out.state,
-            snapshot=keep(snapshot(out.state), c.snapshot),
+            snapshot=_select(live, snapshot(out.state), c.snapshot),
             obs=out.obs,
             policy_carry=pcarry,
             dones=out.agent_dones,
-            rewards=c.rewards.at[jnp.arange(n), slot].set(jnp.mean(out.reward, axis=-1),
-                                                         mode="drop"),
+            rewards=c.rewards.at[jnp.arange(n), at].set(jnp.mean(out.reward, axis=-1), mode="drop"),
         ), None
 
-    def run_chunk(c: EpisodeCarry) -> EpisodeCarry:
+    def reset_carries(carries, take: jax.Array):
+        """Zero the recurrent state of the roles of every slot that starts an episode."""
+        out, start = [], 0
+        for cls, role_carries in zip(classes, carries, strict=True):
+            size = cls.size * slots
+            fresh = take[start : start + size].reshape(cls.size, slots)
+            out.append(
+                tuple(
+                    jax.tree_util.tree_map(
+                        lambda x, f=fresh: jnp.where(
+                            f.reshape(f.shape + (1,) * (x.ndim - 2)), 0, x
+                        ),
+                        rc,
+                    )
+                    for rc in role_carries
+                )
+            )
+            start += size
+        return tuple(out)
+
+    def refill(c: SlotCarry, done: EpisodeResult, sched: Schedule):
+        """Hand finished episodes to the output buffer; start each team's next episodes."""
+        finished = (c.episode < num_episodes) & ~c.alive
+        ti = jnp.where(finished, team_of, n_teams)  # out of bounds -> dropped
+        ei = c.episode
+
+        def put(buf, value):
+            return buf.at[ti, ei].set(value, mode="drop")
+
+        done = EpisodeResult(
+            length=put(done.length, c.t),
+            terminated=put(done.terminated, c.terminated),
+            chunks=put(done.chunks, c.chunks),
+            rewards=put(done.rewards, c.rewards),
+            snapshot=tuple(put(b, v) for b, v in zip(done.snapshot, c.snapshot, strict=True)),
+            key=put(done.key, c.key),
+        )
+        free = (~c.alive).reshape(n_teams, slots)
+        rank = jnp.cumsum(free, axis=1) - 1
+        start_at = sched.next_episode[:, None] + rank
+        take = (free & (start_at < num_episodes)).reshape(n)
+        episode = jnp.where(take, start_at.reshape(n), jnp.where(c.alive, c.episode, num_episodes))
+        sched = Schedule(
+            sched.loops, jnp.minimum(sched.next_episode + free.sum(axis=1), num_episodes)
+        )
+        idx = jnp.clip(episode, 0, num_episodes - 1)
+        state0 = jax.tree_util.tree_map(lambda w: w[idx], world_states)
+        new_key = c.key if episode_keys is None else episode_keys[idx]
+        c = SlotCarry(
+            episode=episode,
+            t=jnp.where(take, 0, c.t),
+            alive=jnp.where(take, max_steps > 0, c.alive),
+            terminated=jnp.where(take, False, c.terminated),
+            chunks=jnp.where(take, 0, c.chunks),
+            key=_select(take, new_key, c.key),
+            state=_select(take, state0, c.state),
+            snapshot=_select(take, snapshot(state0), c.snapshot),
+            obs=_select(take, world_obs[idx], c.obs),
+            policy_carry=reset_carries(c.policy_carry, take),
+            dones=jnp.where(take[:, None], False, c.dones),
+            rewards=jnp.where(take[:, None], 0.0, c.rewards),
+        )
+        return c, done, sched
+
+    def run_chunk(loop):
+        c, done, sched = loop
         ran = c.alive.astype(jnp.int32)
         c, _ = jax.lax.scan(step, c, None, length=chunk)
-        return c._replace(chunks=c.chunks + ran)
+        c = c._replace(chunks=c.chunks + ran)
+        return refill(c, done, sched._replace(loops=sched.loops + 1))
 
-    carries = init_team_carries(policies, classes, episodes)
-    zeros = jnp.zeros((n,), jnp.int32)
-    init = EpisodeCarry(
-        t=zeros, alive=jnp.broadcast_to(max_steps > 0, (n,)), terminated=jnp.zeros((n,), bool),
-        chunks=zeros, key=keys, state=state0, snapshot=snapshot(state0), obs=raw_obs0,
-        policy_carry=carries, dones=jnp.zeros((n, num_agents), bool),
-        rewards=jnp.zeros((n, capacity), jnp.float32))
-    final = jax.lax.while_loop(lambda c: jnp.any(c.alive), run_chunk, init)
-    leaves, treedef = jax.tree_util.tree_flatten(final.state)
-    for i, leaf in zip(score_idx, final.snapshot):
-        leaves[i] = leaf
-    return final.key, EpisodeResult(final.t, final.terminated, final.chunks, final.rewards,
-                                    jax.tree_util.tree_unflatten(treedef, leaves))
+    zeros_n = jnp.zeros((n,), jnp.int32)
+    first = jax.tree_util.tree_map(
+        lambda x: jnp.broadcast_to(x[0], (n,) + x.shape[1:]), world_states
+    )
+    idle = SlotCarry(
+        episode=jnp.full((n,), num_episodes, jnp.int32),
+        t=zeros_n,
+        alive=jnp.zeros((n,), bool),
+        terminated=jnp.zeros((n,), bool),
+        chunks=zeros_n,
+        key=(
+            jnp.zeros((n, 2), jnp.uint32)
+            if start_keys is None
+            else jnp.repeat(start_keys, slots, axis=0)
+        ),
+        state=first,
+        snapshot=snapshot(first),
+        obs=jnp.broadcast_to(world_obs[0], (n,) + world_obs.shape[1:]),
+        policy_carry=init_team_carries(policies, classes, slots),
+        dones=jnp.zeros((n, num_agents), bool),
+        rewards=jnp.zeros((n, capacity), jnp.float32),
+    )
+    te = (n_teams, num_episodes)
+    done = EpisodeResult(
+        length=jnp.zeros(te, jnp.int32),
+        terminated=jnp.zeros(te, bool),
+        chunks=jnp.zeros(te, jnp.int32),
+        rewards=jnp.zeros(te + (capacity,), jnp.float32),
+        snapshot=tuple(jnp.zeros(te + x.shape[1:], x.dtype) for x in idle.snapshot),
+        key=jnp.zeros(te + (2,), jnp.uint32),
+    )
+    sched = Schedule(jnp.zeros((), jnp.int32), jnp.zeros((n_teams,), jnp.int32))
+    loop = refill(idle, done, sched)
+    _, done, sched = jax.lax.while_loop(lambda lp: jnp.any(lp[0].alive), run_chunk, loop)
+    return done, sched
 
 
 # ----------------------------------------------------------------------------------------
@@ -409,8 +579,9 @@ def _timed_compile(jitted, args, label: str):
     lowered = jitted.lower(*args)
     t1 = time.perf_counter()
     compiled = lowered.compile()
-    COMPILE_STATS.append(CompileStat(label, _shape_summary(args), t1 - t0,
-                                     time.perf_counter() - t1))
+    COMPILE_STATS.append(
+        CompileStat(label, _shape_summary(args), t1 - t0, time.perf_counter() - t1)
+    )
     return compiled
 
 
@@ -433,18 +604,24 @@ def _code_identity() -> str:
     here = Path(__file__).parent
     for path in [here / name for name in _PROGRAM_SOURCES] + [Path(eval_env.__file__)]:
         h.update(path.read_bytes())
-    parts = (jax.__version__, jaxlib.__version__, installed_env_version(),
-             jax.default_backend(), str(jax.config.jax_threefry_partitionable),
-             str(jax.config.jax_enable_x64), h.hexdigest())
+    parts = (
+        jax.__version__,
+        jaxlib.__version__,
+        installed_env_version(),
+        jax.default_backend(),
+        str(jax.config.jax_threefry_partitionable),  # type: ignore[attr-defined]
+        str(jax.config.jax_enable_x64),  # type: ignore[attr-defined]
+        h.hexdigest(),
+    )
     return "|".join(parts)
 
 
 def _export_dir() -> Path | None:
     """Where traced programs are kept (beside the compilation cache); None when the
     compilation cache is off, or ALEM_EVAL_NO_EXPORT is set."""
-    if os.environ.get("ALEM_EVAL_NO_EXPORT") or not jax.config.jax_compilation_cache_dir:
+    if os.environ.get("ALEM_EVAL_NO_EXPORT") or not jax.config.jax_compilation_cache_dir:  # type: ignore[attr-defined]
         return None
-    return Path(jax.config.jax_compilation_cache_dir) / "alem-eval-exported"
+    return Path(jax.config.jax_compilation_cache_dir) / "alem-eval-exported"  # type: ignore[attr-defined]
 
 
 class _Compiled:
@@ -495,7 +672,7 @@ class _Compiled:
                 blob = pickle.loads(path.read_bytes())
                 loaded = (export.deserialize(bytearray(blob["exported"])), blob["out_tree"])
                 TRACE_COUNTS[f"{kind}:loaded"] += 1
-            except Exception:  # noqa: BLE001 - a damaged or foreign file: trace again
+            except Exception:
                 loaded = None
         if loaded is None:
             TRACE_COUNTS[f"{kind}:traced"] += 1
@@ -510,18 +687,22 @@ class _Compiled:
             exported = export.export(jax.jit(flat_fn))(*jax.tree_util.tree_leaves(args))
             loaded = (exported, out_tree[0])
             try:
-                _write_bytes_atomic(path, pickle.dumps({"exported": exported.serialize(),
-                                                        "out_tree": out_tree[0]}))
+                _write_bytes_atomic(
+                    path, pickle.dumps({"exported": exported.serialize(), "out_tree": out_tree[0]})
+                )
             except (ImportError, OSError, pickle.PicklingError) as exc:  # no warm start
-                warnings.warn(f"traced program not saved for a warm start ({exc})",
-                              stacklevel=2)
+                warnings.warn(f"traced program not saved for a warm start ({exc})", stacklevel=2)
         exported, tree = loaded
-        compiled = _timed_compile(jax.jit(exported.call), jax.tree_util.tree_leaves(args),
-                                  self.label)
+        compiled = _timed_compile(
+            jax.jit(exported.call), jax.tree_util.tree_leaves(args), self.label
+        )
         stat = COMPILE_STATS[-1]  # "trace": everything before the XLA compile
         COMPILE_STATS[-1] = dataclasses.replace(
-            stat, trace_s=time.perf_counter() - t0 - stat.compile_s)
-        return lambda *a: jax.tree_util.tree_unflatten(tree, compiled(*jax.tree_util.tree_leaves(a)))
+            stat, trace_s=time.perf_counter() - t0 - stat.compile_s
+        )
+        return lambda *a: jax.tree_util.tree_unflatten(
+            tree, compiled(*jax.tree_util.tree_leaves(a))
+        )
 
 
 def _write_bytes_atomic(path: Path, data: bytes) -> None:
@@ -536,18 +717,28 @@ def _shape_summary(args) -> str:
     return f"{len(leaves)} leaves, first {tuple(np.shape(leaves[0]))}" if leaves else "-"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _world_programs(world: Any) -> tuple[_Compiled, _Compiled]:
     """(reset, batched score) for one env: programs shared by every algorithm, protocol
     and stack size (they depend only on the world statics). Reset is compiled for one
-    world; the score for a batch of final states whose size is rounded up to a power of
-    two, so few sizes are ever compiled."""
+    world; the score for a batch of terminal snapshots whose size is rounded up to a power
+    of two, so few sizes are ever compiled."""
     from alem_env.eval_env import get_eval_env
 
     env = get_eval_env(world)
+
+    def score(snapshot: tuple, template: Any) -> dict[str, jax.Array]:
+        """compute_score of ``template`` with the leaves it reads replaced by ``snapshot``."""
+        leaves, treedef = jax.tree_util.tree_flatten(template)
+        for i, leaf in zip(env.score_leaf_indices(template), snapshot, strict=True):
+            leaves[i] = leaf
+        return env.score(jax.tree_util.tree_unflatten(treedef, leaves))
+
     ident = repr(world)
-    return (_Compiled(env.reset, "reset", f"reset:{ident}"),
-            _Compiled(jax.vmap(env.score), "score", f"score:{ident}"))
+    return (
+        _Compiled(env.reset, "reset", f"reset:{ident}"),
+        _Compiled(jax.vmap(score, in_axes=(0, None)), "score", f"score:{ident}"),
+    )
 
 
 @dataclass(frozen=True)
@@ -557,6 +748,7 @@ class ProgramKey:
     classes: tuple[TeamClass, ...]
     world: Any  # alem_env.eval_env.EnvStatics of the world (no policy-side flags)
     masking: bool  # some member uses ACTION_MASKING: the program computes masks
+    slots: int  # batch slots per team (per device); reference: 1
     chunk: int
     capacity: int
     num_devices: int
@@ -570,16 +762,20 @@ class _Program:
 
         self.key = key
         self.env = get_eval_env(key.world)
-        self.mask_env = (get_eval_env(dataclasses.replace(key.world, action_masking=True))
-                         if key.masking else None)
+        self.mask_env = (
+            get_eval_env(dataclasses.replace(key.world, action_masking=True))
+            if key.masking
+            else None
+        )
         self.policies = [make_policy(s) for s in specs]
         fn = self._reference if key.protocol == "reference" else self._fast
         if key.num_devices > 1:
             fn = self._sharded(fn)
         names = "+".join(dict.fromkeys(s.algorithm for s in specs))
         # Multi-device (shard_map) programs are not exported: they trace every process.
-        self.run = _Compiled(fn, f"rollout:{key.protocol}:{names}",
-                             repr(key) if key.num_devices == 1 else None)
+        self.run = _Compiled(
+            fn, f"rollout:{key.protocol}:{names}", repr(key) if key.num_devices == 1 else None
+        )
 
     @property
     def classes(self) -> tuple[TeamClass, ...]:
@@ -590,47 +786,53 @@ class _Program:
             return tuple(TeamClass(c.roles, c.size // n) for c in self.key.classes)
         return self.key.classes
 
-    @property
-    def num_teams(self) -> int:
-        return sum(c.size for c in self.classes)
-
     def _prepare(self, variables):
         """Per class, per role: the policy's per-checkpoint constants (vmapped over teams)."""
-        return tuple(tuple(jax.vmap(self.policies[role.group].prepare)(variables[c][r])
-                           for r, role in enumerate(cls.roles))
-                     for c, cls in enumerate(self.classes))
+        return tuple(
+            tuple(
+                jax.vmap(self.policies[role.group].prepare)(variables[c][r])
+                for r, role in enumerate(cls.roles)
+            )
+            for c, cls in enumerate(self.classes)
+        )
 
-    def _rollout(self, params, use_mask, dyn, raw_obs0, state0, keys, max_steps, episodes):
-        return rollout(self.env, self.mask_env, self.policies, self.classes, params,
-                       use_mask, dyn, raw_obs0, state0, keys, max_steps, episodes=episodes,
-                       chunk=self.key.chunk, capacity=self.key.capacity)
+    def _rollout(
+        self, variables, use_mask, dyn, world_obs, world_states, episode_keys, start_keys, max_steps
+    ):
+        done, sched = rollout(
+            self.env,
+            self.mask_env,
+            self.policies,
+            self.classes,
+            self._prepare(variables),
+            use_mask,
+            dyn,
+            world_obs,
+            world_states,
+            episode_keys,
+            start_keys,
+            max_steps,
+            slots=self.key.slots,
+            chunk=self.key.chunk,
+            capacity=self.key.capacity,
+        )
+        return done, sched.loops[None]  # [1]: one count per device
 
-    def _reference(self, variables, use_mask, dyn, start_keys, raw_obs0, state0, max_steps):
-        """[T] teams (one key chain each), [E] episodes in sequence -> leaves ``[T, E, ...]``.
+    def _reference(self, variables, use_mask, dyn, start_keys, world_obs, world_states, max_steps):
+        """[T] teams, each its episodes back to back in one slot, one key chain per team."""
+        return self._rollout(
+            variables, use_mask, dyn, world_obs, world_states, None, start_keys, max_steps
+        )
 
-        ``raw_obs0``/``state0`` are the E reset worlds (shared by all teams)."""
-        params = self._prepare(variables)
-        t = self.num_teams
-
-        def one_episode(keys, world):
-            obs0, s0 = jax.tree_util.tree_map(lambda x: _broadcast_leading(x, t), world)
-            return self._rollout(params, use_mask, dyn, obs0, s0, keys, max_steps, 1)
-
-        _, results = jax.lax.scan(one_episode, start_keys, (raw_obs0, state0))
-        return jax.tree_util.tree_map(lambda x: jnp.swapaxes(x, 0, 1), results)
-
-    def _fast(self, variables, use_mask, dyn, chain_keys, raw_obs0, state0, max_steps):
-        """[T] teams x [E] parallel episodes -> EpisodeResult leaves ``[T, E, ...]``."""
-        params = self._prepare(variables)
-        t, e = self.num_teams, chain_keys.shape[0]
-        tile = lambda x: _broadcast_leading(x, t).reshape((t * e,) + x.shape[1:])  # noqa: E731
-        obs0, s0, keys = jax.tree_util.tree_map(tile, (raw_obs0, state0, chain_keys))
-        _, res = self._rollout(params, use_mask, dyn, obs0, s0, keys, max_steps, e)
-        return jax.tree_util.tree_map(lambda x: x.reshape((t, e) + x.shape[1:]), res)
+    def _fast(self, variables, use_mask, dyn, chain_keys, world_obs, world_states, max_steps):
+        """[T] teams x [E] episodes through the teams' slots -> leaves ``[T, E, ...]``."""
+        return self._rollout(
+            variables, use_mask, dyn, world_obs, world_states, chain_keys, None, max_steps
+        )
 
     def _sharded(self, fn: Callable) -> Callable:
-        """Split the episode axis (``fast``) or the teams of the single class
-        (``reference``) over the local devices."""
+        """Split the episodes (``fast``) or the teams of the single class (``reference``)
+        over the local devices; each device runs its own slots and loop."""
         from jax.experimental.shard_map import shard_map
         from jax.sharding import Mesh
         from jax.sharding import PartitionSpec as P
@@ -638,12 +840,11 @@ class _Program:
         mesh = Mesh(np.array(jax.local_devices()[: self.key.num_devices]), ("d",))
         if self.key.protocol == "reference":
             in_specs = (P("d"), P("d"), P(), P("d"), P(), P(), P())
-            out_specs = P("d")
+            out_specs = (P("d"), P("d"))
         else:
             in_specs = (P(), P(), P(), P("d"), P("d"), P("d"), P())
-            out_specs = P(None, "d")
-        return shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
-                         check_rep=False)
+            out_specs = (P(None, "d"), P("d"))
+        return shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_rep=False)
 
 
 _PROGRAMS: dict[ProgramKey, _Program] = {}
@@ -674,6 +875,13 @@ class StackResult:
     protocol: str
     eval_difficulty: str
     chunk: int
+    live_steps: int = 0  # env steps that belonged to an episode
+    slot_steps: int = 0  # env steps the batch slots ran (live or idle)
+
+    @property
+    def utilisation(self) -> float:
+        """Live env-steps per slot-step: 1.0 when no batch slot ever idled."""
+        return self.live_steps / self.slot_steps if self.slot_steps else 0.0
 
 
 def _capacity(max_steps: int) -> int:
@@ -688,10 +896,14 @@ def _policy_variables(spec: NetworkSpec, weights: Any, where: str) -> Any:
         raise EvaluationError(f"{where}: weights lack the policy parameters ({exc})") from None
     variables = jax.tree_util.tree_map(np.asarray, variables)
     expected = spec.policy_variables(spec.expected_tree())
-    got = {jax.tree_util.keystr(p): tuple(x.shape)
-           for p, x in jax.tree_util.tree_flatten_with_path(variables)[0]}
-    exp = {jax.tree_util.keystr(p): tuple(x.shape)
-           for p, x in jax.tree_util.tree_flatten_with_path(expected)[0]}
+    got = {
+        jax.tree_util.keystr(p): tuple(x.shape)
+        for p, x in jax.tree_util.tree_flatten_with_path(variables)[0]
+    }
+    exp = {
+        jax.tree_util.keystr(p): tuple(x.shape)
+        for p, x in jax.tree_util.tree_flatten_with_path(expected)[0]
+    }
     if got != exp:
         bad = sorted(set(got) ^ set(exp)) or sorted(k for k in exp if exp[k] != got[k])
         detail = ", ".join(f"{k}: expected {exp.get(k)}, found {got.get(k)}" for k in bad[:3])
@@ -708,10 +920,18 @@ def _devices_for(n: int) -> int:
     return max(1, min(jax.local_device_count(), n))
 
 
-def run_stack(cfgs: Sequence[RunConfig], weights: Sequence[Any], *,
-              protocol: str = DEFAULT_PROTOCOL, eval_difficulty: str,
-              num_episodes: int | None = None, max_steps: int | None = None,
-              on_env_mismatch: str = "error", chunk: int = CHUNK) -> StackResult:
+def run_stack(
+    cfgs: Sequence[RunConfig],
+    weights: Sequence[Any],
+    *,
+    protocol: str = DEFAULT_PROTOCOL,
+    eval_difficulty: str,
+    num_episodes: int | None = None,
+    max_steps: int | None = None,
+    on_env_mismatch: str = "error",
+    chunk: int = CHUNK,
+    batch: int | None = None,
+) -> StackResult:
     """Self-play evaluation of a stack of checkpoints (any algorithms) on ``eval_difficulty``.
 
     ``cfgs[k]`` describes ``weights[k]`` (a weights tree in the released disk layout, or at
@@ -720,16 +940,33 @@ def run_stack(cfgs: Sequence[RunConfig], weights: Sequence[Any], *,
     Alem step, whatever the algorithms). The result keeps the input order.
     """
     teams = [(k,) * (cfg.env.num_agents if cfg is not None else 1) for k, cfg in enumerate(cfgs)]
-    return run_teams(cfgs, weights, teams, protocol=protocol, eval_difficulty=eval_difficulty,
-                     num_episodes=num_episodes, max_steps=max_steps,
-                     on_env_mismatch=on_env_mismatch, chunk=chunk)
+    return run_teams(
+        cfgs,
+        weights,
+        teams,
+        protocol=protocol,
+        eval_difficulty=eval_difficulty,
+        num_episodes=num_episodes,
+        max_steps=max_steps,
+        on_env_mismatch=on_env_mismatch,
+        chunk=chunk,
+        batch=batch,
+    )
 
 
-def run_teams(cfgs: Sequence[RunConfig], weights: Sequence[Any],
-              teams: Sequence[Sequence[int]], *, protocol: str = DEFAULT_PROTOCOL,
-              eval_difficulty: str, num_episodes: int | None = None,
-              max_steps: int | None = None, on_env_mismatch: str = "error",
-              chunk: int = CHUNK) -> StackResult:
+def run_teams(
+    cfgs: Sequence[RunConfig],
+    weights: Sequence[Any],
+    teams: Sequence[Sequence[int]],
+    *,
+    protocol: str = DEFAULT_PROTOCOL,
+    eval_difficulty: str,
+    num_episodes: int | None = None,
+    max_steps: int | None = None,
+    on_env_mismatch: str = "error",
+    chunk: int = CHUNK,
+    batch: int | None = None,
+) -> StackResult:
     """Evaluate teams whose agent slots are driven by any of the given checkpoints.
 
     ``teams[i][s]`` is the index (into ``cfgs``/``weights``) of the checkpoint driving agent
@@ -746,17 +983,22 @@ def run_teams(cfgs: Sequence[RunConfig], weights: Sequence[Any],
         raise EvaluationError("nothing to evaluate: the stack is empty")
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
         raise UsageError(f"chunk must be a positive integer, got {chunk!r}")
-    if protocol == "reference" and (jax.config.jax_threefry_partitionable
-                                    or jax.config.jax_enable_x64):
-        raise EvaluationError("protocol 'reference' needs jax_threefry_partitionable=False and "
-                              "jax_enable_x64=False (the PRNG mode and precision the released "
-                              "numbers were produced with)")
+    _check_count("--batch", batch)
+    if protocol == "reference" and (
+        jax.config.jax_threefry_partitionable or jax.config.jax_enable_x64  # type: ignore[attr-defined]
+    ):
+        raise EvaluationError(
+            "protocol 'reference' needs jax_threefry_partitionable=False and "
+            "jax_enable_x64=False (the PRNG mode and precision the released "
+            "numbers were produced with)"
+        )
     from alem_env.loader import installed_env_version
 
     installed = installed_env_version()
     for i, cfg in enumerate(cfgs):
-        check_env_version(cfg, on_mismatch=on_env_mismatch, where=f"checkpoint {i}",
-                          installed=installed)
+        check_env_version(
+            cfg, on_mismatch=on_env_mismatch, where=f"checkpoint {i}", installed=installed
+        )
     statics = [eval_statics(c) for c in cfgs]
     specs = [build_network(c) for c in cfgs]
     for i, team in enumerate(teams):
@@ -769,7 +1011,8 @@ def run_teams(cfgs: Sequence[RunConfig], weights: Sequence[Any],
             raise EvaluationError(
                 f"checkpoint {i} ({cfgs[i].algorithm}): the network expects inputs of width "
                 f"{spec.input_dim} but the eval env gives {st.input_dim} (HyperMARL needs "
-                "APPEND_AGENT_ID=true)")
+                "APPEND_AGENT_ID=true)"
+            )
     used = sorted({m for team in teams for m in team})
     variables = {i: _policy_variables(specs[i], weights[i], f"checkpoint {i}") for i in used}
 
@@ -786,33 +1029,61 @@ def run_teams(cfgs: Sequence[RunConfig], weights: Sequence[Any],
 
     records: list[Any] = [None] * len(teams)
     chunks: list[Any] = [None] * len(teams)
+    live = slot = 0
     for idx in groups.values():
         n_ep, cap = settings(teams[idx[0]])
-        recs, ch = _run_group([tuple(teams[i]) for i in idx], cfgs, specs, statics, variables,
-                              protocol, eval_difficulty, n_ep, cap, chunk)
+        recs, ch, slot_steps, live_steps = _run_group(
+            [tuple(teams[i]) for i in idx],
+            cfgs,
+            specs,
+            statics,
+            variables,
+            protocol,
+            eval_difficulty,
+            n_ep,
+            cap,
+            chunk,
+            batch,
+        )
         for j, i in enumerate(idx):
             records[i], chunks[i] = recs[j], ch[j]
-    return StackResult(records=records, chunks=chunks, protocol=protocol,
-                       eval_difficulty=eval_difficulty, chunk=chunk)
+        live, slot = live + live_steps, slot + slot_steps
+    return StackResult(
+        records=records,
+        chunks=chunks,
+        protocol=protocol,
+        eval_difficulty=eval_difficulty,
+        chunk=chunk,
+        live_steps=live,
+        slot_steps=slot,
+    )
 
 
 def _check_team(i: int, team: Sequence[int], cfgs, statics, protocol: str) -> None:
-    if not team or any(isinstance(m, bool) or not isinstance(m, (int, np.integer))
-                       or not 0 <= m < len(cfgs) for m in team):
-        raise EvaluationError(f"team {i}: {list(team)!r} names a checkpoint that is not in "
-                              f"the stack (indices 0..{len(cfgs) - 1})")
+    if not team or any(
+        isinstance(m, bool) or not isinstance(m, (int, np.integer)) or not 0 <= m < len(cfgs)
+        for m in team
+    ):
+        raise EvaluationError(
+            f"team {i}: {list(team)!r} names a checkpoint that is not in "
+            f"the stack (indices 0..{len(cfgs) - 1})"
+        )
     first = statics[team[0]]
     if len(team) != first.num_agents:
-        raise EvaluationError(f"team {i}: {len(team)} slots but the env has "
-                              f"{first.num_agents} agents")
+        raise EvaluationError(
+            f"team {i}: {len(team)} slots but the env has {first.num_agents} agents"
+        )
     for m in team[1:]:
         if statics[m].world != first.world:
             raise EvaluationError(
                 f"team {i}: checkpoints {team[0]} and {m} need different env configurations "
-                f"({_world_diff(first.world, statics[m].world)}); they cannot play together")
+                f"({_world_diff(first.world, statics[m].world)}); they cannot play together"
+            )
     if protocol == "reference" and len(set(team)) > 1:
-        raise EvaluationError(f"team {i}: protocol 'reference' reproduces upstream's "
-                              "self-play evaluation; score mixed teams with protocol 'fast'")
+        raise EvaluationError(
+            f"team {i}: protocol 'reference' reproduces upstream's "
+            "self-play evaluation; score mixed teams with protocol 'fast'"
+        )
 
 
 def _world_diff(a, b) -> str:
@@ -827,8 +1098,9 @@ def _resets(world, dyn, keys: Sequence[Any]) -> tuple[jax.Array, Any]:
     return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *outs)
 
 
-def _scores(world, final_states: Any, k: int, e: int) -> dict[str, np.ndarray]:
-    """compute_score of every final state ([K, E] leading axes) -> host ``[K, E, ...]``."""
+def _scores(world, snapshot: tuple, template: Any, k: int, e: int) -> dict[str, np.ndarray]:
+    """compute_score of every terminal state (``snapshot`` leaves with ``[K, E]`` leading
+    axes over the ``template`` state's other leaves) -> host ``[K, E, ...]``."""
     _, score = _world_programs(world)
     n = k * e
     padded = 1 << max(0, (n - 1).bit_length())
@@ -837,7 +1109,7 @@ def _scores(world, final_states: Any, k: int, e: int) -> dict[str, np.ndarray]:
         x = x.reshape((n,) + x.shape[2:])
         return jnp.concatenate([x, jnp.broadcast_to(x[:1], (padded - n,) + x.shape[1:])])
 
-    out = jax.device_get(score(jax.tree_util.tree_map(flat, final_states)))
+    out = jax.device_get(score(tuple(flat(x) for x in snapshot), template))
     return {name: np.asarray(v)[:n].reshape((k, e) + np.shape(v)[1:]) for name, v in out.items()}
 
 
@@ -856,66 +1128,109 @@ def _batch_structure(teams, cfgs, specs):
     return tuple(keys), group_specs, classes, order
 
 
-def _run_group(teams, cfgs, specs, statics, variables, protocol, eval_difficulty,
-               num_episodes, max_steps, chunk):
+def default_batch() -> int:
+    """Batch slots used when ``batch`` is not given: enough for a GPU to stay full, a few
+    hundred on a CPU (whose env step gains little from larger batches)."""
+    return DEFAULT_BATCH.get(jax.default_backend(), DEFAULT_BATCH["cpu"])
+
+
+def slots_per_team(num_teams: int, num_episodes: int, batch: int | None) -> int:
+    """Batch slots each team gets: ``batch`` (default :func:`default_batch`) shared out,
+    at least 1 and at most the episode count (then every episode runs at once)."""
+    if batch is None:
+        batch = default_batch()
+    return max(1, min(num_episodes, -(-batch // num_teams)))
+
+
+def _run_group(
+    teams,
+    cfgs,
+    specs,
+    statics,
+    variables,
+    protocol,
+    eval_difficulty,
+    num_episodes,
+    max_steps,
+    chunk,
+    batch,
+):
     keys, group_specs, classes, order = _batch_structure(teams, cfgs, specs)
-    batch = [teams[i] for i in order]  # class by class
-    t = len(batch)
-    world = statics[batch[0][0]].world
-    masking = any(cfgs[m].env.action_masking for team in batch for m in team)
+    batch_teams = [teams[i] for i in order]  # class by class
+    t = len(batch_teams)
+    world = statics[batch_teams[0][0]].world
+    masking = any(cfgs[m].env.action_masking for team in batch_teams for m in team)
     capacity = _capacity(max_steps)
     if protocol == "fast":
         n_dev = _devices_for(num_episodes)
-    else:  # teams of one class split over the devices (padded with repeats of the last)
+        padded = num_episodes + (-num_episodes) % n_dev
+        slots = slots_per_team(t, padded // n_dev, None if batch is None else -(-batch // n_dev))
+    else:  # one slot per team; teams of one class split over the devices
         n_dev = _devices_for(t) if len(classes) == 1 else 1
         pad = (-t) % n_dev
-        batch += [batch[-1]] * pad
+        batch_teams += [batch_teams[-1]] * pad
         classes = (TeamClass(classes[0].roles, t + pad),) if pad else classes
-    prog = _program(ProgramKey(protocol, keys, classes, world, masking, chunk, capacity, n_dev),
-                    group_specs)
+        slots = 1
+    prog = _program(
+        ProgramKey(protocol, keys, classes, world, masking, slots, chunk, capacity, n_dev),
+        group_specs,
+    )
     # Per class, per role: the members' variables and masking flags, stacked over teams.
     role_vars, role_mask, start = [], [], 0
     for cls in classes:
-        members = [team_roles(team)[0] for team in batch[start:start + cls.size]]
-        role_vars.append(tuple(_stack([variables[m[r]] for m in members])
-                               for r in range(len(cls.roles))))
-        role_mask.append(tuple(np.array([cfgs[m[r]].env.action_masking for m in members])
-                               for r in range(len(cls.roles))))
+        members = [team_roles(team)[0] for team in batch_teams[start : start + cls.size]]
+        role_vars.append(
+            tuple(_stack([variables[m[r]] for m in members]) for r in range(len(cls.roles)))
+        )
+        role_mask.append(
+            tuple(
+                np.array([cfgs[m[r]].env.action_masking for m in members])
+                for r in range(len(cls.roles))
+            )
+        )
         start += cls.size
     dyn = prog.env.difficulty_params(eval_difficulty)
     steps = np.asarray(max_steps, np.int32)
     clock = time.perf_counter()
     if protocol == "reference":
-        start_keys = np.stack([np.asarray(reference_key(cfgs[team[0]], eval_difficulty))
-                               for team in batch])
-        seeds = cfgs[batch[0][0]].eval.eval_seed + np.arange(num_episodes)
-        obs0, state0 = jax.block_until_ready(
-            _resets(world, dyn, [jax.random.PRNGKey(int(s)) for s in seeds]))
-        t_reset = time.perf_counter()
-        res = prog.run(tuple(role_vars), tuple(role_mask), dyn, start_keys, obs0, state0, steps)
+        chain = np.stack(
+            [np.asarray(reference_key(cfgs[team[0]], eval_difficulty)) for team in batch_teams]
+        )
+        seeds = cfgs[batch_teams[0][0]].eval.eval_seed + np.arange(num_episodes)
+        worlds = [jax.random.PRNGKey(int(s)) for s in seeds]
     else:
-        padded = num_episodes + (-num_episodes) % n_dev
-        worlds, chains = fast_keys(padded)
-        obs0, state0 = jax.block_until_ready(_resets(world, dyn, list(worlds)))
-        t_reset = time.perf_counter()
-        res = prog.run(tuple(role_vars), tuple(role_mask), dyn, np.asarray(chains), obs0,
-                       state0, steps)
-        res = jax.tree_util.tree_map(lambda x: x[:, :num_episodes], res)
-    res = jax.tree_util.tree_map(lambda x: x[:t], jax.block_until_ready(res))
+        worlds, chain = fast_keys(padded)
+        worlds, chain = list(worlds), np.asarray(chain)
+    obs0, state0 = jax.block_until_ready(_resets(world, dyn, worlds))
+    t_reset = time.perf_counter()
+    res, loops = prog.run(tuple(role_vars), tuple(role_mask), dyn, chain, obs0, state0, steps)
+    res = jax.tree_util.tree_map(lambda x: x[:t, :num_episodes], jax.block_until_ready(res))
     t_roll = time.perf_counter()
-    scores = _scores(world, res.final_state, t, num_episodes)
+    template = jax.tree_util.tree_map(lambda x: x[0], state0)
+    scores = _scores(world, res.snapshot, template, t, num_episodes)
     t_score = time.perf_counter()
-    small = jax.device_get(res._replace(final_state=None))
+    small = jax.device_get(res._replace(snapshot=()))
     records = _records(small, scores)
+    slot_steps = (
+        int(np.sum(np.asarray(loops)))
+        * chunk
+        * len(batch_teams)
+        * slots
+        // (n_dev if protocol == "reference" else 1)
+    )
     LAST_TIMINGS.clear()
-    LAST_TIMINGS.update(resets_s=t_reset - clock, rollout_s=t_roll - t_reset,
-                        scores_s=t_score - t_roll, records_s=time.perf_counter() - t_score)
+    LAST_TIMINGS.update(
+        resets_s=t_reset - clock,
+        rollout_s=t_roll - t_reset,
+        scores_s=t_score - t_roll,
+        records_s=time.perf_counter() - t_score,
+    )
     out_records: list[Any] = [None] * t
     out_chunks: list[Any] = [None] * t
     all_chunks = np.asarray(small.chunks)
     for j, i in enumerate(order):
         out_records[i], out_chunks[i] = records[j], all_chunks[j]
-    return out_records, out_chunks
+    return out_records, out_chunks, slot_steps, int(np.sum(small.length))
 
 
 def _records(res: EpisodeResult, scores: Mapping[str, np.ndarray]) -> list[list[dict[str, float]]]:
@@ -943,21 +1258,38 @@ def _records(res: EpisodeResult, scores: Mapping[str, np.ndarray]) -> list[list[
     return out
 
 
-def score_stack(cfgs: Sequence[RunConfig], weights: Sequence[Any], *, protocol: str = DEFAULT_PROTOCOL,
-                eval_difficulty: str, num_episodes: int | None = None,
-                max_steps: int | None = None, on_env_mismatch: str = "error"
-                ) -> list[list[dict[str, float]]]:
+def score_stack(
+    cfgs: Sequence[RunConfig],
+    weights: Sequence[Any],
+    *,
+    protocol: str = DEFAULT_PROTOCOL,
+    eval_difficulty: str,
+    num_episodes: int | None = None,
+    max_steps: int | None = None,
+    on_env_mismatch: str = "error",
+    batch: int | None = None,
+) -> list[list[dict[str, float]]]:
     """``[checkpoint][episode]`` records (see the module docstring); CONTRACTS.md API."""
-    return run_stack(cfgs, weights, protocol=protocol, eval_difficulty=eval_difficulty,
-                     num_episodes=num_episodes, max_steps=max_steps,
-                     on_env_mismatch=on_env_mismatch).records
+    return run_stack(
+        cfgs,
+        weights,
+        protocol=protocol,
+        eval_difficulty=eval_difficulty,
+        num_episodes=num_episodes,
+        max_steps=max_steps,
+        on_env_mismatch=on_env_mismatch,
+        batch=batch,
+    ).records
 
 
 def upstream_view(record: Mapping[str, float], episode: int) -> dict[str, float]:
     """A record as upstream logs it per episode (``eval_ep/<difficulty>/...`` suffixes):
     ``episode_length`` = true length - 1, ``done``, ``seed`` = the episode index."""
-    out = {k: v for k, v in record.items()
-           if k not in ("episode_length", "terminated", "episode_return")}
+    out = {
+        k: v
+        for k, v in record.items()
+        if k not in ("episode_length", "terminated", "episode_return")
+    }
     out["episode_return"] = record["episode_return"]
     out["episode_length"] = record["episode_length"] - 1
     out["done"] = record["terminated"]

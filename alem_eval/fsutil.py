@@ -7,6 +7,7 @@ exception (or Ctrl-C) mid-write removes the temp file and leaves ``path`` as it 
 process killed outright leaves at most the temp file (named ``<prefix>...``), never a
 partial ``path``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -19,16 +20,21 @@ from typing import IO, Any
 TMP_PREFIX = ".tmp-"
 
 
-def atomic_write(path: str | os.PathLike, write: Callable[[IO[Any]], Any], *,
-                 binary: bool = True, prefix: str = TMP_PREFIX, suffix: str = "") -> Path:
+def atomic_write(
+    path: str | os.PathLike,
+    write: Callable[[IO[Any]], Any],
+    *,
+    binary: bool = True,
+    prefix: str = TMP_PREFIX,
+    suffix: str = "",
+) -> Path:
     """Write ``path`` atomically: ``write(fh)`` fills a temp file opened in ``"wb"`` (or
     ``"w"``, UTF-8, with ``binary=False``) beside it. Returns ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = _create_temp(path.parent, prefix, suffix)
     try:
-        with (os.fdopen(fd, "wb") if binary else
-              os.fdopen(fd, "w", encoding="utf-8")) as fh:
+        with os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8") as fh:
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())

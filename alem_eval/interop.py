@@ -21,21 +21,29 @@ conflict reported: *content* (same provenance key, different numbers; ours is ke
 from a different checkpoint, config, env version or episode count; both are kept and the
 loaders use the most recently written one).
 """
+
 from __future__ import annotations
 
 import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 
 from .errors import UsageError
 from .fsutil import write_text_atomic
-from .results import (NON_METRIC_COLUMNS, ResultKey, ResultsError, ResultsStore, StoreEntry,
-                      collect_warnings)
+from .results import (
+    NON_METRIC_COLUMNS,
+    ResultKey,
+    ResultsError,
+    ResultsStore,
+    StoreEntry,
+    collect_warnings,
+)
 from .analysis import PreparedResults, budget_steps, prepare
 from .metrics import HEADLINE_METRICS, metric_info
 
@@ -51,40 +59,59 @@ def marl_eval_algorithm_name(algorithm: str, budget: str) -> str:
     return f"{algorithm}_{budget}".lower()
 
 
-def to_marl_eval(prepared: PreparedResults, metrics: Sequence[str] | None = None, *,
-                 environment: str = MARL_EVAL_ENVIRONMENT) -> dict[str, Any]:
+def to_marl_eval(
+    prepared: PreparedResults,
+    metrics: Sequence[str] | None = None,
+    *,
+    environment: str = MARL_EVAL_ENVIRONMENT,
+) -> dict[str, Any]:
     """The prepared rows in marl-eval's raw-data layout (see the module docstring)."""
     df = prepared.frame
     keys = list(metrics) if metrics else [m for m in df.columns if m not in NON_METRIC_COLUMNS]
     names = {k: marl_eval_metric_name(k) for k in keys}
     clash = len(set(names.values())) != len(names) or "step_count" in names.values()
     if clash:
-        raise UsageError("metric names collide once lower-cased for marl-eval; export fewer metrics")
+        raise UsageError(
+            "metric names collide once lower-cased for marl-eval; export fewer metrics"
+        )
     tasks: dict[str, Any] = {}
     for (diff, budget, alg, seed), g in df.groupby(
-            ["eval_difficulty", "budget", "algorithm", "seed"], sort=True):
+        ["eval_difficulty", "budget", "algorithm", "seed"], sort=True
+    ):
         g = g.sort_values("episode")
         values = {names[k]: [float(v) for v in g[k].to_numpy(dtype=float)] for k in keys}
         values = {k: [v for v in vs if np.isfinite(v)] for k, vs in values.items()}
-        run = {"step_0": {"step_count": budget_steps(str(budget)) or 0, **values},
-               "absolute_metrics": {k: list(v) for k, v in values.items()}}
+        run = {
+            "step_0": {"step_count": budget_steps(str(budget)) or 0, **values},
+            "absolute_metrics": {k: list(v) for k, v in values.items()},
+        }
         algo = marl_eval_algorithm_name(str(alg), str(budget))
         tasks.setdefault(str(diff).lower(), {}).setdefault(algo, {})[f"seed{int(seed)}"] = run
     return {environment: tasks}
 
 
-def export_marl_eval(store: ResultsStore, out: str | Path | None, *,
-                     selectors: Sequence[str] | None = None, metrics: Sequence[str] = (),
-                     protocol: str | None = None) -> tuple[str, PreparedResults]:
+def export_marl_eval(
+    store: ResultsStore,
+    out: str | Path | None,
+    *,
+    selectors: Sequence[str] | None = None,
+    metrics: Sequence[str] = (),
+    protocol: str | None = None,
+) -> tuple[str, PreparedResults]:
     """Write (or, with ``out=None``, just return) the marl-eval JSON of the selection.
 
     Default metrics: the headline ones present (Base%, Coord%, Total%, achievement fractions).
     """
-    prepared = prepare(store, selectors, metrics=metrics,
-                       optional_metrics=[] if metrics else [m.key for m in HEADLINE_METRICS],
-                       protocol=protocol)
-    keys = prepared.metrics or tuple(m.key for m in HEADLINE_METRICS
-                                     if m.key in prepared.frame.columns)
+    prepared = prepare(
+        store,
+        selectors,
+        metrics=metrics,
+        optional_metrics=[] if metrics else [m.key for m in HEADLINE_METRICS],
+        protocol=protocol,
+    )
+    keys = prepared.metrics or tuple(
+        m.key for m in HEADLINE_METRICS if m.key in prepared.frame.columns
+    )
     if not keys:
         raise UsageError("no metric to export: name one with --metric")
     text = json.dumps(to_marl_eval(prepared, keys), indent=1, allow_nan=False) + "\n"
@@ -122,9 +149,11 @@ class MergeReport:
 
     def summary(self) -> str:
         verb = "would copy" if self.dry_run else "copied"
-        return (f"{verb} {len(self.copied)} new, {len(self.identical)} already present, "
-                f"{len(self.replaced)} replaced, {len(self.conflicts)} conflicts, "
-                f"{len(self.notes)} unreadable/skipped")
+        return (
+            f"{verb} {len(self.copied)} new, {len(self.identical)} already present, "
+            f"{len(self.replaced)} replaced, {len(self.conflicts)} conflicts, "
+            f"{len(self.notes)} unreadable/skipped"
+        )
 
 
 def _same_numbers(a: pd.DataFrame, b: pd.DataFrame) -> bool:
@@ -133,19 +162,27 @@ def _same_numbers(a: pd.DataFrame, b: pd.DataFrame) -> bool:
     if cols_a != cols_b or len(a) != len(b):
         return False
     a, b = a.sort_values("episode"), b.sort_values("episode")
-    return bool(np.array_equal(a[cols_a].to_numpy(float), b[cols_a].to_numpy(float),
-                               equal_nan=True))
+    return bool(
+        np.array_equal(a[cols_a].to_numpy(float), b[cols_a].to_numpy(float), equal_nan=True)
+    )
 
 
 def _key_diff(ours: ResultKey, theirs: ResultKey) -> str:
-    return ", ".join(f"{f.name} {getattr(ours, f.name)!r} vs {getattr(theirs, f.name)!r}"
-                     for f in dataclasses.fields(ResultKey)
-                     if getattr(ours, f.name) != getattr(theirs, f.name))
+    return ", ".join(
+        f"{f.name} {getattr(ours, f.name)!r} vs {getattr(theirs, f.name)!r}"
+        for f in dataclasses.fields(ResultKey)
+        if getattr(ours, f.name) != getattr(theirs, f.name)
+    )
 
 
-def merge_results(dest: ResultsStore, source: ResultsStore, *,
-                  selectors: Sequence[str] | None = None, prefer: str = "ours",
-                  dry_run: bool = False) -> MergeReport:
+def merge_results(
+    dest: ResultsStore,
+    source: ResultsStore,
+    *,
+    selectors: Sequence[str] | None = None,
+    prefer: str = "ours",
+    dry_run: bool = False,
+) -> MergeReport:
     """Import the results of ``source`` into ``dest`` (see the module docstring)."""
     if prefer not in ("ours", "theirs"):
         raise UsageError(f"--prefer must be 'ours' or 'theirs', got {prefer!r}")
@@ -171,21 +208,42 @@ def merge_results(dest: ResultsStore, source: ResultsStore, *,
                     identical.append(k)
                     continue
                 take = prefer == "theirs"
-                conflicts.append(MergeConflict(
-                    k.cell, k.eval_difficulty, k.protocol, "content",
-                    "same provenance key, different numbers (e.g. another jax build or device)",
-                    "replaced with theirs" if take else "kept ours"))
+                conflicts.append(
+                    MergeConflict(
+                        k.cell,
+                        k.eval_difficulty,
+                        k.protocol,
+                        "content",
+                        "same provenance key, different numbers (e.g. another jax build or device)",
+                        "replaced with theirs" if take else "kept ours",
+                    )
+                )
                 if take:
                     replaced.append(k)
                     if not dry_run:
                         dest.import_entry(e)
                 continue
             for o in same_slot:
-                conflicts.append(MergeConflict(
-                    k.cell, k.eval_difficulty, k.protocol, "provenance", _key_diff(o.key, k),
-                    "kept both; loaders use the most recently written"))
+                conflicts.append(
+                    MergeConflict(
+                        k.cell,
+                        k.eval_difficulty,
+                        k.protocol,
+                        "provenance",
+                        _key_diff(o.key, k),
+                        "kept both; loaders use the most recently written",
+                    )
+                )
             copied.append(k)
             if not dry_run:
                 dest.import_entry(e)
-    return MergeReport(str(source.root), str(dest.root), tuple(copied), tuple(identical),
-                       tuple(replaced), tuple(conflicts), tuple(notes), dry_run)
+    return MergeReport(
+        str(source.root),
+        str(dest.root),
+        tuple(copied),
+        tuple(identical),
+        tuple(replaced),
+        tuple(conflicts),
+        tuple(notes),
+        dry_run,
+    )

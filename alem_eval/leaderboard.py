@@ -6,6 +6,7 @@ percent. Formats: CSV (numeric columns), Markdown and LaTeX (``mean [lo, hi]``, 
 per column in bold; LaTeX uses booktabs) and JSON in the upstream leaderboard entry schema.
 A (budget, algorithm, difficulty) without scores is missing — empty / "–" / null — never 0.
 """
+
 from __future__ import annotations
 
 import csv
@@ -13,11 +14,20 @@ import io
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
+from collections.abc import Mapping, Sequence
 
 from .algorithms import get_algorithm
-from .analysis import (Entry, Group, PreparedResults, budget_steps, difficulty_order, grid,
-                       prepare, summarize)
+from .analysis import (
+    Entry,
+    Group,
+    PreparedResults,
+    budget_steps,
+    difficulty_order,
+    grid,
+    prepare,
+    summarize,
+)
 from .bootstrap import BootstrapSettings, Interval
 from .config import DIFFICULTIES
 from .errors import UsageError
@@ -28,14 +38,27 @@ SCORES: tuple[str, ...] = tuple(LEADERBOARD_METRICS)  # base, coord, total
 SCORE_LABELS = {name: metric_info(key).label for name, key in LEADERBOARD_METRICS.items()}
 MISSING = {"md": "–", "latex": "--", "csv": ""}
 
-_TRIPLE: dict[str, Any] = {"type": ["array", "null"], "items": {"type": "number"},
-                           "minItems": 3, "maxItems": 3}
+_TRIPLE: dict[str, Any] = {
+    "type": ["array", "null"],
+    "items": {"type": "number"},
+    "minItems": 3,
+    "maxItems": 3,
+}
 LEADERBOARD_ENTRY_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "title": "Alem leaderboard entry (SUBMISSION.md)",
     "type": "object",
-    "required": ["id", "name", "config", "type", "family", "params", "harness_version",
-                 "verified", "scores"],
+    "required": [
+        "id",
+        "name",
+        "config",
+        "type",
+        "family",
+        "params",
+        "harness_version",
+        "verified",
+        "scores",
+    ],
     "additionalProperties": False,
     "properties": {
         "id": {"type": "string", "minLength": 1},
@@ -50,10 +73,15 @@ LEADERBOARD_ENTRY_SCHEMA: dict[str, Any] = {
             "type": "object",
             "required": list(DIFFICULTIES),
             "additionalProperties": False,
-            "properties": {d: {"type": "object", "required": list(SCORES),
-                               "additionalProperties": False,
-                               "properties": {s: _TRIPLE for s in SCORES}}
-                           for d in DIFFICULTIES},
+            "properties": {
+                d: {
+                    "type": "object",
+                    "required": list(SCORES),
+                    "additionalProperties": False,
+                    "properties": {s: _TRIPLE for s in SCORES},
+                }
+                for d in DIFFICULTIES
+            },
         },
     },
 }
@@ -84,17 +112,25 @@ class Leaderboard:
 
     def best(self, difficulty: str, name: str, digits: int = 1) -> float | None:
         """The best displayed (rounded) mean of a column, None if the column is empty."""
-        vals = [round(iv.point, digits) for r in self.rows
-                if (iv := r.score(difficulty, name)) is not None]
+        vals = [
+            round(iv.point, digits)
+            for r in self.rows
+            if (iv := r.score(difficulty, name)) is not None
+        ]
         return max(vals) if vals else None
 
 
-def build_leaderboard(store, selectors: Sequence[str] | None = None, *,
-                      settings: BootstrapSettings = BootstrapSettings(),
-                      protocol: str | None = None) -> Leaderboard:
+def build_leaderboard(
+    store,
+    selectors: Sequence[str] | None = None,
+    *,
+    settings: BootstrapSettings = BootstrapSettings(),
+    protocol: str | None = None,
+) -> Leaderboard:
     """The leaderboard of the selected results (runs = seeds whatever ``settings.runs``)."""
-    prepared = prepare(store, selectors, optional_metrics=list(LEADERBOARD_METRICS.values()),
-                       protocol=protocol)
+    prepared = prepare(
+        store, selectors, optional_metrics=list(LEADERBOARD_METRICS.values()), protocol=protocol
+    )
     return leaderboard_from(prepared, settings)
 
 
@@ -105,8 +141,10 @@ def leaderboard_from(prepared: PreparedResults, settings: BootstrapSettings) -> 
     df = prepared.frame
     keys = [k for k in LEADERBOARD_METRICS.values() if k in df.columns]
     if not keys:
-        raise UsageError("the selected results hold none of the leaderboard metrics "
-                         f"({', '.join(LEADERBOARD_METRICS.values())})")
+        raise UsageError(
+            "the selected results hold none of the leaderboard metrics "
+            f"({', '.join(LEADERBOARD_METRICS.values())})"
+        )
     sums = summarize(df, keys, settings)
     budgets, algorithms, present = grid(df)
     difficulties = tuple(sorted(set(DIFFICULTIES) | set(present), key=difficulty_order))
@@ -127,9 +165,15 @@ def leaderboard_from(prepared: PreparedResults, settings: BootstrapSettings) -> 
             if seeds:
                 rows.append(LeaderboardRow(Entry(b, a), scores, seeds, params.get(Entry(b, a))))
     harness = ", ".join(sorted({str(v) for v in df["alem_eval_version"].dropna().unique()}))
-    return Leaderboard(tuple(rows), difficulties, prepared.protocol, settings,
-                       f"alem-eval {harness or __version__}", _config_text(prepared, settings),
-                       prepared.notes)
+    return Leaderboard(
+        tuple(rows),
+        difficulties,
+        prepared.protocol,
+        settings,
+        f"alem-eval {harness or __version__}",
+        _config_text(prepared, settings),
+        prepared.notes,
+    )
 
 
 def _params(prepared: PreparedResults) -> dict[Entry, int]:
@@ -146,15 +190,17 @@ def _params(prepared: PreparedResults) -> dict[Entry, int]:
         from .manifest import Cell, load_manifest
 
         manifest = load_manifest()
-    except Exception:  # noqa: BLE001 - the manifest is optional here
+    except Exception:
         return out
     for b, a in {tuple(c.split("/")[:2]) for c in prepared.frame["cell"].unique()}:
         entry = Entry(b, a)
         if entry not in out:
-            counts = {manifest.expected_params(Cell(b, a, d, s))
-                      for d in DIFFICULTIES for s in range(5)} - {None}
-            if len(counts) == 1:
-                out[entry] = counts.pop()
+            counts = {
+                manifest.expected_params(Cell(b, a, d, s)) for d in DIFFICULTIES for s in range(5)
+            } - {None}
+            value = counts.pop() if len(counts) == 1 else None
+            if value is not None:
+                out[entry] = value
     return out
 
 
@@ -172,10 +218,13 @@ def _config_text(prepared: PreparedResults, settings: BootstrapSettings) -> str:
     def plural(v: list[int], word: str) -> str:
         return f"{span(v)} {word}" + ("" if v == [1] else "s")
 
-    return (f"alem-eval protocol {prepared.protocol}; {plural(n_seeds, 'seed')} x "
-            f"{plural(eps, 'episode')} per difficulty" + (f", max {span(steps)} steps" if steps else "") +
-            f"; mean over seeds with {settings.confidence:.0%} stratified bootstrap CI "
-            f"({settings.reps} reps, seed {settings.seed}); zero-shot, homogeneous 3-agent teams")
+    return (
+        f"alem-eval protocol {prepared.protocol}; {plural(n_seeds, 'seed')} x "
+        f"{plural(eps, 'episode')} per difficulty"
+        + (f", max {span(steps)} steps" if steps else "")
+        + f"; mean over seeds with {settings.confidence:.0%} stratified bootstrap CI "
+        f"({settings.reps} reps, seed {settings.seed}); zero-shot, homogeneous 3-agent teams"
+    )
 
 
 # ----------------------------------------------------------------------------------------
@@ -201,13 +250,18 @@ def _cell_text(iv: Interval | None, best: float | None, fmt: str, digits: int = 
 def to_markdown(lb: Leaderboard) -> str:
     from .report import md_table
 
-    header = ["Budget", "Algorithm"] + [f"{d} {SCORE_LABELS[s]}" for d in lb.difficulties
-                                        for s in SCORES]
-    rows = [[r.entry.budget, r.entry.algorithm] +
-            [_cell_text(r.score(d, s), lb.best(d, s), "md") for d in lb.difficulties for s in SCORES]
-            for r in lb.rows]
-    foot = (f"Mean over seeds [{lb.settings.confidence:.0%} CI], percent; best mean per column "
-            f"in bold; – = not scored. {lb.config}.")
+    header = ["Budget", "Algorithm"] + [
+        f"{d} {SCORE_LABELS[s]}" for d in lb.difficulties for s in SCORES
+    ]
+    rows = [
+        [r.entry.budget, r.entry.algorithm]
+        + [_cell_text(r.score(d, s), lb.best(d, s), "md") for d in lb.difficulties for s in SCORES]
+        for r in lb.rows
+    ]
+    foot = (
+        f"Mean over seeds [{lb.settings.confidence:.0%} CI], percent; best mean per column "
+        f"in bold; – = not scored. {lb.config}."
+    )
     return md_table(header, rows) + "\n\n" + foot + "\n"
 
 
@@ -233,9 +287,18 @@ def to_csv(lb: Leaderboard) -> str:
     return buf.getvalue()
 
 
-_LATEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
-                  "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
-                  "^": r"\textasciicircum{}"}
+_LATEX_ESCAPES = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+}
 
 
 def latex_escape(text: str) -> str:
@@ -252,17 +315,24 @@ def to_latex(lb: Leaderboard) -> str:
         f"% {latex_escape(lb.config)}",
         "\\begin{tabular}{ll" + "c" * (nd * ns) + "}",
         "\\toprule",
-        " & & " + " & ".join(f"\\multicolumn{{{ns}}}{{c}}{{{latex_escape(d.capitalize())}}}"
-                            for d in lb.difficulties) + " \\\\",
+        " & & "
+        + " & ".join(
+            f"\\multicolumn{{{ns}}}{{c}}{{{latex_escape(d.capitalize())}}}" for d in lb.difficulties
+        )
+        + " \\\\",
         "".join(f"\\cmidrule(lr){{{3 + i * ns}-{2 + (i + 1) * ns}}}" for i in range(nd)),
-        "Budget & Algorithm & " + " & ".join(latex_escape(SCORE_LABELS[s])
-                                             for _ in lb.difficulties for s in SCORES) + " \\\\",
+        "Budget & Algorithm & "
+        + " & ".join(latex_escape(SCORE_LABELS[s]) for _ in lb.difficulties for s in SCORES)
+        + " \\\\",
         "\\midrule",
     ]
     for r in lb.rows:
         cells = [latex_escape(r.entry.budget), latex_escape(r.entry.algorithm)]
-        cells += [_cell_text(r.score(d, s), lb.best(d, s), "latex")
-                  for d in lb.difficulties for s in SCORES]
+        cells += [
+            _cell_text(r.score(d, s), lb.best(d, s), "latex")
+            for d in lb.difficulties
+            for s in SCORES
+        ]
         lines.append(" & ".join(cells) + " \\\\")
     lines += ["\\bottomrule", "\\end{tabular}"]
     return "\n".join(lines) + "\n"
@@ -277,19 +347,29 @@ def to_entries(lb: Leaderboard) -> list[dict[str, Any]]:
         steps = budget_steps(b)
         name = f"{algo.display_name} ({b} steps)" if steps else f"{algo.display_name} ({b})"
         seeds = ", ".join(f"{d} {n}" for d, n in r.seeds.items())
-        out.append({
-            "id": f"{a}-{b}".lower(),
-            "name": name,
-            "config": f"{lb.config}; seeds per difficulty: {seeds}",
-            "type": "open-weight",
-            "family": algo.family,
-            "params": r.params,
-            "harness_version": lb.harness_version,
-            "verified": False,
-            "scores": {d: {s: (None if (iv := r.score(d, s)) is None else
-                               [round(v, 2) for v in iv.as_list()]) for s in SCORES}
-                       for d in DIFFICULTIES},
-        })
+        out.append(
+            {
+                "id": f"{a}-{b}".lower(),
+                "name": name,
+                "config": f"{lb.config}; seeds per difficulty: {seeds}",
+                "type": "open-weight",
+                "family": algo.family,
+                "params": r.params,
+                "harness_version": lb.harness_version,
+                "verified": False,
+                "scores": {
+                    d: {
+                        s: (
+                            None
+                            if (iv := r.score(d, s)) is None
+                            else [round(v, 2) for v in iv.as_list()]
+                        )
+                        for s in SCORES
+                    }
+                    for d in DIFFICULTIES
+                },
+            }
+        )
     return out
 
 
@@ -301,8 +381,9 @@ def to_json(lb: Leaderboard) -> str:
             raise AssertionError(f"leaderboard entry {e['id']} breaks the schema: {problems}")
     text = json.dumps(entries, indent=2, allow_nan=False)
     # Keep each [mean, ci_low, ci_high] triple on one line.
-    text = re.sub(r"\[\s+(-?[\d.eE+-]+),\s+(-?[\d.eE+-]+),\s+(-?[\d.eE+-]+)\s+\]",
-                  r"[\1, \2, \3]", text)
+    text = re.sub(
+        r"\[\s+(-?[\d.eE+-]+),\s+(-?[\d.eE+-]+),\s+(-?[\d.eE+-]+)\s+\]", r"[\1, \2, \3]", text
+    )
     return text + "\n"
 
 
@@ -321,8 +402,9 @@ def _is_type(v: Any, t: str) -> bool:
     return isinstance(v, _TYPES[t])
 
 
-def validate(instance: Any, schema: Mapping[str, Any] = LEADERBOARD_ENTRY_SCHEMA,
-             path: str = "$") -> list[str]:
+def validate(
+    instance: Any, schema: Mapping[str, Any] = LEADERBOARD_ENTRY_SCHEMA, path: str = "$"
+) -> list[str]:
     """Schema violations of ``instance`` (empty when valid); triples also need lo<=mean<=hi."""
     errs: list[str] = []
     types = schema.get("type")
@@ -345,7 +427,9 @@ def validate(instance: Any, schema: Mapping[str, Any] = LEADERBOARD_ENTRY_SCHEMA
             elif schema.get("additionalProperties") is False:
                 errs.append(f"{path}: unexpected {k!r}")
     if isinstance(instance, list):
-        if len(instance) < schema.get("minItems", 0) or len(instance) > schema.get("maxItems", 1 << 30):
+        if len(instance) < schema.get("minItems", 0) or len(instance) > schema.get(
+            "maxItems", 1 << 30
+        ):
             errs.append(f"{path}: {len(instance)} items")
         if "items" in schema:
             for i, v in enumerate(instance):

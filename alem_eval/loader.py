@@ -5,6 +5,7 @@ upstream's ``restore_baseline_checkpoint``, a ``checkpoint_v<N>/`` beside it win
 highest ``N`` first (:func:`cell_checkpoint_dir`). This is the single entry point the
 commands, the evaluator and the trainers' round trips use.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -36,18 +37,28 @@ def cell_checkpoint_dir(cell_dir: str | Path) -> Path:
     return ckpt.resolve_checkpoint_dir(cell_dir)
 
 
-def resolve_cell(cell_dir: str | Path, *, algorithm: str | None = None,
-                 difficulty: str | None = None, seed: int | None = None
-                 ) -> tuple[RunConfig, NetworkSpec]:
+def resolve_cell(
+    cell_dir: str | Path,
+    *,
+    algorithm: str | None = None,
+    difficulty: str | None = None,
+    seed: int | None = None,
+) -> tuple[RunConfig, NetworkSpec]:
     """The typed config and network of a cell directory (reads ``config.json`` only)."""
     d = Path(cell_dir)
     cfg = load_config_file(d / "config.json", algorithm=algorithm, difficulty=difficulty, seed=seed)
     return cfg, build_network(cfg)
 
 
-def load_cell(cell_dir: str | Path, *, algorithm: str | None = None,
-              difficulty: str | None = None, seed: int | None = None,
-              policy_only: bool = False, where: str | None = None) -> LoadedCell:
+def load_cell(
+    cell_dir: str | Path,
+    *,
+    algorithm: str | None = None,
+    difficulty: str | None = None,
+    seed: int | None = None,
+    policy_only: bool = False,
+    where: str | None = None,
+) -> LoadedCell:
     """Resolve config -> validate shapes against the metadata -> restore the weights.
 
     Raises :class:`~alem_eval.errors.ConfigError`, :class:`ShapeMismatchError` or
@@ -60,8 +71,10 @@ def load_cell(cell_dir: str | Path, *, algorithm: str | None = None,
     weights = ckpt.restore_weights(cfg, spec, ckpt_dir, policy_only=policy_only, where=where)
     n = ckpt.count_params(weights)
     if not policy_only and cfg.logged_num_params is not None and n != cfg.logged_num_params:
-        raise CheckpointError(f"{where}: restored {n:,} parameters but config.json logged "
-                              f"num_params={cfg.logged_num_params:,}")
+        raise CheckpointError(
+            f"{where}: restored {n:,} parameters but config.json logged "
+            f"num_params={cfg.logged_num_params:,}"
+        )
     return LoadedCell(d, cfg, spec, weights, n, ckpt_dir)
 
 
@@ -74,24 +87,41 @@ class VerifyResult:
     warnings: tuple[str, ...] = ()
 
     def as_record(self) -> dict[str, Any]:
-        return {"cell": self.cell, "status": "OK" if self.ok else "FAIL",
-                "num_params": self.num_params, "message": self.message,
-                "warnings": list(self.warnings)}
+        return {
+            "cell": self.cell,
+            "status": "OK" if self.ok else "FAIL",
+            "num_params": self.num_params,
+            "message": self.message,
+            "warnings": list(self.warnings),
+        }
 
 
-def verify_cell(cell_dir: str | Path, *, cell_id: str, algorithm: str | None = None,
-                difficulty: str | None = None, seed: int | None = None) -> VerifyResult:
+def verify_cell(
+    cell_dir: str | Path,
+    *,
+    cell_id: str,
+    algorithm: str | None = None,
+    difficulty: str | None = None,
+    seed: int | None = None,
+) -> VerifyResult:
     """Load a cell fully; any user-facing failure becomes a FAIL result, not an exception."""
     try:
-        loaded = load_cell(cell_dir, algorithm=algorithm, difficulty=difficulty, seed=seed,
-                           where=cell_id)
+        loaded = load_cell(
+            cell_dir, algorithm=algorithm, difficulty=difficulty, seed=seed, where=cell_id
+        )
     except AlemEvalError as err:
         return VerifyResult(cell_id, False, None, str(err))
     warnings = list(loaded.cfg.warnings)
     from .config import PAPER_ENV_VERSION
 
     if loaded.cfg.env_version and loaded.cfg.env_version != PAPER_ENV_VERSION:
-        warnings.append(f"trained on env version {loaded.cfg.env_version}, not the paper's "
-                        f"{PAPER_ENV_VERSION}")
-    return VerifyResult(cell_id, True, loaded.num_params,
-                        f"{loaded.cfg.algorithm}, {loaded.num_params:,} params", tuple(warnings))
+        warnings.append(
+            f"trained on env version {loaded.cfg.env_version}, not the paper's {PAPER_ENV_VERSION}"
+        )
+    return VerifyResult(
+        cell_id,
+        True,
+        loaded.num_params,
+        f"{loaded.cfg.algorithm}, {loaded.num_params:,} params",
+        tuple(warnings),
+    )

@@ -9,6 +9,7 @@ data (``alem_eval/data/alem-rl-baselines.json``), so any install can read it;
 
 Only JSON is read here; nothing imports JAX.
 """
+
 from __future__ import annotations
 
 import json
@@ -56,14 +57,19 @@ class Cell:
         parts = str(cell_id).strip("/").split("/")
         m = _SEED_DIR.match(parts[-1]) if len(parts) == 4 else None
         if m is None or not all(parts[:3]):
-            raise SelectorError(f"not a cell id: {cell_id!r} "
-                                "(expected BUDGET/ALGORITHM/DIFFICULTY/seedN)")
+            raise SelectorError(
+                f"not a cell id: {cell_id!r} (expected BUDGET/ALGORITHM/DIFFICULTY/seedN)"
+            )
         return cls(parts[0], parts[1], parts[2], int(m.group(1)))
 
     @property
     def sort_key(self) -> tuple:
-        return (budget_sort_key(self.budget), _rank(ALGORITHMS, self.algorithm),
-                _rank(DIFFICULTIES, self.difficulty), self.seed)
+        return (
+            budget_sort_key(self.budget),
+            _rank(ALGORITHMS, self.algorithm),
+            _rank(DIFFICULTIES, self.difficulty),
+            self.seed,
+        )
 
 
 def _rank(order: tuple[str, ...], value: str) -> tuple[int, str]:
@@ -108,12 +114,17 @@ class ManifestEntry:
         try:
             cell = Cell(str(d["budget"]), str(d["algorithm"]), str(d["difficulty"]), int(d["seed"]))
             size = d.get("approx_size_mb")
-            return cls(cell=cell, repo=str(d["repo"]), path=str(d["path"]),
-                       revision=str(d["revision"]), family=str(d["family"]),
-                       expected_params=int(d["expected_params"]),
-                       num_comm_channels=int(d["num_comm_channels"]),
-                       env_version=str(d["env_version"]),
-                       approx_size_mb=None if size is None else int(size))
+            return cls(
+                cell=cell,
+                repo=str(d["repo"]),
+                path=str(d["path"]),
+                revision=str(d["revision"]),
+                family=str(d["family"]),
+                expected_params=int(d["expected_params"]),
+                num_comm_channels=int(d["num_comm_channels"]),
+                env_version=str(d["env_version"]),
+                approx_size_mb=None if size is None else int(size),
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"{where}: malformed cell record {dict(d)!r} ({exc!r})") from None
 
@@ -156,17 +167,22 @@ def parse_manifest(data: Any, where: str = "manifest") -> Manifest:
         raise ConfigError(f"{where}: unsupported schema_version {data.get('schema_version')!r}")
     entries = tuple(ManifestEntry.from_json(d, where) for d in data["cells"])
     entries = tuple(sorted(entries, key=lambda e: e.cell.sort_key))
-    return Manifest(repo=str(data.get("repo", HUB_REPO)),
-                    revision=str(data.get("revision", DEFAULT_REVISION)),
-                    env_version=str(data.get("env_version", "")), entries=entries)
+    return Manifest(
+        repo=str(data.get("repo", HUB_REPO)),
+        revision=str(data.get("revision", DEFAULT_REVISION)),
+        env_version=str(data.get("env_version", "")),
+        entries=entries,
+    )
 
 
 def load_manifest(path: str | Path | None = None) -> Manifest:
     """The released manifest (or the one at ``path``)."""
     if path is None:
         if not MANIFEST_PATH.is_file():
-            raise ConfigError(f"manifest {MANIFEST_PATH} not found: this alem-eval install is "
-                              "incomplete (reinstall it)")
+            raise ConfigError(
+                f"manifest {MANIFEST_PATH} not found: this alem-eval install is "
+                "incomplete (reinstall it)"
+            )
         return _load_cached(MANIFEST_PATH)
     return _load_cached(Path(path).resolve())
 

@@ -19,6 +19,7 @@ key                                    label       aliases (``--metric``)
 Any other column is described by its name; ``Team/*_pct`` and ``Agent<N>/*_pct`` columns
 are recognised as fractions.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -66,19 +67,38 @@ TOTAL = "Team/reward_pct_of_max"
 ACHIEVEMENT = "Team/achievement_pct"
 
 METRICS: tuple[MetricInfo, ...] = (
-    MetricInfo(BASE, "Base%", "reward-weighted share of the 66 normal achievements", True,
-               ("base",)),
-    MetricInfo(COORD, "Coord%", "reward-weighted share of the 27 coordination achievements",
-               True, ("coord", "coordination")),
-    MetricInfo(TOTAL, "Total%", "reward-weighted share of all 93 achievements", True,
-               ("total",)),
-    MetricInfo(ACHIEVEMENT, "Ach%", "achievements unlocked by any agent / 93", True,
-               ("achievement", "achievements")),
-    MetricInfo("Team/normal_achievement_pct", "Base ach%",
-               "normal achievements unlocked by any agent / 66", True, ("normal_achievement",)),
-    MetricInfo("Team/coordination_achievement_pct", "Coord ach%",
-               "coordination achievements unlocked by any agent / 27", True,
-               ("coordination_achievement",)),
+    MetricInfo(
+        BASE, "Base%", "reward-weighted share of the 66 normal achievements", True, ("base",)
+    ),
+    MetricInfo(
+        COORD,
+        "Coord%",
+        "reward-weighted share of the 27 coordination achievements",
+        True,
+        ("coord", "coordination"),
+    ),
+    MetricInfo(TOTAL, "Total%", "reward-weighted share of all 93 achievements", True, ("total",)),
+    MetricInfo(
+        ACHIEVEMENT,
+        "Ach%",
+        "achievements unlocked by any agent / 93",
+        True,
+        ("achievement", "achievements"),
+    ),
+    MetricInfo(
+        "Team/normal_achievement_pct",
+        "Base ach%",
+        "normal achievements unlocked by any agent / 66",
+        True,
+        ("normal_achievement",),
+    ),
+    MetricInfo(
+        "Team/coordination_achievement_pct",
+        "Coord ach%",
+        "coordination achievements unlocked by any agent / 27",
+        True,
+        ("coordination_achievement",),
+    ),
 )
 # The headline metrics: the report's headline table and export's default selection.
 HEADLINE_METRICS: tuple[MetricInfo, ...] = METRICS
@@ -115,6 +135,9 @@ def resolve_metric(name: str, available: Iterable[str]) -> str:
         if a.lower() == low:
             return a
     close = difflib.get_close_matches(name, avail, n=3, cutoff=0.5)
-    hint = f"; did you mean {', '.join(close)}?" if close else \
-        "; try total, base, coord, achievement or a column such as Team/achievement_pct"
+    hint = (
+        f"; did you mean {', '.join(close)}?"
+        if close
+        else "; try total, base, coord, achievement or a column such as Team/achievement_pct"
+    )
     raise UsageError(f"unknown metric {name!r}{hint}")

@@ -10,11 +10,13 @@ trees match the released checkpoints exactly, including upstream's quirks:
 
 Inputs are time-major: ``obs [T, B, D]``, ``dones [T, B]``; carries are ``[B, H]``.
 """
+
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import flax.linen as nn
 import jax
@@ -30,7 +32,8 @@ SQRT2 = float(np.sqrt(2.0))
 
 
 def activation_fn(name: str) -> Callable[[jax.Array], jax.Array]:
-    return {"tanh": nn.tanh, "relu": nn.relu}[name]
+    table: dict[str, Callable[[jax.Array], jax.Array]] = {"tanh": nn.tanh, "relu": nn.relu}
+    return table[name]
 
 
 def _dense(features: int, gain: float, name: str) -> nn.Dense:
@@ -43,8 +46,9 @@ def _dense(features: int, gain: float, name: str) -> nn.Dense:
 class ScannedGRU(nn.Module):
     """GRU scanned over time; the carry is zeroed where ``reset`` is true *before* the step."""
 
-    @functools.partial(nn.scan, variable_broadcast="params", in_axes=0, out_axes=0,
-                       split_rngs={"params": False})
+    @functools.partial(
+        nn.scan, variable_broadcast="params", in_axes=0, out_axes=0, split_rngs={"params": False}
+    )
     @nn.compact
     def __call__(self, carry: jax.Array, x: tuple[jax.Array, jax.Array]):
         ins, resets = x
@@ -56,13 +60,15 @@ class ScannedGRU(nn.Module):
 class ScannedLSTM(nn.Module):
     """PQN's LSTM core: carry ``(c, h)``, both zeroed where ``reset`` is true."""
 
-    @functools.partial(nn.scan, variable_broadcast="params", in_axes=0, out_axes=0,
-                       split_rngs={"params": False})
+    @functools.partial(
+        nn.scan, variable_broadcast="params", in_axes=0, out_axes=0, split_rngs={"params": False}
+    )
     @nn.compact
     def __call__(self, carry: tuple[jax.Array, jax.Array], x: tuple[jax.Array, jax.Array]):
         ins, resets = x
         carry = jax.tree_util.tree_map(
-            lambda c: jnp.where(resets[:, None], jnp.zeros_like(c), c), carry)
+            lambda c: jnp.where(resets[:, None], jnp.zeros_like(c), c), carry
+        )
         cell = nn.OptimizedLSTMCell(features=carry[0].shape[-1], name="OptimizedLSTMCell_0")
         return cell(carry, ins)
 
@@ -163,8 +169,13 @@ class MLPHyperNetwork(nn.Module):
         counter = iter(range(10_000))
 
         def dense(features, kernel_init):
-            return nn.Dense(features, use_bias=self.use_bias, kernel_init=kernel_init,
-                            bias_init=constant(0.0), name=f"Dense_{next(counter)}")
+            return nn.Dense(
+                features,
+                use_bias=self.use_bias,
+                kernel_init=kernel_init,
+                bias_init=constant(0.0),
+                name=f"Dense_{next(counter)}",
+            )
 
         weights, biases = [], []
         for i, (fan_in, fan_out) in enumerate(self.layer_dims):
@@ -205,8 +216,11 @@ class HyperActorCriticRNN(nn.Module):
         c = self.cfg
         if c.use_agent_id_embeddings:
             self.agent_embeddings = self.param(
-                "agent_embeddings", orthogonal(c.init_scale), (self.num_agents, c.embedding_dim))
-        common = dict(hidden_dims=tuple(c.hidden_dims), init_scale=c.init_scale, use_bias=c.use_bias)
+                "agent_embeddings", orthogonal(c.init_scale), (self.num_agents, c.embedding_dim)
+            )
+        common = dict(
+            hidden_dims=tuple(c.hidden_dims), init_scale=c.init_scale, use_bias=c.use_bias
+        )
         self.actor_hypernet = MLPHyperNetwork(self.actor_dims, 0.01, **common)
         self.critic_hypernet = MLPHyperNetwork(self.critic_dims, 1.0, **common)
 
@@ -220,14 +234,17 @@ class HyperActorCriticRNN(nn.Module):
         return ((self.cfg.gru_hidden, self.cfg.fc_dim), (self.cfg.fc_dim, 1))
 
     def generate_heads(self):
-        emb = (self.agent_embeddings if self.cfg.use_agent_id_embeddings
-               else jnp.eye(self.num_agents, dtype=jnp.float32))
+        emb = (
+            self.agent_embeddings
+            if self.cfg.use_agent_id_embeddings
+            else jnp.eye(self.num_agents, dtype=jnp.float32)
+        )
         return self.actor_hypernet(emb), self.critic_hypernet(emb)
 
     @nn.compact
     def __call__(self, hidden, obs_with_id, dones, heads=None):
         c = self.cfg
-        agent_id = jnp.argmax(obs_with_id[..., -self.num_agents:], axis=-1)
+        agent_id = jnp.argmax(obs_with_id[..., -self.num_agents :], axis=-1)
         obs = obs_with_id[..., : -self.num_agents]
         x = activation_fn(c.activation)(_dense(c.fc_dim, SQRT2, "Dense_0")(obs))
         hidden, x = ScannedGRU(name="ScannedRNN_0")(hidden, (x, dones))
@@ -236,7 +253,8 @@ class HyperActorCriticRNN(nn.Module):
         def per_agent(w, b, dims):
             # every agent's MLP on every row, then each row keeps its own agent's output
             out = jax.vmap(apply_generated_mlp, in_axes=(None, 0, 0, None, None))(
-                x, w, b, dims, c.activation)  # [A, T, B, out]
+                x, w, b, dims, c.activation
+            )  # [A, T, B, out]
             return jnp.take_along_axis(out, agent_id[None, ..., None], axis=0)[0]
 
         logits = per_agent(aw, ab, self.actor_dims)
@@ -278,14 +296,14 @@ class QNetwork(nn.Module):
 # ----------------------------------------------------------------------------------------
 # One description per configured run
 # ----------------------------------------------------------------------------------------
-def _nested_params(spec: "NetworkSpec", key: jax.Array) -> dict[str, Any]:
+def _nested_params(spec: NetworkSpec, key: jax.Array) -> dict[str, Any]:
     """IPPO / HyperMARL disk layout: the whole variables dict under ``params``."""
     b = spec.num_agents
     obs = jnp.zeros((1, b, spec.input_dim), jnp.float32)
     return {"params": spec.module.init(key, spec.init_carry(b), obs, jnp.zeros((1, b), bool))}
 
 
-def _actor_critic(spec: "NetworkSpec", key: jax.Array) -> dict[str, Any]:
+def _actor_critic(spec: NetworkSpec, key: jax.Array) -> dict[str, Any]:
     """MAPPO disk layout: ``{"actor": {"params": v}, "critic": {"params": v}}``."""
     b = spec.num_agents
     dones = jnp.zeros((1, b), bool)
@@ -298,7 +316,7 @@ def _actor_critic(spec: "NetworkSpec", key: jax.Array) -> dict[str, Any]:
     return {"actor": {"params": actor}, "critic": {"params": critic}}
 
 
-def _params_and_stats(spec: "NetworkSpec", key: jax.Array) -> dict[str, Any]:
+def _params_and_stats(spec: NetworkSpec, key: jax.Array) -> dict[str, Any]:
     """PQN disk layout: inner ``params`` and ``batch_stats`` side by side."""
     b = spec.num_agents
     obs = jnp.zeros((1, b, spec.input_dim), jnp.float32)
@@ -306,11 +324,11 @@ def _params_and_stats(spec: "NetworkSpec", key: jax.Array) -> dict[str, Any]:
     return {"params": v["params"], "batch_stats": v["batch_stats"]}
 
 
-def _no_constants(spec: "NetworkSpec", variables: Any) -> dict[str, Any]:
+def _no_constants(spec: NetworkSpec, variables: Any) -> dict[str, Any]:
     return {}
 
 
-def _hypermarl_heads(spec: "NetworkSpec", variables: Any) -> dict[str, Any]:
+def _hypermarl_heads(spec: NetworkSpec, variables: Any) -> dict[str, Any]:
     return {"heads": spec.module.apply(variables, method="generate_heads")}
 
 
@@ -332,11 +350,12 @@ class NetworkSpec:
     hidden: int  # recurrent width
     # (batch, hidden) -> zero carry
     make_carry: Callable[[int, int], Any] = field(repr=False, compare=False)
-    init_fn: Callable[["NetworkSpec", jax.Array], dict[str, Any]] = field(repr=False, compare=False)
+    init_fn: Callable[[NetworkSpec, jax.Array], dict[str, Any]] = field(repr=False, compare=False)
     # disk-layout weights -> the variables module.apply takes
     policy_fn: Callable[[dict[str, Any]], Any] = field(repr=False, compare=False)
-    constants_fn: Callable[["NetworkSpec", Any], dict[str, Any]] = field(
-        default=_no_constants, repr=False, compare=False)
+    constants_fn: Callable[[NetworkSpec, Any], dict[str, Any]] = field(
+        default=_no_constants, repr=False, compare=False
+    )
 
     @property
     def appends_agent_id(self) -> bool:
@@ -378,38 +397,77 @@ def build_ippo(cfg: RunConfig) -> NetworkSpec:
     net = cfg.network
     assert isinstance(net, PPONetConfig)
     p, o, i, a = _sizes(cfg, with_id=False)
-    return NetworkSpec(cfg.algorithm, ActorCriticRNN(a, net.fc_dim, net.gru_hidden, net.activation),
-                       None, p, o, i, a, net.gru_hidden, make_carry=gru_carry,
-                       init_fn=_nested_params, policy_fn=lambda w: w["params"])
+    return NetworkSpec(
+        cfg.algorithm,
+        ActorCriticRNN(a, net.fc_dim, net.gru_hidden, net.activation),
+        None,
+        p,
+        o,
+        i,
+        a,
+        net.gru_hidden,
+        make_carry=gru_carry,
+        init_fn=_nested_params,
+        policy_fn=lambda w: w["params"],
+    )
 
 
 def build_mappo(cfg: RunConfig) -> NetworkSpec:
     net = cfg.network
     assert isinstance(net, PPONetConfig)
     p, o, i, a = _sizes(cfg, with_id=False)
-    return NetworkSpec(cfg.algorithm, ActorRNN(a, net.fc_dim, net.gru_hidden, net.activation),
-                       CriticRNN(net.fc_dim, net.gru_hidden, net.activation), p, o, i, a,
-                       net.gru_hidden, make_carry=gru_carry, init_fn=_actor_critic,
-                       policy_fn=lambda w: w["actor"]["params"])
+    return NetworkSpec(
+        cfg.algorithm,
+        ActorRNN(a, net.fc_dim, net.gru_hidden, net.activation),
+        CriticRNN(net.fc_dim, net.gru_hidden, net.activation),
+        p,
+        o,
+        i,
+        a,
+        net.gru_hidden,
+        make_carry=gru_carry,
+        init_fn=_actor_critic,
+        policy_fn=lambda w: w["actor"]["params"],
+    )
 
 
 def build_hypermarl(cfg: RunConfig) -> NetworkSpec:
     net = cfg.network
     assert isinstance(net, HyperMARLNetConfig)
     p, o, i, a = _sizes(cfg, with_id=True)
-    return NetworkSpec(cfg.algorithm, HyperActorCriticRNN(a, p, net), None, p, o, i, a,
-                       net.gru_hidden, make_carry=gru_carry, init_fn=_nested_params,
-                       policy_fn=lambda w: w["params"], constants_fn=_hypermarl_heads)
+    return NetworkSpec(
+        cfg.algorithm,
+        HyperActorCriticRNN(a, p, net),
+        None,
+        p,
+        o,
+        i,
+        a,
+        net.gru_hidden,
+        make_carry=gru_carry,
+        init_fn=_nested_params,
+        policy_fn=lambda w: w["params"],
+        constants_fn=_hypermarl_heads,
+    )
 
 
 def build_pqn(cfg: RunConfig) -> NetworkSpec:
     net = cfg.network
     assert isinstance(net, PQNNetConfig)
     p, o, i, a = _sizes(cfg, with_id=True)
-    return NetworkSpec(cfg.algorithm, QNetwork(a, net), None, p, o, i, a, net.hidden_size,
-                       make_carry=lstm_carry, init_fn=_params_and_stats,
-                       policy_fn=lambda w: {"params": w["params"],
-                                            "batch_stats": w["batch_stats"]})
+    return NetworkSpec(
+        cfg.algorithm,
+        QNetwork(a, net),
+        None,
+        p,
+        o,
+        i,
+        a,
+        net.hidden_size,
+        make_carry=lstm_carry,
+        init_fn=_params_and_stats,
+        policy_fn=lambda w: {"params": w["params"], "batch_stats": w["batch_stats"]},
+    )
 
 
 def build_network(cfg: RunConfig) -> NetworkSpec:

@@ -9,6 +9,7 @@ the library plain strings (``protocol.value``).
 This module stays light (no JAX, pandas or Hub client): every command imports it when the
 CLI starts. ``tests/test_options.py`` checks that the choices equal the library's.
 """
+
 from __future__ import annotations
 
 from enum import StrEnum
@@ -76,8 +77,9 @@ def choice(enum: type[StrEnum], flag: str, noun: str) -> dict:
         try:
             return enum(value)
         except ValueError:
-            raise UsageError(f"unknown {noun} {value!r}: {flag} must be one of "
-                             f"{', '.join(names)}") from None
+            raise UsageError(
+                f"unknown {noun} {value!r}: {flag} must be one of {', '.join(names)}"
+            ) from None
 
     return {"parser": parse, "metavar": "[" + "|".join(names) + "]"}
 
@@ -92,62 +94,131 @@ def split_commas(values: list[str] | None) -> list[str] | None:
 # ----------------------------------------------------------------------------------------
 # Where cells come from
 # ----------------------------------------------------------------------------------------
-SourceOpt = Annotated[str, typer.Option(
-    "--source", help="'hub', 'demo' or a local directory in the released layout "
-    "(BUDGET/ALGORITHM/DIFFICULTY/seedN/{checkpoint/, config.json}).")]
-SourcePairOpt = Annotated[list[str], typer.Option(
-    "--source", help="Exactly two sources, A then B: 'hub', 'demo' or a local directory in "
-    "the released layout (e.g. your runs).")]
-RepoOpt = Annotated[str | None, typer.Option(
-    "--repo", help="Hub repo id (default alem-world/alem-rl-baselines).")]
-RevisionOpt = Annotated[str | None, typer.Option(
-    "--revision", help="Hub revision: a branch, tag or commit (default main).")]
-CacheDirOpt = Annotated[Path | None, typer.Option(
-    "--cache-dir", help="Download cache (default: the Hugging Face cache).")]
+SourceOpt = Annotated[
+    str,
+    typer.Option(
+        "--source",
+        help="'hub', 'demo' or a local directory in the released layout "
+        "(BUDGET/ALGORITHM/DIFFICULTY/seedN/{checkpoint/, config.json}).",
+    ),
+]
+SourcePairOpt = Annotated[
+    list[str],
+    typer.Option(
+        "--source",
+        help="Exactly two sources, A then B: 'hub', 'demo' or a local directory in "
+        "the released layout (e.g. your runs).",
+    ),
+]
+RepoOpt = Annotated[
+    str | None, typer.Option("--repo", help="Hub repo id (default alem-world/alem-rl-baselines).")
+]
+RevisionOpt = Annotated[
+    str | None,
+    typer.Option("--revision", help="Hub revision: a branch, tag or commit (default main)."),
+]
+CacheDirOpt = Annotated[
+    Path | None,
+    typer.Option("--cache-dir", help="Download cache (default: the Hugging Face cache)."),
+]
 
-BudgetFilterOpt = Annotated[list[str] | None, typer.Option(
-    "--budget", help="Filter: budget(s), e.g. 1B; repeat or comma-separate.")]
-AlgorithmFilterOpt = Annotated[list[str] | None, typer.Option(
-    "--algorithm", help="Filter: algorithm(s); repeat or comma-separate.")]
-DifficultyFilterOpt = Annotated[list[str] | None, typer.Option(
-    "--difficulty", help="Filter: difficulty(ies); repeat or comma-separate.")]
+BudgetFilterOpt = Annotated[
+    list[str] | None,
+    typer.Option("--budget", help="Filter: budget(s), e.g. 1B; repeat or comma-separate."),
+]
+AlgorithmFilterOpt = Annotated[
+    list[str] | None,
+    typer.Option("--algorithm", help="Filter: algorithm(s); repeat or comma-separate."),
+]
+DifficultyFilterOpt = Annotated[
+    list[str] | None,
+    typer.Option("--difficulty", help="Filter: difficulty(ies); repeat or comma-separate."),
+]
 
 # ----------------------------------------------------------------------------------------
 # Scoring and the results store
 # ----------------------------------------------------------------------------------------
-ResultsOpt = Annotated[Path | None, typer.Option(
-    "--results", help="Results store directory (default: <user cache>/results, the user "
-    "cache being $ALEM_EVAL_CACHE, else ~/.cache/alem-eval).")]
-ProtocolOpt = Annotated[Protocol, typer.Option(
-    "--protocol", help="fast: the paper protocol, every episode in parallel; reference: "
-    "upstream's sequential key chain, bit for bit.", **choice(Protocol, "--protocol",
-                                                              "protocol"))]
-ResultsProtocolOpt = Annotated[Protocol | None, typer.Option(
-    "--protocol", help="Scoring protocol to read when the results hold several.",
-    **choice(Protocol, "--protocol", "protocol"))]
-EnvMismatchOpt = Annotated[EnvMismatch, typer.Option(
-    "--on-env-mismatch", help="When a cell's env version differs from the installed "
-    "alem-env: stop (error) or score anyway with a warning (warn).",
-    **choice(EnvMismatch, "--on-env-mismatch", "env-version policy"))]
+ResultsOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--results",
+        help="Results store directory (default: <user cache>/results, the user "
+        "cache being $ALEM_EVAL_CACHE, else ~/.cache/alem-eval).",
+    ),
+]
+ProtocolOpt = Annotated[
+    Protocol,
+    typer.Option(
+        "--protocol",
+        help="fast: the paper protocol, every episode in parallel; reference: "
+        "upstream's sequential key chain, bit for bit.",
+        **choice(Protocol, "--protocol", "protocol"),
+    ),
+]
+ResultsProtocolOpt = Annotated[
+    Protocol | None,
+    typer.Option(
+        "--protocol",
+        help="Scoring protocol to read when the results hold several.",
+        **choice(Protocol, "--protocol", "protocol"),
+    ),
+]
+EnvMismatchOpt = Annotated[
+    EnvMismatch,
+    typer.Option(
+        "--on-env-mismatch",
+        help="When a cell's env version differs from the installed "
+        "alem-env: stop (error) or score anyway with a warning (warn).",
+        **choice(EnvMismatch, "--on-env-mismatch", "env-version policy"),
+    ),
+]
 
 # ----------------------------------------------------------------------------------------
 # Output and statistics
 # ----------------------------------------------------------------------------------------
-FormatOpt = Annotated[OutputFormat, typer.Option(
-    "--format", help="table (for people), json or csv (for programs).",
-    **choice(OutputFormat, "--format", "format"))]
-LeaderboardFormatOpt = Annotated[LeaderboardFormat, typer.Option(
-    "--format", help="md, csv, latex (booktabs) or json (the upstream leaderboard entry "
-    "schema).", **choice(LeaderboardFormat, "--format", "format"))]
-ExportFormatOpt = Annotated[ExportFormat, typer.Option(
-    "--format", help="marl-eval (instadeepai/marl-eval raw-data JSON).",
-    **choice(ExportFormat, "--format", "format"))]
+FormatOpt = Annotated[
+    OutputFormat,
+    typer.Option(
+        "--format",
+        help="table (for people), json or csv (for programs).",
+        **choice(OutputFormat, "--format", "format"),
+    ),
+]
+LeaderboardFormatOpt = Annotated[
+    LeaderboardFormat,
+    typer.Option(
+        "--format",
+        help="md, csv, latex (booktabs) or json (the upstream leaderboard entry schema).",
+        **choice(LeaderboardFormat, "--format", "format"),
+    ),
+]
+ExportFormatOpt = Annotated[
+    ExportFormat,
+    typer.Option(
+        "--format",
+        help="marl-eval (instadeepai/marl-eval raw-data JSON).",
+        **choice(ExportFormat, "--format", "format"),
+    ),
+]
 RepsOpt = Annotated[int, typer.Option("--reps", help="Bootstrap replicates.")]
-SeedOpt = Annotated[int, typer.Option(
-    "--seed", help="Bootstrap seed: the same seed reproduces every interval exactly.")]
-RunsOpt = Annotated[Runs, typer.Option(
-    "--runs", help="seeds: each seed's mean over its episodes is a run; episodes: every "
-    "episode is a run.", **choice(Runs, "--runs", "run unit"))]
-PreferOpt = Annotated[Prefer, typer.Option(
-    "--prefer", help="On a same-key content conflict keep ours or theirs.",
-    **choice(Prefer, "--prefer", "side"))]
+SeedOpt = Annotated[
+    int,
+    typer.Option("--seed", help="Bootstrap seed: the same seed reproduces every interval exactly."),
+]
+RunsOpt = Annotated[
+    Runs,
+    typer.Option(
+        "--runs",
+        help="seeds: each seed's mean over its episodes is a run; episodes: every "
+        "episode is a run.",
+        **choice(Runs, "--runs", "run unit"),
+    ),
+]
+PreferOpt = Annotated[
+    Prefer,
+    typer.Option(
+        "--prefer",
+        help="On a same-key content conflict keep ours or theirs.",
+        **choice(Prefer, "--prefer", "side"),
+    ),
+]

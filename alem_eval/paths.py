@@ -1,4 +1,5 @@
 """Where alem-eval keeps its files (overridable with ALEM_EVAL_CACHE or XDG_CACHE_HOME)."""
+
 from __future__ import annotations
 
 import os

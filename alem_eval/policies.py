@@ -18,10 +18,12 @@ The recurrent carry starts at zeros with done flags of zeros; after every step t
 per-agent done flags are fed back as the reset flags. Parameter-only work (HyperMARL's
 generated heads) is done once per checkpoint by :meth:`GreedyPolicy.prepare`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -43,8 +45,9 @@ def _per_agent_carry(spec: NetworkSpec) -> Any:
 
 
 def _categorical_act(spec: NetworkSpec, params, carry, obs, dones, mask):
-    out = spec.module.apply(params["variables"], carry, obs[None], dones[None],
-                            **params["constants"])
+    out = spec.module.apply(
+        params["variables"], carry, obs[None], dones[None], **params["constants"]
+    )
     carry, logits = out[0], out[1]  # [P, H], [1, P, A]
     normalised = jax.nn.log_softmax(logits, axis=-1)  # distrax Categorical(logits).logits
     masked = normalised + jnp.where(mask[None], 0.0, -MASK_PENALTY)
@@ -110,8 +113,9 @@ class GreedyPolicy:
             return raw_obs
         return jnp.concatenate([raw_obs, jnp.eye(raw_obs.shape[0], dtype=raw_obs.dtype)], axis=-1)
 
-    def act(self, params: dict[str, Any], carry: Any, obs: jax.Array, dones: jax.Array,
-            mask: jax.Array) -> tuple[Any, jax.Array]:
+    def act(
+        self, params: dict[str, Any], carry: Any, obs: jax.Array, dones: jax.Array, mask: jax.Array
+    ) -> tuple[Any, jax.Array]:
         """One greedy step -> (new carry, actions ``[P]`` int32)."""
         return self.kind.act(self.spec, params, carry, obs, dones, mask)
 

@@ -12,6 +12,7 @@ their learners with it and the demo packs fresh weights with it, and both write 
 * :data:`PQN_TRAIN_STATE` (PQN-VDN): upstream's ``CustomTrainState``: a ``TrainState`` of
   the inner params plus ``batch_stats``, ``timesteps``, ``n_updates``, ``grad_steps``.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,7 +20,8 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
+from collections.abc import Callable, Mapping
 
 from flax.training.train_state import TrainState
 
@@ -39,8 +41,14 @@ class PQNTrainState(TrainState):
 def train_state(learner: Any) -> Any:
     """A flax ``TrainState`` with the learner's ``step``, ``params`` and ``opt_state``
     (no apply_fn, no tx: it saves exactly like upstream's)."""
-    return TrainState(step=learner.step, apply_fn=None, params=learner.params, tx=None,
-                              opt_state=learner.opt_state)
+    # apply_fn / tx None: a saved state, never applied (flax types them as callables).
+    return TrainState(
+        step=learner.step,
+        apply_fn=None,  # type: ignore[arg-type]
+        params=learner.params,
+        tx=None,
+        opt_state=learner.opt_state,
+    )
 
 
 def _single(weights: Mapping[str, Any]) -> dict[str, Any]:
@@ -62,9 +70,16 @@ def _pack_actor_critic(learners: Mapping[str, Any], extras: Mapping[str, Any]) -
 def _pack_pqn(learners: Mapping[str, Any], extras: Mapping[str, Any]) -> Any:
     ln = learners[""]
     return PQNTrainState(
-        step=ln.step, apply_fn=None, params=ln.params, tx=None, opt_state=ln.opt_state,
-        batch_stats=extras["batch_stats"], timesteps=extras["timesteps"],
-        n_updates=extras["n_updates"], grad_steps=extras["grad_steps"])
+        step=ln.step,
+        apply_fn=None,  # type: ignore[arg-type]
+        params=ln.params,
+        tx=None,
+        opt_state=ln.opt_state,
+        batch_stats=extras["batch_stats"],
+        timesteps=extras["timesteps"],
+        n_updates=extras["n_updates"],
+        grad_steps=extras["grad_steps"],
+    )
 
 
 @dataclass(frozen=True)
@@ -98,14 +113,18 @@ class SavedLayout:
 
         zero = jnp.int32(0)
         learners = {g: FreshLearner(zero, p, tx.init(p)) for g, p in self.groups(weights).items()}
-        extras = {k: weights[k] if k in weights else zero for k in self.extra_keys}
+        extras = {k: weights.get(k, zero) for k in self.extra_keys}
         return self.pack(learners, extras)
 
 
 TRAIN_STATE = SavedLayout("train_state", _single, _pack_single)
 ACTOR_CRITIC = SavedLayout("actor_critic", _actor_critic, _pack_actor_critic)
-PQN_TRAIN_STATE = SavedLayout("pqn_train_state", _single, _pack_pqn,
-                              extra_keys=("batch_stats", "timesteps", "n_updates", "grad_steps"))
+PQN_TRAIN_STATE = SavedLayout(
+    "pqn_train_state",
+    _single,
+    _pack_pqn,
+    extra_keys=("batch_stats", "timesteps", "n_updates", "grad_steps"),
+)
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

@@ -9,6 +9,7 @@ other. Missing (budget, algorithm, difficulty) combinations are shown as missing
 Figures are drawn on :class:`matplotlib.figure.Figure` objects (Agg canvas, no pyplot
 state) and saved with a tight bounding box.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -17,22 +18,46 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from .analysis import (AggregateRow, Entry, Group, MetricAnalysis, PreparedResults, analyze, grid,
-                       prepare, summarize)
+from .analysis import (
+    AggregateRow,
+    Entry,
+    Group,
+    MetricAnalysis,
+    PreparedResults,
+    analyze,
+    grid,
+    prepare,
+    summarize,
+)
 from .bootstrap import AGGREGATE_LABELS, AGGREGATES, BootstrapSettings, Interval
 from .fsutil import write_text_atomic
 from .metrics import DEFAULT_METRIC, HEADLINE_METRICS, MetricInfo, metric_info
 
-FIGURE_KINDS: tuple[str, ...] = ("interval_estimates", "probability_of_improvement",
-                                 "performance_profiles", "budget_comparison")
+FIGURE_KINDS: tuple[str, ...] = (
+    "interval_estimates",
+    "probability_of_improvement",
+    "performance_profiles",
+    "budget_comparison",
+)
 FIGURE_FORMATS: tuple[str, ...] = ("png", "pdf")
 MISSING = "–"
-_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-           "#7f7f7f", "#bcbd22", "#17becf")
+_COLORS = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)
 
 
 @dataclass(frozen=True)
@@ -48,20 +73,35 @@ class ReportResult:
     notes: tuple[str, ...]
 
 
-def build_report(store, out_dir: str | Path, *, selectors: Sequence[str] | None = None,
-                 metrics: Sequence[str] = (DEFAULT_METRIC,),
-                 settings: BootstrapSettings = BootstrapSettings(),
-                 protocol: str | None = None,
-                 formats: Sequence[str] = FIGURE_FORMATS) -> ReportResult:
+def build_report(
+    store,
+    out_dir: str | Path,
+    *,
+    selectors: Sequence[str] | None = None,
+    metrics: Sequence[str] = (DEFAULT_METRIC,),
+    settings: BootstrapSettings = BootstrapSettings(),
+    protocol: str | None = None,
+    formats: Sequence[str] = FIGURE_FORMATS,
+) -> ReportResult:
     """Analyse the selected results of ``store`` and write the report into ``out_dir``
     (``report.md``, ``stats.json``, ``figures/<metric>_<kind>.<format>``)."""
-    prepared = prepare(store, selectors, metrics=metrics or (DEFAULT_METRIC,),
-                       optional_metrics=[m.key for m in HEADLINE_METRICS], protocol=protocol)
+    prepared = prepare(
+        store,
+        selectors,
+        metrics=metrics or (DEFAULT_METRIC,),
+        optional_metrics=[m.key for m in HEADLINE_METRICS],
+        protocol=protocol,
+    )
     return write_report(prepared, Path(out_dir), settings, formats=formats)
 
 
-def write_report(prepared: PreparedResults, out_dir: Path, settings: BootstrapSettings, *,
-                 formats: Sequence[str] = FIGURE_FORMATS) -> ReportResult:
+def write_report(
+    prepared: PreparedResults,
+    out_dir: Path,
+    settings: BootstrapSettings,
+    *,
+    formats: Sequence[str] = FIGURE_FORMATS,
+) -> ReportResult:
     """Write ``report.md``, ``stats.json`` and ``figures/`` for already prepared results."""
     if not formats or "png" not in formats:
         raise ValueError("the Markdown report embeds PNG figures: formats must include 'png'")
@@ -84,13 +124,16 @@ def write_report(prepared: PreparedResults, out_dir: Path, settings: BootstrapSe
             png = next(p for p in paths if p.suffix == ".png")
             figure_refs[(a.metric.key, kind)] = png.relative_to(out_dir).as_posix()
 
-    md = write_text_atomic(out_dir / "report.md",
-                           _markdown(prepared, settings, analyses, headline, figure_refs))
-    js = write_text_atomic(out_dir / "stats.json",
-                           json.dumps(_stats_json(prepared, settings, analyses, headline),
-                                      indent=1, allow_nan=False))
-    return ReportResult(out_dir, md, js, tuple(figures), prepared.metrics, prepared.protocol,
-                        prepared.notes)
+    md = write_text_atomic(
+        out_dir / "report.md", _markdown(prepared, settings, analyses, headline, figure_refs)
+    )
+    js = write_text_atomic(
+        out_dir / "stats.json",
+        json.dumps(_stats_json(prepared, settings, analyses, headline), indent=1, allow_nan=False),
+    )
+    return ReportResult(
+        out_dir, md, js, tuple(figures), prepared.metrics, prepared.protocol, prepared.notes
+    )
 
 
 # ----------------------------------------------------------------------------------------
@@ -131,8 +174,11 @@ def _entry_colors(a: MetricAnalysis) -> dict[str, str]:
 def _budget_style(a: MetricAnalysis, budget: str) -> dict[str, Any]:
     """Largest budget: solid / filled; smaller ones: dashed / hollow."""
     rank = len(a.budgets) - 1 - a.budgets.index(budget)
-    return {"linestyle": ("-", "--", ":", "-.")[rank % 4],
-            "fill": rank == 0, "marker": ("o", "s", "D", "^")[rank % 4]}
+    return {
+        "linestyle": ("-", "--", ":", "-.")[rank % 4],
+        "fill": rank == 0,
+        "marker": ("o", "s", "D", "^")[rank % 4],
+    }
 
 
 def _axis_label(info: MetricInfo) -> str:
@@ -147,23 +193,46 @@ def _budget_legend(fig, a: MetricAnalysis, *, bars: bool) -> None:
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    handles = []
+    handles: list[Any] = []
     for b in a.budgets:
         style = _budget_style(a, b)
         if bars:
-            handles.append(Patch(facecolor="0.55" if style["fill"] else "white",
-                                 edgecolor="0.55", label=f"budget {b}"))
+            handles.append(
+                Patch(
+                    facecolor="0.55" if style["fill"] else "white",
+                    edgecolor="0.55",
+                    label=f"budget {b}",
+                )
+            )
         else:
-            handles.append(Line2D([], [], marker=style["marker"], color="0.3", linestyle="none",
-                                  markerfacecolor="0.3" if style["fill"] else "white",
-                                  label=f"budget {b}"))
-    fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8,
-               frameon=False)
+            handles.append(
+                Line2D(
+                    [],
+                    [],
+                    marker=style["marker"],
+                    color="0.3",
+                    linestyle="none",
+                    markerfacecolor="0.3" if style["fill"] else "white",
+                    label=f"budget {b}",
+                )
+            )
+    fig.legend(
+        handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8, frameon=False
+    )
 
 
 def _missing_text(ax, y: float, x: float = 0.5) -> None:
-    ax.text(x, y, "missing", transform=ax.get_yaxis_transform(), ha="center", va="center",
-            fontsize=8, color="0.45", style="italic")
+    ax.text(
+        x,
+        y,
+        "missing",
+        transform=ax.get_yaxis_transform(),
+        ha="center",
+        va="center",
+        fontsize=8,
+        color="0.45",
+        style="italic",
+    )
 
 
 def plot_interval_estimates(a: MetricAnalysis):
@@ -172,8 +241,13 @@ def plot_interval_estimates(a: MetricAnalysis):
     entries = list(a.entries)
     colors = _entry_colors(a)
     n_rows = len(a.difficulties)
-    fig, axes = _new_figure(n_rows, len(aggs), 3.1 * len(aggs) + 1.6,
-                            (0.34 * len(entries) + 1.0) * n_rows + 0.4, sharey=True)
+    fig, axes = _new_figure(
+        n_rows,
+        len(aggs),
+        3.1 * len(aggs) + 1.6,
+        (0.34 * len(entries) + 1.0) * n_rows + 0.4,
+        sharey=True,
+    )
     ys = np.arange(len(entries))[::-1]
     for r, d in enumerate(a.difficulties):
         for c, name in enumerate(aggs):
@@ -198,8 +272,11 @@ def plot_interval_estimates(a: MetricAnalysis):
                 ax.set_xlabel(_axis_label(a.metric), fontsize=9)
             _pad_xlim(ax)
     _budget_legend(fig, a, bars=True)
-    fig.suptitle(f"{a.metric.label}: interval estimates ({a.settings.confidence:.0%} "
-                 f"stratified bootstrap CIs, {a.settings.runs} as runs)", fontsize=11)
+    fig.suptitle(
+        f"{a.metric.label}: interval estimates ({a.settings.confidence:.0%} "
+        f"stratified bootstrap CIs, {a.settings.runs} as runs)",
+        fontsize=11,
+    )
     return fig
 
 
@@ -222,8 +299,10 @@ def _pairs(a: MetricAnalysis) -> list[tuple[Entry, Entry, str]]:
     seen: dict[tuple[Entry, Entry], str] = {}
     for row in a.improvements:
         seen.setdefault((row.x, row.y), row.kind)
-    order = sorted(seen.items(), key=lambda kv: (kv[1] != "algorithm", kv[0][0].sort_key(),
-                                                  kv[0][1].sort_key()))
+    order = sorted(
+        seen.items(),
+        key=lambda kv: (kv[1] != "algorithm", kv[0][0].sort_key(), kv[0][1].sort_key()),
+    )
     return [(x, y, kind) for (x, y), kind in order]
 
 
@@ -255,9 +334,12 @@ def plot_improvements(a: MetricAnalysis):
         ax.set_xlabel("P(X > Y)", fontsize=9)
         ax.tick_params(axis="x", labelsize=8)
         ax.grid(axis="x", alpha=0.3)
-    fig.suptitle(f"{a.metric.label}: probability of improvement "
-                 f"({a.settings.confidence:.0%} CIs; blue: algorithms within a budget, "
-                 f"red: larger vs smaller budget)", fontsize=10)
+    fig.suptitle(
+        f"{a.metric.label}: probability of improvement "
+        f"({a.settings.confidence:.0%} CIs; blue: algorithms within a budget, "
+        f"red: larger vs smaller budget)",
+        fontsize=10,
+    )
     return fig
 
 
@@ -268,7 +350,7 @@ def plot_profiles(a: MetricAnalysis):
     colors = _entry_colors(a)
     n = len(a.difficulties)
     fig, axes = _new_figure(1, n, 3.6 * n + 0.6, 3.6)
-    handles = {}
+    handles: dict[Any, Any] = {}
     for c, d in enumerate(a.difficulties):
         ax = axes[0][c]
         missing = []
@@ -279,10 +361,17 @@ def plot_profiles(a: MetricAnalysis):
                 continue
             style = _budget_style(a, e.budget)
             taus = prof.taus * a.metric.scale
-            (line,) = ax.plot(taus, prof.point, color=colors[e.algorithm],
-                              linestyle=style["linestyle"], linewidth=1.6, label=e.label)
-            ax.fill_between(taus, prof.lo, prof.hi, color=colors[e.algorithm], alpha=0.12,
-                            linewidth=0)
+            (line,) = ax.plot(
+                taus,
+                prof.point,
+                color=colors[e.algorithm],
+                linestyle=style["linestyle"],
+                linewidth=1.6,
+                label=e.label,
+            )
+            ax.fill_between(
+                taus, prof.lo, prof.hi, color=colors[e.algorithm], alpha=0.12, linewidth=0
+            )
             handles.setdefault(e.label, line)
         ax.set_ylim(-0.02, 1.02)
         ax.set_title(d + (f"\nmissing: {', '.join(missing)}" if missing else ""), fontsize=10)
@@ -291,10 +380,19 @@ def plot_profiles(a: MetricAnalysis):
             ax.set_ylabel("Fraction of runs with score > τ", fontsize=9)
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=8)
-    fig.legend(list(handles.values()), list(handles), loc="outside lower center",
-               ncol=min(4, max(1, len(handles))), fontsize=8, frameon=False)
-    fig.suptitle(f"{a.metric.label}: performance profiles (score distributions, "
-                 f"{a.settings.confidence:.0%} CI bands, {a.settings.runs} as runs)", fontsize=11)
+    fig.legend(
+        list(handles.values()),
+        list(handles),
+        loc="outside lower center",
+        ncol=min(4, max(1, len(handles))),
+        fontsize=8,
+        frameon=False,
+    )
+    fig.suptitle(
+        f"{a.metric.label}: performance profiles (score distributions, "
+        f"{a.settings.confidence:.0%} CI bands, {a.settings.runs} as runs)",
+        fontsize=11,
+    )
     return fig
 
 
@@ -307,14 +405,16 @@ def plot_budget_comparison(a: MetricAnalysis):
     n = len(a.difficulties)
     algs = list(a.algorithms)
     fig, axes = _new_figure(n, 1, 8.6, (0.55 * len(algs) + 0.9) * n + 0.5)
-    by_key = {(r.algorithm, r.difficulty): [] for r in a.budget_comparisons}
+    by_key: dict[tuple[str, str], list[Any]] = {
+        (r.algorithm, r.difficulty): [] for r in a.budget_comparisons
+    }
     for r in a.budget_comparisons:
         by_key[(r.algorithm, r.difficulty)].append(r)
     ys = np.arange(len(algs))[::-1]
     nb = len(a.budgets)
     offsets = np.linspace(0.18, -0.18, nb) if nb > 1 else np.zeros(1)
-    for r, d in enumerate(a.difficulties):
-        ax = axes[r][0]
+    for di, d in enumerate(a.difficulties):
+        ax = axes[di][0]
         for y, alg in zip(ys, algs):
             points = []
             for off, b in zip(offsets, a.budgets):
@@ -323,13 +423,25 @@ def plot_budget_comparison(a: MetricAnalysis):
                     continue
                 iv = row.estimates["mean"].scaled(a.metric.scale)
                 style = _budget_style(a, b)
-                ax.errorbar([iv.point], [y + off], xerr=[[iv.point - iv.lo], [iv.hi - iv.point]],
-                            fmt=style["marker"], color=colors[alg], capsize=3, markersize=6,
-                            markerfacecolor=colors[alg] if style["fill"] else "white")
+                ax.errorbar(
+                    [iv.point],
+                    [y + off],
+                    xerr=[[iv.point - iv.lo], [iv.hi - iv.point]],
+                    fmt=style["marker"],
+                    color=colors[alg],
+                    capsize=3,
+                    markersize=6,
+                    markerfacecolor=colors[alg] if style["fill"] else "white",
+                )
                 points.append((iv.point, y + off))
             if len(points) >= 2:
-                ax.plot([p[0] for p in points], [p[1] for p in points], color="0.6",
-                        linewidth=0.8, zorder=0)
+                ax.plot(
+                    [p[0] for p in points],
+                    [p[1] for p in points],
+                    color="0.6",
+                    linewidth=0.8,
+                    zorder=0,
+                )
             comps = by_key.get((alg, d), [])
             if comps:
                 text = "; ".join(
@@ -337,36 +449,44 @@ def plot_budget_comparison(a: MetricAnalysis):
                     f"[{c.delta.scaled(a.metric.scale).lo:+.1f}, "
                     f"{c.delta.scaled(a.metric.scale).hi:+.1f}], "
                     f"P {c.probability.point:.2f} [{c.probability.lo:.2f}, {c.probability.hi:.2f}]"
-                    for c in comps)
+                    for c in comps
+                )
             elif not points:
                 text = "missing"
             else:
                 text = "missing: " + ", ".join(
-                    b for b in a.budgets if Group(b, alg, d) not in a.aggregates)
+                    b for b in a.budgets if Group(b, alg, d) not in a.aggregates
+                )
             ax.text(1.02, y, text, transform=ax.get_yaxis_transform(), va="center", fontsize=8)
         ax.set_yticks(ys, algs, fontsize=9)
         ax.set_ylim(-0.7, len(algs) - 0.3)
         ax.set_title(d, fontsize=10, loc="left")
         ax.grid(axis="x", alpha=0.3)
         ax.tick_params(axis="x", labelsize=8)
-        if r == n - 1:
+        if di == n - 1:
             ax.set_xlabel(f"Mean {_axis_label(a.metric)}", fontsize=9)
     _budget_legend(fig, a, bars=False)
-    fig.suptitle(f"{a.metric.label}: budget comparison (mean, {a.settings.confidence:.0%} CI; "
-                 f"Δ = larger − smaller budget, P = P(larger > smaller))", fontsize=10)
+    fig.suptitle(
+        f"{a.metric.label}: budget comparison (mean, {a.settings.confidence:.0%} CI; "
+        f"Δ = larger − smaller budget, P = P(larger > smaller))",
+        fontsize=10,
+    )
     return fig
 
 
 # ----------------------------------------------------------------------------------------
 # Markdown
 # ----------------------------------------------------------------------------------------
-def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]],
-             align: Sequence[str] | None = None) -> str:
+def md_table(
+    header: Sequence[str], rows: Sequence[Sequence[Any]], align: Sequence[str] | None = None
+) -> str:
     """A GitHub-flavoured Markdown table ('|' in cells escaped)."""
+
     def cell(v: Any) -> str:
         return str(v).replace("|", "\\|").replace("\n", " ")
 
     if align is None:  # numbers (and "–") right-aligned, text left-aligned
+
         def numeric(col: int) -> bool:
             vals = [str(r[col]) for r in rows if str(r[col]) not in (MISSING, "")]
             return bool(vals) and all(re.match(r"^\*{0,2}[-+]?\d", v) for v in vals)
@@ -385,23 +505,38 @@ def _fmt(iv: Interval | None, scale: float, digits: int = 1) -> str:
 def _headline_section(headline: Mapping[str, Mapping[Group, AggregateRow]], df) -> list[str]:
     budgets, algorithms, difficulties = grid(df)
     infos = [metric_info(k) for k in headline]
-    out = ["## Headline scores", "",
-           "Mean over runs with its 95% CI, in percent. Base% / Coord% / Total% are the "
-           "reward-normalised leaderboard scores (`Team/normal_reward_pct_of_max`, "
-           "`Team/coord_reward_pct_of_max`, `Team/reward_pct_of_max`); the achievement "
-           "fractions (`Team/achievement_pct` and its normal / coordination variants) are "
-           "shown beside them. Each is normalised on its own (Total is not Base + Coord).", ""]
+    out = [
+        "## Headline scores",
+        "",
+        "Mean over runs with its 95% CI, in percent. Base% / Coord% / Total% are the "
+        "reward-normalised leaderboard scores (`Team/normal_reward_pct_of_max`, "
+        "`Team/coord_reward_pct_of_max`, `Team/reward_pct_of_max`); the achievement "
+        "fractions (`Team/achievement_pct` and its normal / coordination variants) are "
+        "shown beside them. Each is normalised on its own (Total is not Base + Coord).",
+        "",
+    ]
     for d in difficulties:
         rows = []
         for b in budgets:
             for alg in algorithms:
                 g = Group(b, alg, d)
                 first = next((headline[k].get(g) for k in headline if headline[k].get(g)), None)
-                rows.append([b, alg, first.n_seeds if first else MISSING] +
-                            [_fmt(headline[i.key][g].estimates["mean"] if g in headline[i.key]
-                                  else None, i.scale) for i in infos])
-        out += [f"### {d}", "", md_table(["Budget", "Algorithm", "Seeds"] +
-                                         [i.label for i in infos], rows), ""]
+                rows.append(
+                    [b, alg, first.n_seeds if first else MISSING]
+                    + [
+                        _fmt(
+                            headline[i.key][g].estimates["mean"] if g in headline[i.key] else None,
+                            i.scale,
+                        )
+                        for i in infos
+                    ]
+                )
+        out += [
+            f"### {d}",
+            "",
+            md_table(["Budget", "Algorithm", "Seeds"] + [i.label for i in infos], rows),
+            "",
+        ]
     return out
 
 
@@ -422,88 +557,189 @@ def _metric_section(a: MetricAnalysis, refs: Mapping[tuple[str, str], str]) -> l
     for d in a.difficulties:
         for e in a.entries:
             row = a.aggregates.get(Group(e.budget, e.algorithm, d))
-            rows.append([d, e.budget, e.algorithm, row.n_runs if row else MISSING] +
-                        [_fmt(row.estimates.get(n) if row else None, s) for n in aggs])
-    out += [md_table(["Difficulty", "Budget", "Algorithm", "Runs"] +
-                     [AGGREGATE_LABELS[n] for n in aggs], rows), ""]
+            rows.append(
+                [d, e.budget, e.algorithm, row.n_runs if row else MISSING]
+                + [_fmt(row.estimates.get(n) if row else None, s) for n in aggs]
+            )
+    out += [
+        md_table(
+            ["Difficulty", "Budget", "Algorithm", "Runs"] + [AGGREGATE_LABELS[n] for n in aggs],
+            rows,
+        ),
+        "",
+    ]
 
     out += ["### Probability of improvement", ""]
     if (info.key, "probability_of_improvement") in refs:
-        out += [f"![{info.label} probability of improvement]"
-                f"({refs[(info.key, 'probability_of_improvement')]})", ""]
+        out += [
+            f"![{info.label} probability of improvement]"
+            f"({refs[(info.key, 'probability_of_improvement')]})",
+            "",
+        ]
     if a.improvements:
-        rows = [[r.difficulty, r.x.label, r.y.label, r.probability.fmt(2)]
-                for r in sorted(a.improvements, key=lambda r: (r.difficulty not in a.difficulties,
-                                                                a.difficulties.index(r.difficulty),
-                                                                r.kind != "algorithm"))]
-        out += ["P(X > Y): the probability that a run of X scores higher than a run of Y "
-                "(ties count one half).", "",
-                md_table(["Difficulty", "X", "Y", "P(X > Y) [95% CI]"], rows), ""]
+        rows = [
+            [r.difficulty, r.x.label, r.y.label, r.probability.fmt(2)]
+            for r in sorted(
+                a.improvements,
+                key=lambda r: (
+                    r.difficulty not in a.difficulties,
+                    a.difficulties.index(r.difficulty),
+                    r.kind != "algorithm",
+                ),
+            )
+        ]
+        out += [
+            "P(X > Y): the probability that a run of X scores higher than a run of Y "
+            "(ties count one half).",
+            "",
+            md_table(["Difficulty", "X", "Y", "P(X > Y) [95% CI]"], rows),
+            "",
+        ]
     else:
         out += ["No pair of entries shares a difficulty.", ""]
 
     out += ["### Performance profiles", ""]
     if (info.key, "performance_profiles") in refs:
-        out += [f"![{info.label} performance profiles]({refs[(info.key, 'performance_profiles')]})",
-                "", "Fraction of runs whose score exceeds τ, with pointwise CI bands.", ""]
+        out += [
+            f"![{info.label} performance profiles]({refs[(info.key, 'performance_profiles')]})",
+            "",
+            "Fraction of runs whose score exceeds τ, with pointwise CI bands.",
+            "",
+        ]
 
     out += ["### Budget comparison", ""]
     if a.budget_comparisons:
         if (info.key, "budget_comparison") in refs:
-            out += [f"![{info.label} budget comparison]({refs[(info.key, 'budget_comparison')]})", ""]
-        rows = [[r.difficulty, r.algorithm, f"{r.low} → {r.high}", _fmt(r.low_mean, s),
-                 _fmt(r.high_mean, s), _fmt(r.delta, s), r.probability.fmt(2)]
-                for r in a.budget_comparisons]
-        out += [md_table(["Difficulty", "Algorithm", "Budgets", "Mean (smaller)",
-                          "Mean (larger)", "Δ mean", "P(larger > smaller)"], rows), ""]
+            out += [
+                f"![{info.label} budget comparison]({refs[(info.key, 'budget_comparison')]})",
+                "",
+            ]
+        rows = [
+            [
+                r.difficulty,
+                r.algorithm,
+                f"{r.low} → {r.high}",
+                _fmt(r.low_mean, s),
+                _fmt(r.high_mean, s),
+                _fmt(r.delta, s),
+                r.probability.fmt(2),
+            ]
+            for r in a.budget_comparisons
+        ]
+        out += [
+            md_table(
+                [
+                    "Difficulty",
+                    "Algorithm",
+                    "Budgets",
+                    "Mean (smaller)",
+                    "Mean (larger)",
+                    "Δ mean",
+                    "P(larger > smaller)",
+                ],
+                rows,
+            ),
+            "",
+        ]
     elif len(a.budgets) < 2:
-        out += [f"Only one budget ({', '.join(a.budgets)}) in the selection: nothing to compare.", ""]
+        out += [
+            f"Only one budget ({', '.join(a.budgets)}) in the selection: nothing to compare.",
+            "",
+        ]
     else:
         out += ["No algorithm has scores for two budgets on the same difficulty.", ""]
 
     missing = a.missing()
     if missing:
-        out += ["Missing (no scores): " + ", ".join(f"{g.label} on {g.difficulty}"
-                                                    for g in missing) + ".", ""]
+        out += [
+            "Missing (no scores): "
+            + ", ".join(f"{g.label} on {g.difficulty}" for g in missing)
+            + ".",
+            "",
+        ]
     return out
 
 
 def _provenance_section(prepared: PreparedResults) -> list[str]:
     df = prepared.frame
-    per_cell = (df.groupby(["cell", "eval_difficulty"], sort=False)
-                .agg(episodes=("episode", "count"), checkpoint_hash=("checkpoint_hash", "first"),
-                     config_hash=("config_hash", "first"), env_version=("env_version", "first"),
-                     jax_version=("jax_version", "first"),
-                     alem_eval_version=("alem_eval_version", "first"))
-                .reset_index())
+    per_cell = (
+        df.groupby(["cell", "eval_difficulty"], sort=False)
+        .agg(
+            episodes=("episode", "count"),
+            checkpoint_hash=("checkpoint_hash", "first"),
+            config_hash=("config_hash", "first"),
+            env_version=("env_version", "first"),
+            jax_version=("jax_version", "first"),
+            alem_eval_version=("alem_eval_version", "first"),
+        )
+        .reset_index()
+    )
 
     def uniq(col: str) -> str:
         vals = sorted({str(v) for v in df[col].dropna().unique()})
         return ", ".join(f"`{v}`" for v in vals) or MISSING
 
-    rows = [[r.cell, r.eval_difficulty, r.episodes, str(r.checkpoint_hash)[:16], r.config_hash,
-             r.env_version, r.jax_version, r.alem_eval_version] for r in per_cell.itertuples()]
-    return ["## Provenance", "",
-            f"- results: `{prepared.root}`; protocol `{prepared.protocol}`; "
-            f"{len(per_cell)} scored cells, {len(df)} episodes",
-            f"- env versions: {uniq('env_version')}; jax: {uniq('jax_version')}; "
-            f"alem-eval: {uniq('alem_eval_version')}",
-            "", "<details><summary>Per cell</summary>", "",
-            md_table(["Cell", "Eval difficulty", "Episodes", "Checkpoint hash", "Config hash",
-                      "Env version", "JAX", "alem-eval"], rows), "", "</details>", ""]
+    rows = [
+        [
+            r.cell,
+            r.eval_difficulty,
+            r.episodes,
+            str(r.checkpoint_hash)[:16],
+            r.config_hash,
+            r.env_version,
+            r.jax_version,
+            r.alem_eval_version,
+        ]
+        for r in per_cell.itertuples()
+    ]
+    return [
+        "## Provenance",
+        "",
+        f"- results: `{prepared.root}`; protocol `{prepared.protocol}`; "
+        f"{len(per_cell)} scored cells, {len(df)} episodes",
+        f"- env versions: {uniq('env_version')}; jax: {uniq('jax_version')}; "
+        f"alem-eval: {uniq('alem_eval_version')}",
+        "",
+        "<details><summary>Per cell</summary>",
+        "",
+        md_table(
+            [
+                "Cell",
+                "Eval difficulty",
+                "Episodes",
+                "Checkpoint hash",
+                "Config hash",
+                "Env version",
+                "JAX",
+                "alem-eval",
+            ],
+            rows,
+        ),
+        "",
+        "</details>",
+        "",
+    ]
 
 
-def _markdown(prepared: PreparedResults, settings: BootstrapSettings,
-              analyses: Sequence[MetricAnalysis], headline, refs) -> str:
+def _markdown(
+    prepared: PreparedResults,
+    settings: BootstrapSettings,
+    analyses: Sequence[MetricAnalysis],
+    headline,
+    refs,
+) -> str:
     from . import __version__
 
     df = prepared.frame
     budgets, algorithms, difficulties = grid(df)
-    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
-        "# Alem evaluation report", "",
-        f"Generated {now} by alem-eval {__version__}.", "",
-        "## Method", "",
+        "# Alem evaluation report",
+        "",
+        f"Generated {now} by alem-eval {__version__}.",
+        "",
+        "## Method",
+        "",
         f"- Scores: protocol `{prepared.protocol}`; budgets {', '.join(budgets)}; algorithms "
         f"{', '.join(algorithms)}; difficulties {', '.join(difficulties)} — each difficulty "
         "is reported separately, never averaged.",
@@ -534,34 +770,74 @@ def _iv(iv: Interval | None) -> list[float] | None:
     return None if iv is None else [round(v, 10) for v in iv.as_list()]
 
 
-def _stats_json(prepared: PreparedResults, settings: BootstrapSettings,
-                analyses: Sequence[MetricAnalysis], headline) -> dict[str, Any]:
+def _stats_json(
+    prepared: PreparedResults,
+    settings: BootstrapSettings,
+    analyses: Sequence[MetricAnalysis],
+    headline,
+) -> dict[str, Any]:
     def group_dict(g: Group) -> dict[str, str]:
         return {"budget": g.budget, "algorithm": g.algorithm, "difficulty": g.difficulty}
 
     return {
         "protocol": prepared.protocol,
-        "settings": {"reps": settings.reps, "seed": settings.seed,
-                     "confidence": settings.confidence, "runs": settings.runs,
-                     "runs_label": settings.runs_label},
+        "settings": {
+            "reps": settings.reps,
+            "seed": settings.seed,
+            "confidence": settings.confidence,
+            "runs": settings.runs,
+            "runs_label": settings.runs_label,
+        },
         "notes": list(prepared.notes),
         "scale": "raw metric values (fractions in [0, 1] are not multiplied by 100)",
-        "headline": [{**group_dict(g), "metric": k, "n_seeds": row.n_seeds,
-                      "n_runs": row.n_runs, "mean": _iv(row.estimates["mean"])}
-                     for k, rows in headline.items() for g, row in rows.items()],
-        "metrics": [{
-            "metric": a.metric.key,
-            "aggregates": [{**group_dict(g), "n_runs": row.n_runs, "n_seeds": row.n_seeds,
-                            **{n: _iv(iv) for n, iv in row.estimates.items()}}
-                           for g, row in a.aggregates.items()],
-            "probability_of_improvement": [
-                {"difficulty": r.difficulty, "x": r.x.label, "y": r.y.label, "kind": r.kind,
-                 "p": _iv(r.probability)} for r in a.improvements],
-            "budget_comparison": [
-                {"algorithm": r.algorithm, "difficulty": r.difficulty, "low": r.low,
-                 "high": r.high, "low_mean": _iv(r.low_mean), "high_mean": _iv(r.high_mean),
-                 "delta": _iv(r.delta), "p_high_better": _iv(r.probability)}
-                for r in a.budget_comparisons],
-            "missing": [group_dict(g) for g in a.missing()],
-        } for a in analyses],
+        "headline": [
+            {
+                **group_dict(g),
+                "metric": k,
+                "n_seeds": row.n_seeds,
+                "n_runs": row.n_runs,
+                "mean": _iv(row.estimates["mean"]),
+            }
+            for k, rows in headline.items()
+            for g, row in rows.items()
+        ],
+        "metrics": [
+            {
+                "metric": a.metric.key,
+                "aggregates": [
+                    {
+                        **group_dict(g),
+                        "n_runs": row.n_runs,
+                        "n_seeds": row.n_seeds,
+                        **{n: _iv(iv) for n, iv in row.estimates.items()},
+                    }
+                    for g, row in a.aggregates.items()
+                ],
+                "probability_of_improvement": [
+                    {
+                        "difficulty": r.difficulty,
+                        "x": r.x.label,
+                        "y": r.y.label,
+                        "kind": r.kind,
+                        "p": _iv(r.probability),
+                    }
+                    for r in a.improvements
+                ],
+                "budget_comparison": [
+                    {
+                        "algorithm": r.algorithm,
+                        "difficulty": r.difficulty,
+                        "low": r.low,
+                        "high": r.high,
+                        "low_mean": _iv(r.low_mean),
+                        "high_mean": _iv(r.high_mean),
+                        "delta": _iv(r.delta),
+                        "p_high_better": _iv(r.probability),
+                    }
+                    for r in a.budget_comparisons
+                ],
+                "missing": [group_dict(g) for g in a.missing()],
+            }
+            for a in analyses
+        ],
     }

@@ -17,6 +17,7 @@ worst, an ignored ``.tmp-*`` file; a rerun finds the finished keys with
 :meth:`ResultsStore.has` and scores only the rest. Files that cannot be read (truncated,
 foreign, corrupt) are skipped with a :class:`ResultsWarning`, never a crash.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -31,7 +32,8 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import pandas as pd
 import pyarrow as pa
@@ -40,10 +42,23 @@ import pyarrow.parquet as pq
 from .errors import AlemEvalError
 from .fsutil import TMP_PREFIX, atomic_write
 
-ID_COLUMNS: tuple[str, ...] = ("cell", "budget", "algorithm", "difficulty", "seed",
-                               "eval_difficulty", "episode")
-PROVENANCE_COLUMNS: tuple[str, ...] = ("protocol", "checkpoint_hash", "env_version",
-                                       "jax_version", "alem_eval_version", "config_hash")
+ID_COLUMNS: tuple[str, ...] = (
+    "cell",
+    "budget",
+    "algorithm",
+    "difficulty",
+    "seed",
+    "eval_difficulty",
+    "episode",
+)
+PROVENANCE_COLUMNS: tuple[str, ...] = (
+    "protocol",
+    "checkpoint_hash",
+    "env_version",
+    "jax_version",
+    "alem_eval_version",
+    "config_hash",
+)
 NON_METRIC_COLUMNS: tuple[str, ...] = ID_COLUMNS + PROVENANCE_COLUMNS
 _INT_COLUMNS = frozenset({"seed", "episode"})
 
@@ -74,8 +89,11 @@ def collect_warnings() -> Iterator[list[str]]:
         try:
             yield notes
         finally:
-            notes += [" ".join(str(w.message).split()) for w in caught
-                      if issubclass(w.category, ResultsWarning)]
+            notes += [
+                " ".join(str(w.message).split())
+                for w in caught
+                if issubclass(w.category, ResultsWarning)
+            ]
             for w in caught:
                 if not issubclass(w.category, ResultsWarning):
                     warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
@@ -89,7 +107,7 @@ def default_results_dir() -> Path:
     return results_dir()
 
 
-def open_store(results: str | os.PathLike | None = None) -> "ResultsStore":
+def open_store(results: str | os.PathLike | None = None) -> ResultsStore:
     """The store at ``results`` (the ``--results`` option), else the default location."""
     return ResultsStore(Path(results).expanduser() if results else default_results_dir())
 
@@ -150,7 +168,7 @@ class ResultKey:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> "ResultKey":
+    def from_json(cls, text: str | bytes) -> ResultKey:
         data = json.loads(text)
         names = {f.name for f in dataclasses.fields(cls)}
         if not isinstance(data, dict) or set(data) != names:
@@ -190,9 +208,13 @@ def _installed_version(dist: str) -> str | None:
         return None
 
 
-def build_rows(key: ResultKey, episodes: Sequence[Mapping[str, float]], *,
-               jax_version: str | None = None,
-               alem_eval_version: str | None = None) -> list[dict[str, Any]]:
+def build_rows(
+    key: ResultKey,
+    episodes: Sequence[Mapping[str, float]],
+    *,
+    jax_version: str | None = None,
+    alem_eval_version: str | None = None,
+) -> list[dict[str, Any]]:
     """Rows for :meth:`ResultsStore.write` from one checkpoint's per-episode records.
 
     ``episodes[i]`` is episode ``i``'s record as ``evaluate.score_stack`` returns it
@@ -202,9 +224,15 @@ def build_rows(key: ResultKey, episodes: Sequence[Mapping[str, float]], *,
 
     budget, algorithm, difficulty, seed = parse_cell_id(key.cell)
     base = {
-        "cell": key.cell, "budget": budget, "algorithm": algorithm, "difficulty": difficulty,
-        "seed": seed, "eval_difficulty": key.eval_difficulty, "protocol": key.protocol,
-        "checkpoint_hash": key.checkpoint_hash, "env_version": key.env_version,
+        "cell": key.cell,
+        "budget": budget,
+        "algorithm": algorithm,
+        "difficulty": difficulty,
+        "seed": seed,
+        "eval_difficulty": key.eval_difficulty,
+        "protocol": key.protocol,
+        "checkpoint_hash": key.checkpoint_hash,
+        "env_version": key.env_version,
         "jax_version": jax_version if jax_version is not None else _installed_version("jax"),
         "alem_eval_version": alem_eval_version or __version__,
         "config_hash": key.config_hash,
@@ -229,19 +257,34 @@ def _to_float(name: str, v: Any) -> float:
 
 def _rows_to_table(rows: Sequence[Mapping[str, Any]], key: ResultKey) -> pa.Table:
     if len(rows) != key.num_episodes:
-        raise ResultsError(f"{key.cell} [{key.eval_difficulty}]: {len(rows)} rows for "
-                           f"{key.num_episodes} episodes; refusing to store a partial result")
+        raise ResultsError(
+            f"{key.cell} [{key.eval_difficulty}]: {len(rows)} rows for "
+            f"{key.num_episodes} episodes; refusing to store a partial result"
+        )
     expected = build_rows(key, [{}], jax_version="", alem_eval_version="x")[0]
     for r in rows:
-        for col in ("cell", "eval_difficulty", "protocol", "checkpoint_hash", "config_hash",
-                    "env_version", "budget", "algorithm", "difficulty", "seed"):
+        for col in (
+            "cell",
+            "eval_difficulty",
+            "protocol",
+            "checkpoint_hash",
+            "config_hash",
+            "env_version",
+            "budget",
+            "algorithm",
+            "difficulty",
+            "seed",
+        ):
             if col in r and r[col] != expected[col]:
-                raise ResultsError(f"row {col}={r[col]!r} does not match the key "
-                                   f"({expected[col]!r})")
-    episodes = [r.get("episode") for r in rows]
+                raise ResultsError(
+                    f"row {col}={r[col]!r} does not match the key ({expected[col]!r})"
+                )
+    episodes = [r.get("episode", -1) for r in rows]
     if sorted(episodes) != list(range(key.num_episodes)):
-        raise ResultsError(f"{key.cell} [{key.eval_difficulty}]: episodes must be "
-                           f"0..{key.num_episodes - 1} exactly once")
+        raise ResultsError(
+            f"{key.cell} [{key.eval_difficulty}]: episodes must be "
+            f"0..{key.num_episodes - 1} exactly once"
+        )
     metric_names: list[str] = []
     seen: set[str] = set()
     for r in rows:
@@ -252,7 +295,8 @@ def _rows_to_table(rows: Sequence[Mapping[str, Any]], key: ResultKey) -> pa.Tabl
     arrays, fields = [], []
     for col in NON_METRIC_COLUMNS:
         if col in _INT_COLUMNS:
-            vals, typ = [int(r.get(col, expected.get(col))) for r in rows], pa.int64()
+            vals: list[Any] = [int(r.get(col, expected.get(col))) for r in rows]
+            typ = pa.int64()
         else:
             vals = [r.get(col, expected.get(col)) for r in rows]
             vals = [None if v is None else str(v) for v in vals]
@@ -311,17 +355,25 @@ class ResultsStore:
         if meta.num_rows != key.num_episodes:
             raise ResultsError(f"{meta.num_rows} rows for {key.num_episodes} episodes")
         extra = json.loads(kv.get(_META_EXTRA, b"{}"))
-        return StoreEntry(key=key, path=path, written_at=kv.get(_META_WRITTEN, b"").decode(),
-                          num_rows=meta.num_rows, columns=tuple(meta.schema.to_arrow_schema().names),
-                          extra=extra if isinstance(extra, dict) else {})
+        return StoreEntry(
+            key=key,
+            path=path,
+            written_at=kv.get(_META_WRITTEN, b"").decode(),
+            num_rows=meta.num_rows,
+            columns=tuple(meta.schema.to_arrow_schema().names),
+            extra=extra if isinstance(extra, dict) else {},
+        )
 
     def _entry_or_warn(self, path: Path) -> StoreEntry | None:
         try:
             return self._read_entry(path)
         except (OSError, ValueError, KeyError, TypeError, pa.ArrowException, AlemEvalError) as exc:
-            warnings.warn(f"skipping unreadable results file {path}: "
-                          f"{' '.join(str(exc).split()) or type(exc).__name__}",
-                          ResultsWarning, stacklevel=3)
+            warnings.warn(
+                f"skipping unreadable results file {path}: "
+                f"{' '.join(str(exc).split()) or type(exc).__name__}",
+                ResultsWarning,
+                stacklevel=3,
+            )
             return None
 
     def has(self, key: ResultKey) -> bool:
@@ -342,8 +394,13 @@ class ResultsStore:
             return None
         return self.read([entry])
 
-    def write(self, rows: Sequence[Mapping[str, Any]], key: ResultKey, *,
-              extra: Mapping[str, Any] | None = None) -> Path:
+    def write(
+        self,
+        rows: Sequence[Mapping[str, Any]],
+        key: ResultKey,
+        *,
+        extra: Mapping[str, Any] | None = None,
+    ) -> Path:
         """Store ``rows`` (one per episode, see :func:`build_rows`) as the file of ``key``.
 
         Atomic: the file appears complete or not at all. Replaces an earlier file of the
@@ -353,7 +410,7 @@ class ResultsStore:
         meta = {
             _META_FORMAT: STORE_FORMAT.encode(),
             _META_KEY: key.to_json().encode(),
-            _META_WRITTEN: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds").encode(),
+            _META_WRITTEN: _dt.datetime.now(_dt.UTC).isoformat(timespec="microseconds").encode(),
             _META_EXTRA: json.dumps(dict(extra or {}), sort_keys=True).encode(),
         }
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
@@ -404,8 +461,11 @@ class ResultsStore:
             if entry is None:
                 continue
             if entry.path.relative_to(self.root) != entry.key.relpath:
-                warnings.warn(f"skipping results file {path}: its key belongs at "
-                              f"{entry.key.relpath}", ResultsWarning, stacklevel=2)
+                warnings.warn(
+                    f"skipping results file {path}: its key belongs at {entry.key.relpath}",
+                    ResultsWarning,
+                    stacklevel=2,
+                )
                 continue
             found.append(entry)
         if selectors:
@@ -413,11 +473,15 @@ class ResultsStore:
             found = [e for e in found if e.key.cell in keep]
         return found
 
-    def load(self, selectors: Sequence[str] | None = None, *,
-             eval_difficulties: Sequence[str] | None = None,
-             protocols: Sequence[str] | None = None,
-             metrics: Sequence[str] | None = None,
-             all_versions: bool = False) -> pd.DataFrame:
+    def load(
+        self,
+        selectors: Sequence[str] | None = None,
+        *,
+        eval_difficulties: Sequence[str] | None = None,
+        protocols: Sequence[str] | None = None,
+        metrics: Sequence[str] | None = None,
+        all_versions: bool = False,
+    ) -> pd.DataFrame:
         """Per-episode rows of the selected cells as one DataFrame.
 
         ``metrics`` limits the metric columns read (ids and provenance always come).
@@ -427,8 +491,10 @@ class ResultsStore:
         """
         entries = self.entries(selectors)
         if not entries:
-            raise ResultsError(f"no scored results in {self.root}; run `alem-eval score` "
-                               f"first or point --results at a results directory")
+            raise ResultsError(
+                f"no scored results in {self.root}; run `alem-eval score` "
+                f"first or point --results at a results directory"
+            )
         if eval_difficulties:
             wanted = {d.lower() for d in eval_difficulties}
             entries = [e for e in entries if e.key.eval_difficulty.lower() in wanted]
@@ -440,7 +506,9 @@ class ResultsStore:
             entries = latest_entries(entries)
         return self.read(entries, metrics)
 
-    def read(self, entries: Sequence[StoreEntry], metrics: Sequence[str] | None = None) -> pd.DataFrame:
+    def read(
+        self, entries: Sequence[StoreEntry], metrics: Sequence[str] | None = None
+    ) -> pd.DataFrame:
         """The rows of the given entries (unreadable files warn and are skipped);
         ``metrics`` limits the metric columns read."""
         frames = []
@@ -451,14 +519,20 @@ class ResultsStore:
             try:
                 frames.append(pq.read_table(e.path, columns=cols).to_pandas())
             except (OSError, ValueError, pa.ArrowException) as exc:
-                warnings.warn(f"skipping unreadable results file {e.path}: "
-                              f"{' '.join(str(exc).split())}", ResultsWarning, stacklevel=3)
+                warnings.warn(
+                    f"skipping unreadable results file {e.path}: {' '.join(str(exc).split())}",
+                    ResultsWarning,
+                    stacklevel=3,
+                )
         if not frames:
             return pd.DataFrame(columns=list(NON_METRIC_COLUMNS))
         df = pd.concat(frames, ignore_index=True, sort=False)
         ordered = list(NON_METRIC_COLUMNS) + [c for c in df.columns if c not in NON_METRIC_COLUMNS]
-        return df[ordered].sort_values(["cell", "eval_difficulty", "protocol", "episode"],
-                                       kind="stable").reset_index(drop=True)
+        return (
+            df[ordered]
+            .sort_values(["cell", "eval_difficulty", "protocol", "episode"], kind="stable")
+            .reset_index(drop=True)
+        )
 
 
 def latest_entries(entries: Sequence[StoreEntry]) -> list[StoreEntry]:
@@ -472,15 +546,21 @@ def latest_entries(entries: Sequence[StoreEntry]) -> list[StoreEntry]:
         out.append(group[-1])
         if len(group) > 1:
             dropped = ", ".join(_describe_difference(group[-1].key, g.key) for g in group[:-1])
-            warnings.warn(f"{slot[0]} [{slot[1]}, {slot[2]}] was scored under "
-                          f"{len(group)} provenances; using the latest and ignoring {dropped}",
-                          ResultsWarning, stacklevel=2)
+            warnings.warn(
+                f"{slot[0]} [{slot[1]}, {slot[2]}] was scored under "
+                f"{len(group)} provenances; using the latest and ignoring {dropped}",
+                ResultsWarning,
+                stacklevel=2,
+            )
     return sorted(out, key=lambda e: str(e.path))
 
 
 def _describe_difference(kept: ResultKey, other: ResultKey) -> str:
-    diffs = [f"{f.name}={getattr(other, f.name)!r}" for f in dataclasses.fields(ResultKey)
-             if getattr(other, f.name) != getattr(kept, f.name)]
+    diffs = [
+        f"{f.name}={getattr(other, f.name)!r}"
+        for f in dataclasses.fields(ResultKey)
+        if getattr(other, f.name) != getattr(kept, f.name)
+    ]
     return "(" + ", ".join(diffs) + ")"
 
 

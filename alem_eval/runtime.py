@@ -4,6 +4,7 @@ Both must happen before JAX compiles anything (the cache) or starts its backends
 devices), so :func:`alem_eval.cli.main` calls :func:`enable_compilation_cache` before
 running any command; library users call it themselves (it is idempotent).
 """
+
 from __future__ import annotations
 
 import os

@@ -6,12 +6,14 @@ every finished cell is written to the results store at once (atomically), so an
 interrupted run resumes with the cells that are missing, and a cell already scored under
 the same provenance is read back instead of recomputed.
 """
+
 from __future__ import annotations
 
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
 from .errors import UsageError
 from .metrics import SUMMARY_METRICS, metric_info
@@ -26,6 +28,7 @@ class ScoreOptions:
     max_steps: int | None = None
     eval_difficulties: tuple[str, ...] | None = None  # report filter (never changes keys)
     max_stack: int = 5
+    batch: int | None = None  # evaluator batch slots (None: evaluate.default_batch())
     on_env_mismatch: str = "error"  # evaluate.ENV_MISMATCH_POLICIES: error | warn | ignore
 
     def __post_init__(self) -> None:
@@ -36,12 +39,21 @@ class ScoreOptions:
         # an eval difficulty, which is not known yet (eval_difficulties only filters each
         # cell's own): any valid one stands in.
         _validate_request(self.protocol, DIFFICULTIES[0], self.num_episodes, self.max_steps)
-        if isinstance(self.max_stack, bool) or not isinstance(self.max_stack, int) \
-                or self.max_stack < 1:
+        if (
+            isinstance(self.max_stack, bool)
+            or not isinstance(self.max_stack, int)
+            or self.max_stack < 1
+        ):
             raise UsageError(f"--stack must be at least 1, got {self.max_stack!r}")
+        if self.batch is not None and (
+            isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch < 1
+        ):
+            raise UsageError(f"--batch must be at least 1, got {self.batch!r}")
         if self.on_env_mismatch not in ENV_MISMATCH_POLICIES:
-            raise UsageError(f"unknown env-version policy {self.on_env_mismatch!r} "
-                             f"(expected one of {', '.join(ENV_MISMATCH_POLICIES)})")
+            raise UsageError(
+                f"unknown env-version policy {self.on_env_mismatch!r} "
+                f"(expected one of {', '.join(ENV_MISMATCH_POLICIES)})"
+            )
 
 
 @dataclass(frozen=True)
@@ -61,10 +73,17 @@ class CellScore:
 
     def as_record(self) -> dict[str, Any]:
         c = self.cell
-        return {"cell": c.id, "budget": c.budget, "algorithm": c.algorithm,
-                "difficulty": c.difficulty, "eval_difficulty": self.eval_difficulty,
-                "seed": c.seed, "protocol": self.protocol,
-                "episodes": [dict(e) for e in self.episodes], "aggregate": self.aggregate}
+        return {
+            "cell": c.id,
+            "budget": c.budget,
+            "algorithm": c.algorithm,
+            "difficulty": c.difficulty,
+            "eval_difficulty": self.eval_difficulty,
+            "seed": c.seed,
+            "protocol": self.protocol,
+            "episodes": [dict(e) for e in self.episodes],
+            "aggregate": self.aggregate,
+        }
 
     def summary_row(self) -> dict[str, Any]:
         """The human table's row: mean ± s.e. of the summary metrics (display scale)."""
@@ -81,8 +100,17 @@ class CellScore:
 def episode_rows(scores: Sequence[CellScore]) -> list[dict[str, Any]]:
     """One flat row per (cell, eval difficulty, episode): ``cell, eval_difficulty,
     protocol, episode`` and the episode's metrics verbatim (``score --format csv``)."""
-    return [{"cell": s.cell.id, "eval_difficulty": s.eval_difficulty, "protocol": s.protocol,
-             "episode": i, **ep} for s in scores for i, ep in enumerate(s.episodes)]
+    return [
+        {
+            "cell": s.cell.id,
+            "eval_difficulty": s.eval_difficulty,
+            "protocol": s.protocol,
+            "episode": i,
+            **ep,
+        }
+        for s in scores
+        for i, ep in enumerate(s.episodes)
+    ]
 
 
 def env_steps(scores: Sequence[CellScore]) -> float:
@@ -128,8 +156,9 @@ def _plan(source, cells, opts: ScoreOptions) -> list[_Job]:
     jobs = []
     for cell in cells:
         cell_dir = source.local_dir(cell)
-        cfg, spec = resolve_cell(cell_dir, algorithm=cell.algorithm, difficulty=cell.difficulty,
-                                 seed=cell.seed)
+        cfg, spec = resolve_cell(
+            cell_dir, algorithm=cell.algorithm, difficulty=cell.difficulty, seed=cell.seed
+        )
         if opts.protocol == "reference":
             diffs = list(dict.fromkeys(cfg.eval.eval_difficulties))
             n_ep = opts.num_episodes or cfg.eval.num_episodes
@@ -175,10 +204,16 @@ def score_cells(
     for job in jobs:
         if job.cell.id not in hashes:
             hashes[job.cell.id] = ckpt.checkpoint_hash(cell_checkpoint_dir(job.cell_dir))
-        job.key = ResultKey(cell=job.cell.id, eval_difficulty=job.eval_difficulty,
-                            protocol=options.protocol, checkpoint_hash=hashes[job.cell.id],
-                            config_hash=job.cfg.config_hash, env_version=job.cfg.env_version,
-                            num_episodes=job.num_episodes, max_steps=job.max_steps)
+        job.key = ResultKey(
+            cell=job.cell.id,
+            eval_difficulty=job.eval_difficulty,
+            protocol=options.protocol,
+            checkpoint_hash=hashes[job.cell.id],
+            config_hash=job.cfg.config_hash,
+            env_version=job.cfg.env_version,
+            num_episodes=job.num_episodes,
+            max_steps=job.max_steps,
+        )
         stored = store.get(job.key) if store is not None else None
         if stored is not None:
             done[(job.cell.id, job.eval_difficulty)] = _from_frame(job, stored, options.protocol)
@@ -192,29 +227,71 @@ def score_cells(
         # Any algorithms together: the evaluator runs them in one compiled program.
         groups[(job.eval_difficulty, job.num_episodes, job.max_steps)].append(job)
     for group in groups.values():
-        size = min(options.max_stack, len(group))
-        for start in range(0, len(group), size):
-            stack = group[start:start + size]
-            loaded = [load_cell(j.cell_dir, algorithm=j.cell.algorithm, difficulty=j.cell.difficulty,
-                                seed=j.cell.seed, policy_only=True, where=j.cell.id) for j in stack]
-            # Pad a short final stack with repeats so one compilation serves the group.
-            pad = size - len(stack)
-            cfgs = [l.cfg for l in loaded] + [loaded[-1].cfg] * pad
-            weights = [l.weights for l in loaded] + [loaded[-1].weights] * pad
-            records = score_stack(cfgs, weights, protocol=options.protocol,
-                                  eval_difficulty=stack[0].eval_difficulty,
-                                  num_episodes=stack[0].num_episodes, max_steps=stack[0].max_steps,
-                                  on_env_mismatch="ignore")  # checked above, per cell
+        for stack, padded in _stacks(group, options.max_stack):
+            loaded = {
+                id(j): load_cell(
+                    j.cell_dir,
+                    algorithm=j.cell.algorithm,
+                    difficulty=j.cell.difficulty,
+                    seed=j.cell.seed,
+                    policy_only=True,
+                    where=j.cell.id,
+                )
+                for j in stack
+            }
+            cfgs = [loaded[id(j)].cfg for j in padded]
+            weights = [loaded[id(j)].weights for j in padded]
+            records = score_stack(
+                cfgs,
+                weights,
+                protocol=options.protocol,
+                eval_difficulty=stack[0].eval_difficulty,
+                num_episodes=stack[0].num_episodes,
+                max_steps=stack[0].max_steps,
+                on_env_mismatch="ignore",  # checked above, per cell
+                batch=options.batch,
+            )
+            real = {id(j): k for k, j in reversed(list(enumerate(padded)))}  # first = real
+            records = [records[real[id(j)]] for j in stack]
             for job, episodes in zip(stack, records):
                 if store is not None:
-                    store.write(build_rows(job.key, episodes), job.key,
-                                extra={"num_params": job.spec.num_params()})
+                    store.write(
+                        build_rows(job.key, episodes),
+                        job.key,
+                        extra={"num_params": job.spec.num_params()},
+                    )
                 done[(job.cell.id, job.eval_difficulty)] = CellScore(
-                    job.cell, job.eval_difficulty, options.protocol, tuple(episodes),
-                    provenance=_provenance(job.key))
+                    job.cell,
+                    job.eval_difficulty,
+                    options.protocol,
+                    tuple(episodes),
+                    provenance=_provenance(job.key),
+                )
             if on_progress:
                 on_progress(f"scored {', '.join(j.cell.id for j in stack)}", len(done), total)
     return [done[(j.cell.id, j.eval_difficulty)] for j in jobs]
+
+
+def _stacks(jobs: Sequence[_Job], max_stack: int) -> list[tuple[list[_Job], list[_Job]]]:
+    """``(stack, padded)`` pairs: stacks of at most ``max_stack`` jobs (more only when a
+    selection has more network shapes than that), each with the SAME number of jobs of
+    every network shape (``cfg.network_key``), taken round-robin. ``padded`` lists the
+    stack shape by shape, in the same order for every stack, completing a short shape with
+    repeats of its last job; the real jobs are ``padded``'s entries that are in ``stack``.
+    Every stack of a selection so has one structure: one compiled program scores them all,
+    and results are stored stack by stack (a killed run keeps every finished stack)."""
+    by_key: dict[str, list[_Job]] = {}
+    for job in jobs:
+        by_key.setdefault(job.cfg.network_key, []).append(job)
+    per = max(1, min(max_stack // len(by_key), max(len(g) for g in by_key.values())))
+    rounds = max(-(-len(g) // per) for g in by_key.values())
+    out = []
+    for r in range(rounds):
+        parts = [(g[r * per : (r + 1) * per], g) for g in by_key.values()]
+        stack = [j for part, _ in parts for j in part]
+        padded = [j for part, g in parts for j in part + [(part or g)[-1]] * (per - len(part))]
+        out.append((stack, padded))
+    return out
 
 
 def _provenance(key) -> dict[str, Any]:
@@ -228,7 +305,14 @@ def _from_frame(job: _Job, frame, protocol: str) -> CellScore:
 
     metric_cols = [c for c in frame.columns if c not in NON_METRIC_COLUMNS]
     frame = frame.sort_values("episode")
-    episodes = tuple({c: float(r[c]) for c in metric_cols if r[c] == r[c]}
-                     for _, r in frame.iterrows())
-    return CellScore(job.cell, job.eval_difficulty, protocol, episodes, reused=True,
-                     provenance=_provenance(job.key))
+    episodes = tuple(
+        {c: float(r[c]) for c in metric_cols if r[c] == r[c]} for _, r in frame.iterrows()
+    )
+    return CellScore(
+        job.cell,
+        job.eval_difficulty,
+        protocol,
+        episodes,
+        reused=True,
+        provenance=_provenance(job.key),
+    )

@@ -13,16 +13,17 @@ A selector that matches nothing raises :class:`SelectorError` naming the closest
 names per level. Selectors combine (as a union) and can be narrowed by per-level filters
 (the ``--budget/--algorithm/--difficulty/--seed`` options) with :func:`select_cells`.
 """
+
 from __future__ import annotations
 
 import difflib
 import fnmatch
 import re
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from .algorithms import canonical_algorithm
-from .errors import SelectorError
+from .errors import SelectorError, UsageError
 from .manifest import Cell, sort_cells
 
 LEVELS: tuple[str, ...] = ("budget", "algorithm", "difficulty", "seed")
@@ -53,22 +54,28 @@ class Selector:
     levels: tuple[tuple[str, ...] | None, ...]  # always 4 entries
 
     @classmethod
-    def parse(cls, text: str) -> "Selector":
+    def parse(cls, text: str) -> Selector:
         raw = str(text)
         s = raw.strip()
         where = f"selector {raw!r}"
         if not s:
             raise SelectorError(f"{where}: empty selector")
         if "\\" in s or "\x00" in s:
-            raise SelectorError(f"{where}: backslashes are not allowed (use BUDGET/ALGORITHM/DIFFICULTY/seedN)")
+            raise SelectorError(
+                f"{where}: backslashes are not allowed (use BUDGET/ALGORITHM/DIFFICULTY/seedN)"
+            )
         if s.startswith("/") or re.match(r"^[A-Za-z]:", s):
-            raise SelectorError(f"{where}: absolute paths are not selectors (use BUDGET/ALGORITHM/DIFFICULTY/seedN)")
+            raise SelectorError(
+                f"{where}: absolute paths are not selectors (use BUDGET/ALGORITHM/DIFFICULTY/seedN)"
+            )
         if s.endswith("/"):  # tolerate one trailing slash (shell completion)
             s = s[:-1]
         parts = s.split("/")
         if len(parts) > len(LEVELS):
-            raise SelectorError(f"{where}: too many levels ({len(parts)}); expected at most "
-                                "BUDGET/ALGORITHM/DIFFICULTY/seedN")
+            raise SelectorError(
+                f"{where}: too many levels ({len(parts)}); expected at most "
+                "BUDGET/ALGORITHM/DIFFICULTY/seedN"
+            )
         levels: list[tuple[str, ...] | None] = []
         for i, part in enumerate(parts):
             if part == "":
@@ -78,16 +85,24 @@ class Selector:
         return cls(raw, tuple(levels))
 
     @classmethod
-    def from_filters(cls, budgets: Sequence[str] | None = None, algorithms: Sequence[str] | None = None,
-                     difficulties: Sequence[str] | None = None,
-                     seeds: Sequence[str | int] | None = None) -> "Selector | None":
+    def from_filters(
+        cls,
+        budgets: Sequence[str] | None = None,
+        algorithms: Sequence[str] | None = None,
+        difficulties: Sequence[str] | None = None,
+        seeds: Sequence[str | int] | None = None,
+    ) -> Selector | None:
         """The selector equivalent to per-level filter options; None when no filter is set."""
         given = [_split_items(v) for v in (budgets, algorithms, difficulties, seeds)]
         if not any(given):
             return None
-        text = " ".join(f"--{LEVELS[i]} {','.join(items)}" for i, items in enumerate(given) if items)
-        levels = tuple(_parse_level(",".join(items), i, f"filter {text!r}") if items else None
-                       for i, items in enumerate(given))
+        text = " ".join(
+            f"--{LEVELS[i]} {','.join(items)}" for i, items in enumerate(given) if items
+        )
+        levels = tuple(
+            _parse_level(",".join(items), i, f"filter {text!r}") if items else None
+            for i, items in enumerate(given)
+        )
         return cls(text, levels)
 
     def matches(self, cell: Cell) -> bool:
@@ -113,8 +128,10 @@ def _parse_level(part: str, level: int, where: str) -> tuple[str, ...] | None:
         if it in (".", "..") or it.startswith("."):
             raise SelectorError(f"{where}: path traversal ({it!r}) is not allowed in a selector")
         if not _TOKEN.match(it):
-            raise SelectorError(f"{where}: invalid {LEVELS[level]} {it!r} (letters, digits, '-', '_', "
-                                "'.', ',' and '*' only)")
+            raise SelectorError(
+                f"{where}: invalid {LEVELS[level]} {it!r} (letters, digits, '-', '_', "
+                "'.', ',' and '*' only)"
+            )
     if "*" in items:
         return None
     return tuple(_normalise(it, level) for it in items)
@@ -129,7 +146,9 @@ def _item_matches(item: str, cell: Cell, level: int) -> bool:
 
 def _closest(item: str, values: Iterable[str]) -> list[str]:
     by_low = {v.lower(): v for v in values}
-    return [by_low[m] for m in difflib.get_close_matches(item.lower(), list(by_low), n=3, cutoff=0.6)]
+    return [
+        by_low[m] for m in difflib.get_close_matches(item.lower(), list(by_low), n=3, cutoff=0.6)
+    ]
 
 
 def _options(values: Iterable[str], limit: int = 8) -> str:
@@ -148,7 +167,9 @@ def _explain_no_match(sel: Selector, universe: Sequence[Cell]) -> str:
         for it in items:
             if not any(_item_matches(it, c, level) for c in universe):
                 close = _closest(it, values) if not _WILDCARD.search(it) else []
-                hint = f"did you mean {', '.join(close)}?" if close else f"valid: {_options(values)}"
+                hint = (
+                    f"did you mean {', '.join(close)}?" if close else f"valid: {_options(values)}"
+                )
                 problems.append(f"no {LEVELS[level]} {it!r} ({hint})")
     if problems:
         return f"selector {sel.text!r} matches no cell: " + "; ".join(problems)
@@ -157,18 +178,27 @@ def _explain_no_match(sel: Selector, universe: Sequence[Cell]) -> str:
     for level in range(len(LEVELS)):
         narrowed = [c for c in cells if sel._level_matches(c, level)]
         if not narrowed:
-            prefix = "/".join(",".join(sel.levels[i] or ("*",)) for i in range(level)) or "the source"
+            prefix = (
+                "/".join(",".join(sel.levels[i] or ("*",)) for i in range(level)) or "the source"
+            )
             avail = _options(_level_value(c, level) for c in cells)
-            return (f"selector {sel.text!r} matches no cell: no such {LEVELS[level]} under "
-                    f"{prefix} (available: {avail})")
+            return (
+                f"selector {sel.text!r} matches no cell: no such {LEVELS[level]} under "
+                f"{prefix} (available: {avail})"
+            )
         cells = narrowed
     return f"selector {sel.text!r} matches no cell"  # pragma: no cover
 
 
-def select_cells(universe: Sequence[Cell], selectors: Sequence[str] = (), *,
-                 budgets: Sequence[str] | None = None, algorithms: Sequence[str] | None = None,
-                 difficulties: Sequence[str] | None = None,
-                 seeds: Sequence[str | int] | None = None) -> list[Cell]:
+def select_cells(
+    universe: Sequence[Cell],
+    selectors: Sequence[str] = (),
+    *,
+    budgets: Sequence[str] | None = None,
+    algorithms: Sequence[str] | None = None,
+    difficulties: Sequence[str] | None = None,
+    seeds: Sequence[str | int] | None = None,
+) -> list[Cell]:
     """Cells of ``universe`` matched by any selector (all if none) and by every filter.
 
     Raises :class:`SelectorError` when a selector (or the filters) matches nothing.
@@ -191,7 +221,31 @@ def select_cells(universe: Sequence[Cell], selectors: Sequence[str] = (), *,
             raise SelectorError(_explain_no_match(filt, universe))
         narrowed = [c for c in chosen if filt.matches(c)]
         if not narrowed:
-            raise SelectorError(f"no cell matches both {', '.join(repr(s) for s in selectors)} "
-                                f"and {filt.text}")
+            raise SelectorError(
+                f"no cell matches both {', '.join(repr(s) for s in selectors)} and {filt.text}"
+            )
         chosen = narrowed
     return sort_cells(chosen)
+
+
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    """``--shard i/N`` (0-based) -> ``(i, N)``; None when not given. :class:`UsageError`
+    for anything else."""
+    if text is None:
+        return None
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise UsageError(f"--shard {text!r}: expected i/N, e.g. 0/8") from None
+    if n < 1 or not 0 <= i < n:
+        raise UsageError(f"--shard {text!r}: need 0 <= i < N")
+    return i, n
+
+
+def shard_cells(cells: Sequence[Cell], shard: tuple[int, int] | None) -> list[Cell]:
+    """The i-th of N contiguous shares of ``cells`` (every cell in exactly one share;
+    contiguous keeps a group's seeds together). A SLURM array runs one share per task."""
+    if shard is None:
+        return list(cells)
+    i, n = shard
+    return list(cells[len(cells) * i // n : len(cells) * (i + 1) // n])

@@ -22,6 +22,7 @@ Per-cell "verified" markers (set by ``verify`` through :meth:`Source.mark_verifi
 a small JSON file under the cache and are void as soon as a file of the cell changes; the
 commit each cell was pulled at is recorded next to them (``list`` shows it).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -75,12 +76,15 @@ class PullReport:
         where = f" at {self.commit[:12]}" if self.commit else ""
         mode = " (offline, from cache)" if self.offline else ""
         repaired = f", {self.files_repaired} repaired" if self.files_repaired else ""
-        return (f"{len(self.cells)} cell(s){where}{mode}: {self.files_fetched} file(s) fetched, "
-                f"{self.files_skipped} skipped{repaired}, {format_bytes(self.bytes_fetched)} "
-                f"downloaded of {format_bytes(self.bytes_total)}")
+        return (
+            f"{len(self.cells)} cell(s){where}{mode}: {self.files_fetched} file(s) fetched, "
+            f"{self.files_skipped} skipped{repaired}, {format_bytes(self.bytes_fetched)} "
+            f"downloaded of {format_bytes(self.bytes_total)}"
+        )
 
 
-def format_bytes(n: int) -> str:
+def format_bytes(count: int) -> str:
+    n = float(count)
     for unit in ("B", "kB", "MB", "GB"):
         if abs(n) < 1000 or unit == "GB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -175,12 +179,24 @@ class Source(ABC):
     def cells(self) -> list[Cell]:
         """Every cell the source holds (or, for an unreachable Hub, the manifest's)."""
 
-    def select(self, selectors: Sequence[str] = (), *, budgets: Sequence[str] | None = None,
-               algorithms: Sequence[str] | None = None, difficulties: Sequence[str] | None = None,
-               seeds: Sequence[str | int] | None = None) -> list[Cell]:
+    def select(
+        self,
+        selectors: Sequence[str] = (),
+        *,
+        budgets: Sequence[str] | None = None,
+        algorithms: Sequence[str] | None = None,
+        difficulties: Sequence[str] | None = None,
+        seeds: Sequence[str | int] | None = None,
+    ) -> list[Cell]:
         """Cells matched by the selectors (all if none) and the filters; see :mod:`.selectors`."""
-        return select_cells(self.cells(), selectors, budgets=budgets, algorithms=algorithms,
-                            difficulties=difficulties, seeds=seeds)
+        return select_cells(
+            self.cells(),
+            selectors,
+            budgets=budgets,
+            algorithms=algorithms,
+            difficulties=difficulties,
+            seeds=seeds,
+        )
 
     @abstractmethod
     def local_dir(self, cell: Cell, *, rehash: bool = False) -> Path:
@@ -191,8 +207,14 @@ class Source(ABC):
         """
 
     @abstractmethod
-    def pull(self, cells: Sequence[Cell], *, workers: int = DEFAULT_WORKERS,
-             progress: bool | None = None, rehash: bool = False) -> PullReport:
+    def pull(
+        self,
+        cells: Sequence[Cell],
+        *,
+        workers: int = DEFAULT_WORKERS,
+        progress: bool | None = None,
+        rehash: bool = False,
+    ) -> PullReport:
         """Make the cells available locally (``rehash``: as for :meth:`local_dir`)."""
 
     @abstractmethod
@@ -215,15 +237,18 @@ class Source(ABC):
         """
         target = self._marker_target(cell)
         if target is None:
-            raise SourceError(f"{cell.id}: not available locally; "
-                              "pull it before marking it verified")
+            raise SourceError(
+                f"{cell.id}: not available locally; pull it before marking it verified"
+            )
         key, base, files = target
         try:
-            self._markers.put(key, {"content_hash": content_hash,
-                                    "fingerprint": files_fingerprint(files, base)})
+            self._markers.put(
+                key, {"content_hash": content_hash, "fingerprint": files_fingerprint(files, base)}
+            )
         except OSError as exc:
-            self.warnings.append(f"cannot record the verified state in {self._markers.path}: "
-                                 f"{_os_reason(exc)}")
+            self.warnings.append(
+                f"cannot record the verified state in {self._markers.path}: {_os_reason(exc)}"
+            )
             return False
         return True
 
@@ -258,26 +283,44 @@ class Source(ABC):
         rows = []
         for c in cells:
             size = self.size_bytes(c)
-            rows.append({"cell": c.id, "budget": c.budget, "algorithm": c.algorithm,
-                         "difficulty": c.difficulty, "seed": c.seed, "state": self.state(c),
-                         "expected_params": self.expected_params(c),
-                         "size_mb": None if size is None else round(size / 1e6, 1),
-                         "commit": self.commit(c)})
+            rows.append(
+                {
+                    "cell": c.id,
+                    "budget": c.budget,
+                    "algorithm": c.algorithm,
+                    "difficulty": c.difficulty,
+                    "seed": c.seed,
+                    "state": self.state(c),
+                    "expected_params": self.expected_params(c),
+                    "size_mb": None if size is None else round(size / 1e6, 1),
+                    "commit": self.commit(c),
+                }
+            )
         return rows
 
 
-def open_source(spec: str | Path = HUB_SPEC, *, repo: str | None = None,
-                revision: str | None = None, cache_dir: str | Path | None = None,
-                endpoint: str | None = None) -> Source:
+def open_source(
+    spec: str | Path = HUB_SPEC,
+    *,
+    repo: str | None = None,
+    revision: str | None = None,
+    cache_dir: str | Path | None = None,
+    endpoint: str | None = None,
+) -> Source:
     """``"hub"`` (the default), ``"demo"`` (the embedded untrained cells, made on first use) or
     a local directory in the released layout (``./hub`` for a directory named ``hub``)."""
     name = str(spec).strip().lower()
     if name == HUB_SPEC:
-        return HubSource(repo=repo or HUB_REPO, revision=revision or DEFAULT_REVISION,
-                         cache_dir=cache_dir, endpoint=endpoint)
+        return HubSource(
+            repo=repo or HUB_REPO,
+            revision=revision or DEFAULT_REVISION,
+            cache_dir=cache_dir,
+            endpoint=endpoint,
+        )
     if repo is not None or revision is not None:
-        raise UsageError("--repo and --revision apply to the Hub source only, "
-                         "not to a local --source")
+        raise UsageError(
+            "--repo and --revision apply to the Hub source only, not to a local --source"
+        )
     if name == DEMO_SPEC:
         from .demo import ensure_demo_source
 
@@ -302,15 +345,17 @@ class LocalSource(Source):
         super().__init__()
         path = Path(root).expanduser()
         if not path.exists():
-            raise SourceError(f"source {str(root)!r} does not exist (give 'hub' or a directory "
-                              "laid out as BUDGET/ALGORITHM/DIFFICULTY/seedN/)")
+            raise SourceError(
+                f"source {str(root)!r} does not exist (give 'hub' or a directory "
+                "laid out as BUDGET/ALGORITHM/DIFFICULTY/seedN/)"
+            )
         if not path.is_dir():
             raise SourceError(f"source {str(root)!r} is not a directory")
         path = path.resolve()
         self._only: Cell | None = None
-        if _is_cell_dir(path) and parse_seed_dir(path.name) is not None and len(path.parents) >= 4:
-            self._only = Cell(path.parents[2].name, path.parents[1].name, path.parent.name,
-                              parse_seed_dir(path.name))  # type: ignore[arg-type]
+        seed = parse_seed_dir(path.name)
+        if _is_cell_dir(path) and seed is not None and len(path.parents) >= 4:
+            self._only = Cell(path.parents[2].name, path.parents[1].name, path.parent.name, seed)
             path = path.parents[3]
         self.root = path
         self.description = str(self.root)
@@ -331,15 +376,23 @@ class LocalSource(Source):
 
     def cells(self) -> list[Cell]:
         if not self._all_cells:
-            raise SourceError(f"no cells under {self.root} "
-                              "(expected BUDGET/ALGORITHM/DIFFICULTY/seedN/ "
-                              "directories holding config.json and checkpoint/)")
+            raise SourceError(
+                f"no cells under {self.root} "
+                "(expected BUDGET/ALGORITHM/DIFFICULTY/seedN/ "
+                "directories holding config.json and checkpoint/)"
+            )
         return list(self._all_cells)
 
     def _find(self, cell: Cell) -> Cell | None:
         key = (cell.budget.lower(), cell.algorithm, cell.difficulty, cell.seed)
-        return next((c for c in self._all_cells
-                     if (c.budget.lower(), c.algorithm, c.difficulty, c.seed) == key), None)
+        return next(
+            (
+                c
+                for c in self._all_cells
+                if (c.budget.lower(), c.algorithm, c.difficulty, c.seed) == key
+            ),
+            None,
+        )
 
     def local_dir(self, cell: Cell, *, rehash: bool = False) -> Path:
         """(``rehash`` has nothing to compare with here: a local directory has no listing.)"""
@@ -348,12 +401,24 @@ class LocalSource(Source):
             raise SourceError(f"{cell.id}: no such cell under {self.root}")
         return self.root / found.id
 
-    def pull(self, cells: Sequence[Cell], *, workers: int = DEFAULT_WORKERS,
-             progress: bool | None = None, rehash: bool = False) -> PullReport:
+    def pull(
+        self,
+        cells: Sequence[Cell],
+        *,
+        workers: int = DEFAULT_WORKERS,
+        progress: bool | None = None,
+        rehash: bool = False,
+    ) -> PullReport:
         files = [p for c in cells for p in self._files(self.local_dir(c))]
-        return PullReport(cells=tuple(cells), files_fetched=0, files_skipped=len(files),
-                          files_repaired=0, bytes_fetched=0,
-                          bytes_total=sum(p.stat().st_size for p in files), root=self.root)
+        return PullReport(
+            cells=tuple(cells),
+            files_fetched=0,
+            files_skipped=len(files),
+            files_repaired=0,
+            bytes_fetched=0,
+            bytes_total=sum(p.stat().st_size for p in files),
+            root=self.root,
+        )
 
     @staticmethod
     def _files(d: Path) -> list[Path]:
@@ -407,8 +472,11 @@ class RemoteFile:
         """Ignores hashes that are not lower-case hex of the right length."""
         sha = str(sha256).lower() if sha256 else None
         oid = str(git_oid).lower() if git_oid else None
-        return cls(int(size), sha if sha and _SHA256.match(sha) else None,
-                   oid if oid and _GIT_OID.match(oid) else None)
+        return cls(
+            int(size),
+            sha if sha and _SHA256.match(sha) else None,
+            oid if oid and _GIT_OID.match(oid) else None,
+        )
 
     @property
     def digest(self) -> str | None:
@@ -441,8 +509,11 @@ class RemoteFile:
         return None
 
     def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in (("size", self.size), ("sha256", self.sha256),
-                                  ("git_oid", self.git_oid)) if v is not None}
+        return {
+            k: v
+            for k, v in (("size", self.size), ("sha256", self.sha256), ("git_oid", self.git_oid))
+            if v is not None
+        }
 
 
 def _cached_entry(pointer: Path) -> RemoteFile:
@@ -453,9 +524,11 @@ def _cached_entry(pointer: Path) -> RemoteFile:
         etag = Path(os.readlink(pointer)).name if pointer.is_symlink() else ""
     except OSError:
         etag = ""
-    return RemoteFile.of(-1 if size is None else size,
-                         sha256=etag if _SHA256.match(etag) else None,
-                         git_oid=etag if _GIT_OID.match(etag) else None)
+    return RemoteFile.of(
+        -1 if size is None else size,
+        sha256=etag if _SHA256.match(etag) else None,
+        git_oid=etag if _GIT_OID.match(etag) else None,
+    )
 
 
 def _stat_stamp(path: Path) -> tuple[str, str] | None:
@@ -485,8 +558,11 @@ class _Listing:
 
 def _network_errors() -> tuple[type[BaseException], ...]:
     types: list[type[BaseException]] = [ConnectionError, TimeoutError]
-    for mod, names in (("httpx2", ("TransportError",)), ("httpx", ("TransportError",)),
-                       ("requests.exceptions", ("ConnectionError", "Timeout"))):
+    for mod, names in (
+        ("httpx2", ("TransportError",)),
+        ("httpx", ("TransportError",)),
+        ("requests.exceptions", ("ConnectionError", "Timeout")),
+    ):
         try:
             m = __import__(mod, fromlist=list(names))
         except ImportError:
@@ -522,12 +598,15 @@ def check_hub_client() -> None:
     try:
         have = version("huggingface_hub")
     except PackageNotFoundError:
-        raise SourceError("huggingface_hub is not installed; install alem-eval with its "
-                          "dependencies") from None
+        raise SourceError(
+            "huggingface_hub is not installed; install alem-eval with its dependencies"
+        ) from None
     if _release(have) < _release(HF_HUB_MIN_VERSION):
-        raise SourceError(f"huggingface_hub {have} is too old: alem-eval needs "
-                          f">={HF_HUB_MIN_VERSION} "
-                          f"(pip install 'huggingface-hub>={HF_HUB_MIN_VERSION}')")
+        raise SourceError(
+            f"huggingface_hub {have} is too old: alem-eval needs "
+            f">={HF_HUB_MIN_VERSION} "
+            f"(pip install 'huggingface-hub>={HF_HUB_MIN_VERSION}')"
+        )
 
 
 def _release(version: str) -> tuple[int, ...]:
@@ -555,8 +634,9 @@ class ByteProgress:
 
     @classmethod
     def bound(cls, on_bytes: Callable[[int], None], cancel: threading.Event) -> type[ByteProgress]:
-        return type("BoundByteProgress", (cls,),
-                    {"on_bytes": staticmethod(on_bytes), "cancel": cancel})
+        return type(
+            "BoundByteProgress", (cls,), {"on_bytes": staticmethod(on_bytes), "cancel": cancel}
+        )
 
     def __init__(self, *args: Any, **kwargs: Any):
         self.n = int(kwargs.get("initial") or 0)  # counted by an earlier bar, if any
@@ -614,8 +694,14 @@ class ByteProgress:
 class HubSource(Source):
     """The released checkpoints on the Hugging Face Hub, through the standard HF cache."""
 
-    def __init__(self, repo: str = HUB_REPO, revision: str = DEFAULT_REVISION, *,
-                 cache_dir: str | Path | None = None, endpoint: str | None = None):
+    def __init__(
+        self,
+        repo: str = HUB_REPO,
+        revision: str = DEFAULT_REVISION,
+        *,
+        cache_dir: str | Path | None = None,
+        endpoint: str | None = None,
+    ):
         super().__init__()
         check_hub_client()
         from huggingface_hub import constants
@@ -646,8 +732,9 @@ class HubSource(Source):
     def _api(self):
         from huggingface_hub import HfApi
 
-        return HfApi(endpoint=self._explicit_endpoint, library_name=LIBRARY_NAME,
-                     library_version=__version__)
+        return HfApi(
+            endpoint=self._explicit_endpoint, library_name=LIBRARY_NAME, library_version=__version__
+        )
 
     @cached_property
     def listing(self) -> _Listing:
@@ -696,22 +783,28 @@ class HubSource(Source):
         from huggingface_hub import constants
 
         try:
-            info = self._api().repo_info(self.repo, revision=self.revision,
-                                         timeout=constants.HF_HUB_ETAG_TIMEOUT)
+            info = self._api().repo_info(
+                self.repo, revision=self.revision, timeout=constants.HF_HUB_ETAG_TIMEOUT
+            )
         except Exception as exc:
             raise self._translate(exc, f"{self.repo}@{self.revision}") from None
         if not getattr(info, "sha", None):
-            raise SourceError(f"{self.endpoint} returned no commit for "
-                              f"{self.repo}@{self.revision}; "
-                              "is HF_ENDPOINT a Hugging Face Hub?")
+            raise SourceError(
+                f"{self.endpoint} returned no commit for "
+                f"{self.repo}@{self.revision}; "
+                "is HF_ENDPOINT a Hugging Face Hub?"
+            )
         return str(info.sha)
 
     def _fetch_tree(self, commit: str) -> dict[str, RemoteFile]:
         from huggingface_hub.hf_api import RepoFile
 
         try:
-            return {f.path: _listed_file(f) for f in self._api().list_repo_tree(
-                self.repo, recursive=True, revision=commit) if isinstance(f, RepoFile)}
+            return {
+                f.path: _listed_file(f)
+                for f in self._api().list_repo_tree(self.repo, recursive=True, revision=commit)
+                if isinstance(f, RepoFile)
+            }
         except Exception as exc:
             err = self._translate(exc, f"the file list of {self.repo}@{self.revision}")
             raise (SourceError(str(err)) if isinstance(err, _Unreachable) else err) from None
@@ -726,11 +819,14 @@ class HubSource(Source):
         if isinstance(cause, OfflineModeIsEnabled):
             return _Unreachable("offline mode is on (HF_HUB_OFFLINE)")
         if isinstance(cause, hf_errors.RevisionNotFoundError):
-            return SourceError(f"revision {self.revision!r} not found in Hub repo {self.repo!r} "
-                               f"at {self.endpoint}")
+            return SourceError(
+                f"revision {self.revision!r} not found in Hub repo {self.repo!r} at {self.endpoint}"
+            )
         if isinstance(cause, hf_errors.RepositoryNotFoundError):
-            return SourceError(f"Hub repo {self.repo!r} not found at {self.endpoint} "
-                               "(or it is private or gated and no valid token was given)")
+            return SourceError(
+                f"Hub repo {self.repo!r} not found at {self.endpoint} "
+                "(or it is private or gated and no valid token was given)"
+            )
         if isinstance(cause, hf_errors.LocalEntryNotFoundError):  # the client's "and not cached"
             inner = cause.__cause__
             if inner is not None and inner is not cause:
@@ -746,8 +842,9 @@ class HubSource(Source):
         if isinstance(cause, _network_errors()):
             return _Unreachable(f"cannot reach the Hub at {self.endpoint} ({_short(cause)})")
         if isinstance(cause, OSError) and cause.errno is not None:
-            return DownloadError(f"cannot write {what} to the cache at {self.cache_dir}: "
-                                 f"{_os_reason(cause)}")
+            return DownloadError(
+                f"cannot write {what} to the cache at {self.cache_dir}: {_os_reason(cause)}"
+            )
         return DownloadError(f"{what}: {type(cause).__name__}: {_short(cause)}")
 
     # The listing per commit and the revision -> commit ref are cached on disk so that
@@ -760,15 +857,26 @@ class HubSource(Source):
             data = json.loads(self._tree_path(commit).read_text(encoding="utf-8"))
             if data.get("format") != _LISTING_FORMAT:
                 return None
-            return {str(k): RemoteFile.of(v["size"], v.get("sha256"), v.get("git_oid"))
-                    for k, v in data["files"].items()}
+            return {
+                str(k): RemoteFile.of(v["size"], v.get("sha256"), v.get("git_oid"))
+                for k, v in data["files"].items()
+            }
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
 
     def _write_tree(self, commit: str, files: dict[str, RemoteFile]) -> None:
-        _atomic_write(self._tree_path(commit), json.dumps(
-            {"format": _LISTING_FORMAT, "repo": self.repo, "commit": commit,
-             "files": {p: f.to_json() for p, f in sorted(files.items())}}, indent=0))
+        _atomic_write(
+            self._tree_path(commit),
+            json.dumps(
+                {
+                    "format": _LISTING_FORMAT,
+                    "repo": self.repo,
+                    "commit": commit,
+                    "files": {p: f.to_json() for p, f in sorted(files.items())},
+                },
+                indent=0,
+            ),
+        )
 
     def _ref_path(self) -> Path:
         return self.storage / "refs" / self.revision  # the HF cache's own layout
@@ -793,8 +901,9 @@ class HubSource(Source):
         try:
             fn()
         except OSError as exc:
-            self.warnings.append(f"cannot write to the cache at {self.cache_dir}: "
-                                 f"{_os_reason(exc)}")
+            self.warnings.append(
+                f"cannot write to the cache at {self.cache_dir}: {_os_reason(exc)}"
+            )
 
     # -- cells -----------------------------------------------------------------------------
     @cached_property
@@ -813,15 +922,20 @@ class HubSource(Source):
     def cells(self) -> list[Cell]:
         listing = self.listing
         if listing.commit is None:
-            self._note(f"{listing.problem}; nothing cached for {self.repo}@{self.revision}: "
-                       "showing the released cells from the manifest")
+            self._note(
+                f"{listing.problem}; nothing cached for {self.repo}@{self.revision}: "
+                "showing the released cells from the manifest"
+            )
             return load_manifest().cells()
         if listing.from_snapshot:
-            self._note(f"{listing.problem}; using the files cached in "
-                       f"{self.storage / 'snapshots' / listing.commit}")
+            self._note(
+                f"{listing.problem}; using the files cached in "
+                f"{self.storage / 'snapshots' / listing.commit}"
+            )
         elif not listing.online and listing.problem:
-            self._note(f"{listing.problem}; using the cached listing of "
-                       f"{self.repo}@{self.revision}")
+            self._note(
+                f"{listing.problem}; using the cached listing of {self.repo}@{self.revision}"
+            )
         return sort_cells(self._cell_files)
 
     def _note(self, text: str) -> None:
@@ -832,8 +946,14 @@ class HubSource(Source):
         files = self._cell_files.get(cell)
         if files is None:  # budget spelling differs from the listing's: match case-insensitively
             key = (cell.budget.lower(), cell.algorithm, cell.difficulty, cell.seed)
-            files = next((f for c, f in self._cell_files.items()
-                          if (c.budget.lower(), c.algorithm, c.difficulty, c.seed) == key), None)
+            files = next(
+                (
+                    f
+                    for c, f in self._cell_files.items()
+                    if (c.budget.lower(), c.algorithm, c.difficulty, c.seed) == key
+                ),
+                None,
+            )
         if files is None:
             raise SourceError(f"{cell.id}: no such cell in {self.repo}@{self.revision}")
         return files
@@ -903,21 +1023,30 @@ class HubSource(Source):
         return _JsonStore(self.storage / _STATE_DIRNAME / "checked.json", "checked")
 
     # -- pull ------------------------------------------------------------------------------
-    def pull(self, cells: Sequence[Cell], *, workers: int = DEFAULT_WORKERS,
-             progress: bool | None = None, rehash: bool = False) -> PullReport:
+    def pull(
+        self,
+        cells: Sequence[Cell],
+        *,
+        workers: int = DEFAULT_WORKERS,
+        progress: bool | None = None,
+        rehash: bool = False,
+    ) -> PullReport:
         listing = self.listing
         if listing.commit is None:
-            raise SourceError(f"{listing.problem}; nothing is cached for "
-                              f"{self.repo}@{self.revision}"
-                              + (f" in {self.cache_dir}" if not self.offline_mode else ""))
+            raise SourceError(
+                f"{listing.problem}; nothing is cached for "
+                f"{self.repo}@{self.revision}"
+                + (f" in {self.cache_dir}" if not self.offline_mode else "")
+            )
         wanted: dict[str, RemoteFile] = {}
         for cell in cells:
             wanted.update(self._files_of(cell))
         try:
             self.storage.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise DownloadError(f"cannot write to the cache at {self.cache_dir}: "
-                                f"{_os_reason(exc)}") from None
+            raise DownloadError(
+                f"cannot write to the cache at {self.cache_dir}: {_os_reason(exc)}"
+            ) from None
         checked = _CheckedFiles(self._checked, rehash=rehash)
         try:
             todo, damaged = self._plan(wanted, checked)
@@ -925,26 +1054,36 @@ class HubSource(Source):
                 names = ", ".join(sorted({"/".join(p.split("/")[:4]) for p, _, _ in todo})[:3])
                 bad = next(iter(damaged.items()), None)
                 why = f"; {bad[0]}: {bad[1]}" if bad else ""
-                raise DownloadError(f"{listing.problem}; {len(todo) - len(damaged)} file(s) not "
-                                    f"cached, {len(damaged)} damaged (cells: {names}{why}). "
-                                    "Pull them with network access first")
+                raise DownloadError(
+                    f"{listing.problem}; {len(todo) - len(damaged)} file(s) not "
+                    f"cached, {len(damaged)} damaged (cells: {names}{why}). "
+                    "Pull them with network access first"
+                )
             if todo:
                 self._sweep_partials()
-            fetched_bytes, repaired = self._download(todo, checked, workers=max(1, workers),
-                                                     progress=progress)
+            fetched_bytes, repaired = self._download(
+                todo, checked, workers=max(1, workers), progress=progress
+            )
         finally:
             with contextlib.suppress(OSError):  # bookkeeping: a read-only cache still serves
                 checked.save()
         with contextlib.suppress(OSError):
             self._pulled.update({self._cell_id(c): listing.commit for c in cells})
-        return PullReport(cells=tuple(cells), files_fetched=len(todo),
-                          files_skipped=len(wanted) - len(todo),
-                          files_repaired=repaired, bytes_fetched=fetched_bytes,
-                          bytes_total=sum(f.size for f in wanted.values()), root=self._snapshot(),
-                          commit=listing.commit, offline=not listing.online)
+        return PullReport(
+            cells=tuple(cells),
+            files_fetched=len(todo),
+            files_skipped=len(wanted) - len(todo),
+            files_repaired=repaired,
+            bytes_fetched=fetched_bytes,
+            bytes_total=sum(f.size for f in wanted.values()),
+            root=self._snapshot(),
+            commit=listing.commit,
+            offline=not listing.online,
+        )
 
-    def _plan(self, wanted: dict[str, RemoteFile], checked: _CheckedFiles
-              ) -> tuple[list[tuple[str, RemoteFile, bool]], dict[str, str]]:
+    def _plan(
+        self, wanted: dict[str, RemoteFile], checked: _CheckedFiles
+    ) -> tuple[list[tuple[str, RemoteFile, bool]], dict[str, str]]:
         """(path, file, the cached copy is bad) for every file to fetch, and what is wrong
         with each bad cached copy."""
         snap = self._snapshot()
@@ -972,13 +1111,25 @@ class HubSource(Source):
             except (Timeout, OSError, NotImplementedError):
                 continue  # being written (or the lock is unusable here): leave it
 
-    def _download(self, todo: list[tuple[str, RemoteFile, bool]], checked: _CheckedFiles, *,
-                  workers: int, progress: bool | None) -> tuple[int, int]:
+    def _download(
+        self,
+        todo: list[tuple[str, RemoteFile, bool]],
+        checked: _CheckedFiles,
+        *,
+        workers: int,
+        progress: bool | None,
+    ) -> tuple[int, int]:
         """Fetch ``todo`` in parallel; returns (bytes received, files repaired)."""
         if not todo:
             return 0, 0
-        from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn,
-                                   TimeRemainingColumn, TransferSpeedColumn)
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
 
         from .console import err_console
 
@@ -986,11 +1137,19 @@ class HubSource(Source):
         lock = threading.Lock()
         cancel = threading.Event()
         totals = {"bytes": 0, "repaired": 0, "done": 0}
-        bar = Progress(TextColumn("[bold]pull[/] {task.fields[files]}"), BarColumn(),
-                       DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
-                       console=err_console, disable=not show, transient=False)
-        task = bar.add_task("pull", total=sum(f.size for _, f, _ in todo),
-                            files=f"0/{len(todo)} files")
+        bar = Progress(
+            TextColumn("[bold]pull[/] {task.fields[files]}"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            console=err_console,
+            disable=not show,
+            transient=False,
+        )
+        task = bar.add_task(
+            "pull", total=sum(f.size for _, f, _ in todo), files=f"0/{len(todo)} files"
+        )
 
         def on_bytes(n: int) -> None:
             with lock:
@@ -1006,8 +1165,9 @@ class HubSource(Source):
                 totals["done"] += 1
             bar.update(task, files=f"{totals['done']}/{len(todo)} files")
 
-        pool = ThreadPoolExecutor(max_workers=min(workers, len(todo)),
-                                  thread_name_prefix="alem-pull")
+        pool = ThreadPoolExecutor(
+            max_workers=min(workers, len(todo)), thread_name_prefix="alem-pull"
+        )
         with bar, _quiet_hub_logs():
             try:
                 futures = [pool.submit(fetch, *item) for item in todo]
@@ -1024,8 +1184,14 @@ class HubSource(Source):
                     raise fut.exception()  # type: ignore[misc]
         return totals["bytes"], totals["repaired"]
 
-    def _fetch_checked(self, path: str, f: RemoteFile, force: bool, counter: type[ByteProgress],
-                       checked: _CheckedFiles) -> bool:
+    def _fetch_checked(
+        self,
+        path: str,
+        f: RemoteFile,
+        force: bool,
+        counter: type[ByteProgress],
+        checked: _CheckedFiles,
+    ) -> bool:
         """Fetch one file and check it against the listing; a bad copy is removed and fetched
         once more. Returns True if that was needed."""
         pointer = self._snapshot() / path
@@ -1039,8 +1205,9 @@ class HubSource(Source):
         problem = f.mismatch(pointer)
         if problem is not None:
             self._discard(pointer)
-            raise DownloadError(f"{path}: {problem}, after two downloads; the file was removed, "
-                                "run pull again")
+            raise DownloadError(
+                f"{path}: {problem}, after two downloads; the file was removed, run pull again"
+            )
         checked.good(pointer, f)
         return True
 
@@ -1049,11 +1216,18 @@ class HubSource(Source):
         from huggingface_hub import constants, hf_hub_download
 
         try:
-            hf_hub_download(self.repo, path, revision=self.listing.commit,
-                            cache_dir=str(self.cache_dir), endpoint=self._explicit_endpoint,
-                            force_download=force, etag_timeout=constants.HF_HUB_ETAG_TIMEOUT,
-                            library_name=LIBRARY_NAME, library_version=__version__,
-                            tqdm_class=counter)  # type: ignore[arg-type]
+            hf_hub_download(
+                self.repo,
+                path,
+                revision=self.listing.commit,
+                cache_dir=str(self.cache_dir),
+                endpoint=self._explicit_endpoint,
+                force_download=force,
+                etag_timeout=constants.HF_HUB_ETAG_TIMEOUT,
+                library_name=LIBRARY_NAME,
+                library_version=__version__,
+                tqdm_class=counter,
+            )  # type: ignore[arg-type]
         except _Cancelled:
             raise
         except OSError as exc:
@@ -1066,8 +1240,10 @@ class HubSource(Source):
     def _as_download_error(self, exc: BaseException, path: str) -> Exception:
         err = self._translate(exc, path)
         if isinstance(err, _Unreachable):
-            return DownloadError(f"cannot download {path}: {err}; files already fetched are kept, "
-                                 "run pull again to resume")
+            return DownloadError(
+                f"cannot download {path}: {err}; files already fetched are kept, "
+                "run pull again to resume"
+            )
         return err
 
     def _discard(self, pointer: Path) -> None:

@@ -18,6 +18,7 @@ config.json decays epsilon and the LR over 1e9 steps, as the yaml says.
 Also the contract between the library and the driver: :class:`Progress`, :class:`CellResult`,
 :class:`TrainingStopped`, :func:`config_identity`, :func:`training_settings`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -31,6 +32,7 @@ from collections.abc import Mapping, Sequence
 
 from .algorithms import ALGORITHMS, get_algorithm
 from .config import DIFFICULTIES, RunConfig, TrainConfig, build_train_config, training_run_config
+from .selectors import shard_cells
 from .errors import ConfigError, UsageError
 from .manifest import Cell, sort_cells
 
@@ -93,9 +95,16 @@ def training_settings(run: RunConfig, tcfg: TrainConfig) -> dict[str, Any]:
 
 def config_identity(run: RunConfig, tcfg: TrainConfig) -> str:
     """A short hash of :func:`training_settings`' content (the seed does not enter)."""
-    payload = json.dumps([run.algorithm, run.network_key, dataclasses.asdict(run.env),
-                          dataclasses.asdict(dataclasses.replace(tcfg, seed=0))],
-                         sort_keys=True, default=list)
+    payload = json.dumps(
+        [
+            run.algorithm,
+            run.network_key,
+            dataclasses.asdict(run.env),
+            dataclasses.asdict(dataclasses.replace(tcfg, seed=0)),
+        ],
+        sort_keys=True,
+        default=list,
+    )
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
@@ -149,37 +158,22 @@ def expand_cells(selectors: Sequence[str]) -> list[Cell]:
     for text in selectors:
         sel = Selector.parse(text)
         raw = [p.strip() for p in str(text).strip().strip("/").split("/")]
-        budgets = [_canonical_budget(b) for b in raw[0].split(",")] if not any(
-            c in raw[0] for c in "*?[") else list(DEFAULT_BUDGETS)
+        budgets = (
+            [_canonical_budget(b) for b in raw[0].split(",")]
+            if not any(c in raw[0] for c in "*?[")
+            else list(DEFAULT_BUDGETS)
+        )
         seeds = set(DEFAULT_SEEDS)
         if sel.levels[3] is not None:
             for item in sel.levels[3]:
                 if item.startswith("seed") and item[4:].isdigit():
                     seeds.add(int(item[4:]))
-        universe = [Cell(b, a, d, s) for b, a, d, s in
-                    itertools.product(budgets, ALGORITHMS, DIFFICULTIES, sorted(seeds))]
+        universe = [
+            Cell(b, a, d, s)
+            for b, a, d, s in itertools.product(budgets, ALGORITHMS, DIFFICULTIES, sorted(seeds))
+        ]
         out += select_cells(universe, [text])
     return sort_cells(dict.fromkeys(out))
-
-
-def parse_shard(text: str | None) -> tuple[int, int] | None:
-    if text is None:
-        return None
-    try:
-        i, n = (int(x) for x in text.split("/"))
-    except ValueError:
-        raise UsageError(f"--shard {text!r}: expected i/N, e.g. 0/8") from None
-    if n < 1 or not 0 <= i < n:
-        raise UsageError(f"--shard {text!r}: need 0 <= i < N")
-    return i, n
-
-
-def shard_cells(cells: Sequence[Cell], shard: tuple[int, int] | None) -> list[Cell]:
-    """The i-th of N contiguous shares (contiguous keeps a group's seeds together)."""
-    if shard is None:
-        return list(cells)
-    i, n = shard
-    return list(cells[len(cells) * i // n: len(cells) * (i + 1) // n])
 
 
 def parse_sets(items: Sequence[str] | None) -> dict[str, str]:
@@ -206,9 +200,13 @@ def read_released_config(path: Path, *, where: str | None = None) -> dict[str, A
     return data
 
 
-def cell_run_config(cell: Cell, *, total_timesteps: int | None = None,
-                    overrides: Mapping[str, Any] | None = None,
-                    released: Mapping[str, Any] | None = None) -> RunConfig:
+def cell_run_config(
+    cell: Cell,
+    *,
+    total_timesteps: int | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    released: Mapping[str, Any] | None = None,
+) -> RunConfig:
     """The run config that regenerates ``cell`` (see the module docstring for the rule).
 
     TOTAL_TIMESTEPS: ``total_timesteps`` if given, else the released config's, else the
@@ -226,16 +224,25 @@ def cell_run_config(cell: Cell, *, total_timesteps: int | None = None,
             if label_steps is not None and released_steps != label_steps:
                 raise ConfigError(
                     f"{cell.id}: its config.json says TOTAL_TIMESTEPS={released_steps:,} but the "
-                    f"budget label {cell.budget} means {label_steps:,}; pass --total-timesteps")
+                    f"budget label {cell.budget} means {label_steps:,}; pass --total-timesteps"
+                )
             steps = released_steps
         elif label_steps is not None:
             steps = label_steps
         else:
-            raise UsageError(f"{cell.id}: budget label {cell.budget!r} is not a step count; "
-                             "pass --total-timesteps")
-    return training_run_config(cell.algorithm, difficulty=cell.difficulty, seed=cell.seed,
-                               total_timesteps=steps, overrides=overrides, released=released,
-                               where=cell.id)
+            raise UsageError(
+                f"{cell.id}: budget label {cell.budget!r} is not a step count; "
+                "pass --total-timesteps"
+            )
+    return training_run_config(
+        cell.algorithm,
+        difficulty=cell.difficulty,
+        seed=cell.seed,
+        total_timesteps=steps,
+        overrides=overrides,
+        released=released,
+        where=cell.id,
+    )
 
 
 @dataclass(frozen=True)
@@ -265,10 +272,15 @@ class TrainGroup:
     def describe(self) -> str:
         t = self.items[0].tcfg
         src = {m.from_config for m in self.items}
-        origin = ("hyperparameters from the yaml defaults" if src == {None} else
-                  "hyperparameters from " + ", ".join(sorted(s or "the yaml" for s in src)))
-        return (f"{self.label}: {t.total_timesteps:,} steps = {t.num_updates:,} updates of "
-                f"{t.num_envs} envs x {t.num_steps} steps; {origin}")
+        origin = (
+            "hyperparameters from the yaml defaults"
+            if src == {None}
+            else "hyperparameters from " + ", ".join(sorted(s or "the yaml" for s in src))
+        )
+        return (
+            f"{self.label}: {t.total_timesteps:,} steps = {t.num_updates:,} updates of "
+            f"{t.num_envs} envs x {t.num_steps} steps; {origin}"
+        )
 
 
 def plan_groups(items: Sequence[TrainItem], group_size: int | None = None) -> list[TrainGroup]:
@@ -283,27 +295,32 @@ def plan_groups(items: Sequence[TrainItem], group_size: int | None = None) -> li
     groups = []
     for members in by_key.values():
         n = group_size or len(members)
-        groups += [TrainGroup(tuple(members[i:i + n])) for i in range(0, len(members), n)]
+        groups += [TrainGroup(tuple(members[i : i + n])) for i in range(0, len(members), n)]
     return groups
 
 
-def plan_items(cells: Sequence[Cell], *, total_timesteps: int | None = None,
-               overrides: Mapping[str, Any] | None = None,
-               configs: Mapping[Cell, tuple[str, Mapping[str, Any]]] | None = None
-               ) -> list[TrainItem]:
+def plan_items(
+    cells: Sequence[Cell],
+    *,
+    total_timesteps: int | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    configs: Mapping[Cell, tuple[str, Mapping[str, Any]]] | None = None,
+) -> list[TrainItem]:
     """Each cell's run and training config (``configs``: cell -> (where, its released
     config.json), see :func:`released_configs`)."""
     items = []
     for cell in cells:
         where, released = (configs or {}).get(cell, (None, None))
-        run = cell_run_config(cell, total_timesteps=total_timesteps, overrides=overrides,
-                              released=released)
+        run = cell_run_config(
+            cell, total_timesteps=total_timesteps, overrides=overrides, released=released
+        )
         items.append(TrainItem(cell, run, build_train_config(run, where=cell.id), where))
     return items
 
 
-def released_configs(cells: Sequence[Cell], *, from_config: Path | None = None,
-                     source: str | None = None) -> dict[Cell, tuple[str, dict]]:
+def released_configs(
+    cells: Sequence[Cell], *, from_config: Path | None = None, source: str | None = None
+) -> dict[Cell, tuple[str, dict]]:
     """Each cell's released config.json: ``from_config`` (one file for every cell) or the
     cell's own from ``source`` (a directory in the released layout, or ``hub``, which
     fetches the cell). A named source that lacks a selected cell is an error."""
@@ -381,35 +398,48 @@ def plan_training(selectors: Sequence[str], options: TrainOptions) -> TrainPlan:
     chosen = shard_cells(selected, options.shard)
     configs = released_configs(chosen, from_config=options.from_config, source=options.source)
     skipped, todo = [], []
-    for m in plan_items(chosen, total_timesteps=options.total_timesteps,
-                        overrides=options.overrides, configs=configs):
+    for m in plan_items(
+        chosen,
+        total_timesteps=options.total_timesteps,
+        overrides=options.overrides,
+        configs=configs,
+    ):
         where = options.out / m.cell.id
         done = None if options.force else is_complete(where, m.run, m.tcfg)
         if done:
             skipped.append((m.cell, where))
         elif done is False:
-            raise ConfigError(f"{m.cell.id}: {where} already holds a checkpoint trained with "
-                              "other settings (or not by alem-eval train); --force overwrites "
-                              "it, or choose another --out")
+            raise ConfigError(
+                f"{m.cell.id}: {where} already holds a checkpoint trained with "
+                "other settings (or not by alem-eval train); --force overwrites "
+                "it, or choose another --out"
+            )
         else:
             todo.append(m)
     return TrainPlan(len(selected), chosen, skipped, plan_groups(todo, options.group_size))
 
 
-def train_group(group: TrainGroup, options: TrainOptions,
-                on_progress=None) -> list[CellResult] | None:
+def train_group(
+    group: TrainGroup, options: TrainOptions, on_progress=None
+) -> list[CellResult] | None:
     """Train one group with its algorithm's trainer (reached through the registry)."""
     first = group.items[0]
     trainer = get_algorithm(first.run.algorithm).trainer().make_train(first.run, first.tcfg)
     return trainer.train_cells(
-        [m.run for m in group.items], [m.tcfg for m in group.items],
-        [options.out / m.cell.id for m in group.items], cell_ids=[m.cell.id for m in group.items],
-        fresh=options.fresh, save_every_seconds=options.checkpoint_every,
-        max_updates=options.max_updates, on_progress=on_progress)
+        [m.run for m in group.items],
+        [m.tcfg for m in group.items],
+        [options.out / m.cell.id for m in group.items],
+        cell_ids=[m.cell.id for m in group.items],
+        fresh=options.fresh,
+        save_every_seconds=options.checkpoint_every,
+        max_updates=options.max_updates,
+        on_progress=on_progress,
+    )
 
 
-def train(selectors: Sequence[str], options: TrainOptions,
-          events: TrainEvents | None = None) -> list[GroupOutcome]:
+def train(
+    selectors: Sequence[str], options: TrainOptions, events: TrainEvents | None = None
+) -> list[GroupOutcome]:
     """Plan, then train every group in turn (nothing is trained with ``dry_run``).
 
     Raises :class:`TrainingStopped` when a signal stopped a group (its state is saved)."""

@@ -1,4 +1,5 @@
 """Verify cells from any source: materialise, resolve, validate, restore."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -18,8 +19,13 @@ def verify_cells(source, cells: Sequence) -> list[VerifyResult]:
         except AlemEvalError as err:
             out.append(VerifyResult(cell.id, False, None, str(err)))
             continue
-        result = verify_cell(cell_dir, cell_id=cell.id, algorithm=cell.algorithm,
-                             difficulty=cell.difficulty, seed=cell.seed)
+        result = verify_cell(
+            cell_dir,
+            cell_id=cell.id,
+            algorithm=cell.algorithm,
+            difficulty=cell.difficulty,
+            seed=cell.seed,
+        )
         if result.ok:
             source.mark_verified(cell)
         out.append(result)

@@ -18,6 +18,7 @@ times the full report including the PNG/PDF figures.
 
     .venv/bin/python bench/bootstrap_speed.py [--reps 50000] [--rliable-reps 50000] [--figures]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,10 +54,14 @@ def _cpu() -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=50_000)
-    ap.add_argument("--rliable-reps", type=int, default=5_000,
-                    help="replicates for rliable; its cost is linear in reps (a Python loop), "
-                         "so the time is scaled to --reps (default 5000; pass --reps' value "
-                         "to run it in full)")
+    ap.add_argument(
+        "--rliable-reps",
+        type=int,
+        default=5_000,
+        help="replicates for rliable; its cost is linear in reps (a Python loop), "
+        "so the time is scaled to --reps (default 5000; pass --reps' value "
+        "to run it in full)",
+    )
     ap.add_argument("--repeat", type=int, default=3, help="alem-eval timings: best of N")
     ap.add_argument("--figures", action="store_true", help="also time the full report")
     args = ap.parse_args()
@@ -65,15 +70,23 @@ def main() -> None:
     df = synthetic_frame()
     settings = BootstrapSettings(reps=args.reps, seed=0)
     groups = run_scores(df, METRIC, runs="seeds")
-    print(f"machine: {_cpu()}, {os.cpu_count()} CPUs; python {platform.python_version()}, "
-          f"numpy {np.__version__}; load average {os.getloadavg()[0]:.2f} at start")
-    print(f"data: {len(groups)} groups x {next(iter(groups.values())).n_runs} runs "
-          f"(seeds; {len(df)} episodes), {args.reps:,} bootstrap replicates")
+    print(
+        f"machine: {_cpu()}, {os.cpu_count()} CPUs; python {platform.python_version()}, "
+        f"numpy {np.__version__}; load average {os.getloadavg()[0]:.2f} at start"
+    )
+    print(
+        f"data: {len(groups)} groups x {next(iter(groups.values())).n_runs} runs "
+        f"(seeds; {len(df)} episodes), {args.reps:,} bootstrap replicates"
+    )
 
     def four_aggregates():
         bs = StratifiedBootstrap(settings)
-        return {g: bs.aggregates(rs.scores, ("runs", "seeds", g.budget, g.algorithm, g.difficulty),
-                                 names=AGGREGATES) for g, rs in groups.items()}
+        return {
+            g: bs.aggregates(
+                rs.scores, ("runs", "seeds", g.budget, g.algorithm, g.difficulty), names=AGGREGATES
+            )
+            for g, rs in groups.items()
+        }
 
     def full_report_stats():
         analyze(df, METRIC, settings)
@@ -93,11 +106,16 @@ def main() -> None:
         return
 
     def agg(x):  # rliable's four aggregates, in our order; rliable's median for reference
-        return np.array([rlm.aggregate_iqm(x), rlm.aggregate_mean(x), np.median(x),
-                         rlm.aggregate_optimality_gap(x, 1.0)])
+        return np.array(
+            [
+                rlm.aggregate_iqm(x),
+                rlm.aggregate_mean(x),
+                np.median(x),
+                rlm.aggregate_optimality_gap(x, 1.0),
+            ]
+        )
 
-    score_dict = {f"{g.budget}/{g.algorithm}/{g.difficulty}": rs.scores
-                  for g, rs in groups.items()}
+    score_dict = {f"{g.budget}/{g.algorithm}/{g.difficulty}": rs.scores for g, rs in groups.items()}
     np.random.seed(0)  # rliable 1.2.0 draws from the global NumPy state
     t0 = time.perf_counter()
     points, cis = rly.get_interval_estimates(score_dict, agg, reps=rl_reps)
@@ -106,8 +124,10 @@ def main() -> None:
     note = "" if rl_reps == args.reps else f" (ran {rl_reps:,} reps, scaled to {args.reps:,})"
     print(f"rliable    four aggregates, 24 groups:           {t_rl_scaled:7.2f} s{note}")
     print(f"speed-up (rliable / alem-eval, four aggregates): {t_rl_scaled / t_four:7.1f}x")
-    print(f"speed-up (rliable four aggregates / alem-eval full report stats): "
-          f"{t_rl_scaled / t_full:5.1f}x")
+    print(
+        f"speed-up (rliable four aggregates / alem-eval full report stats): "
+        f"{t_rl_scaled / t_full:5.1f}x"
+    )
 
     # Agreement: point estimates exactly, CI ends within Monte-Carlo error.
     worst_point, worst_ci, scale = 0.0, 0.0, 0.0
@@ -115,12 +135,15 @@ def main() -> None:
         key = f"{g.budget}/{g.algorithm}/{g.difficulty}"
         for i, name in enumerate(AGGREGATES):
             worst_point = max(worst_point, abs(est[name].point - points[key][i]))
-            worst_ci = max(worst_ci, abs(est[name].lo - cis[key][0][i]),
-                           abs(est[name].hi - cis[key][1][i]))
+            worst_ci = max(
+                worst_ci, abs(est[name].lo - cis[key][0][i]), abs(est[name].hi - cis[key][1][i])
+            )
             scale = max(scale, est[name].hi - est[name].lo)
-    print(f"agreement: max |point diff| {worst_point:.2e}; max |CI end diff| {worst_ci:.4f} "
-          f"(widest CI {scale:.4f}; raw fraction scale; Monte-Carlo error of rliable's "
-          f"{rl_reps:,}-rep ends dominates)")
+    print(
+        f"agreement: max |point diff| {worst_point:.2e}; max |CI end diff| {worst_ci:.4f} "
+        f"(widest CI {scale:.4f}; raw fraction scale; Monte-Carlo error of rliable's "
+        f"{rl_reps:,}-rep ends dominates)"
+    )
 
     if args.figures:
         from alem_eval.report import build_report

@@ -17,6 +17,7 @@ should get close to it (b/limit) and far above the upstream loop (b/c).
 
     .venv/bin/python bench/eval_throughput.py [--cell DIR] [--steps 128] [--write]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,9 +59,13 @@ def main(argv=None) -> int:
     ap.add_argument("--difficulty", default=None, help="default: the cell's difficulty")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
-    ap.add_argument("--host-devices", type=int, default=None,
-                    help="also time the evaluator alone with this many CPU devices (separate "
-                         "process; default: one per core when there are several, 0 = skip)")
+    ap.add_argument(
+        "--host-devices",
+        type=int,
+        default=None,
+        help="also time the evaluator alone with this many CPU devices (separate "
+        "process; default: one per core when there are several, 0 = skip)",
+    )
     ap.add_argument("--evaluator-only", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.evaluator_only:
@@ -87,8 +92,8 @@ def main(argv=None) -> int:
     variables = spec.policy_variables(cell.weights)
     worlds, _ = ev.fast_keys(e)
     obs0, state0 = ev._resets(env.statics.world, dyn, list(worlds))
-    tile = lambda x: jnp.concatenate([x] * k)  # noqa: E731  [E] -> [B]
-    obs_b, state_b = jax.tree_util.tree_map(tile, (obs0, state0))
+    tile = lambda x: jnp.concatenate([x] * k)
+    _, state_b = jax.tree_util.tree_map(tile, (obs0, state0))
     results = {}
 
     # (a) env only ------------------------------------------------------------------
@@ -114,8 +119,11 @@ def main(argv=None) -> int:
     compile_a = time.perf_counter() - t0
     wall = _timed(lambda: env_only(state_b, jax.random.PRNGKey(0)), args.repeats)
     results["a"] = b * t / wall
-    print(f"(a) env only          B={b:4d}: {results['a']:9.1f} steps/s "
-          f"({wall:.2f} s for {t} steps; compile {compile_a:.0f} s)", flush=True)
+    print(
+        f"(a) env only          B={b:4d}: {results['a']:9.1f} steps/s "
+        f"({wall:.2f} s for {t} steps; compile {compile_a:.0f} s)",
+        flush=True,
+    )
 
     # (d) policy forward alone ---------------------------------------------------------
     stacked = jax.tree_util.tree_map(lambda x: jnp.stack([jnp.asarray(x)] * k), variables)
@@ -129,14 +137,15 @@ def main(argv=None) -> int:
         def per_ckpt(p):
             def body(carry, _):
                 c, o = carry
-                c, acts = jax.vmap(lambda cc, oo, m: policy.act(
-                    p, cc, oo, jnp.zeros(spec.num_agents, bool), m))(c, o, mask_in)
+                c, acts = jax.vmap(
+                    lambda cc, oo, m: policy.act(p, cc, oo, jnp.zeros(spec.num_agents, bool), m)
+                )(c, o, mask_in)
                 # feed something action-dependent back so steps cannot be hoisted
                 o = o + (acts[..., None] == 0).astype(o.dtype) * 1e-6
                 return (c, o), None
 
             carry0 = jax.vmap(lambda _: policy.init_carry())(jnp.arange(e))
-            (c, o), _ = jax.lax.scan(body, (carry0, obs), None, length=t)
+            (_, o), _ = jax.lax.scan(body, (carry0, obs), None, length=t)
             return o.sum()
 
         return jax.vmap(per_ckpt)(params)
@@ -146,17 +155,23 @@ def main(argv=None) -> int:
     compile_d = time.perf_counter() - t0
     wall = _timed(lambda: policy_only(stacked, obs_in), args.repeats)
     results["d"] = b * t / wall
-    print(f"(d) policy forward    B={b:4d}: {results['d']:9.1f} steps/s "
-          f"({wall:.2f} s; compile {compile_d:.0f} s)", flush=True)
+    print(
+        f"(d) policy forward    B={b:4d}: {results['d']:9.1f} steps/s "
+        f"({wall:.2f} s; compile {compile_d:.0f} s)",
+        flush=True,
+    )
 
     # (b) the evaluator ------------------------------------------------------------------
     ev_res = _time_evaluator(cfg, cell.weights, difficulty, k, e, t, args.repeats)
     results["b"], results["b_rollout"] = ev_res["b"], ev_res["b_rollout"]
     best_timing, first_wall, compile_b = ev_res["timing"], ev_res["first_wall"], ev_res["compile"]
-    print(f"(b) evaluator         B={b:4d}: {results['b']:9.1f} steps/s end to end "
-          f"({ev_res['wall']:.2f} s for {ev_res['steps']} effective steps; first call "
-          f"{first_wall:.0f} s), rollout program alone {results['b_rollout']:.1f} steps/s; "
-          "split " + ", ".join(f"{kk} {vv:.2f}" for kk, vv in best_timing.items()), flush=True)
+    print(
+        f"(b) evaluator         B={b:4d}: {results['b']:9.1f} steps/s end to end "
+        f"({ev_res['wall']:.2f} s for {ev_res['steps']} effective steps; first call "
+        f"{first_wall:.0f} s), rollout program alone {results['b_rollout']:.1f} steps/s; "
+        "split " + ", ".join(f"{kk} {vv:.2f}" for kk, vv in best_timing.items()),
+        flush=True,
+    )
 
     # (c) upstream-style loop ------------------------------------------------------------
     pparams = policy.prepare(jax.tree_util.tree_map(jnp.asarray, variables))
@@ -193,26 +208,48 @@ def main(argv=None) -> int:
     n = upstream_loop(args.upstream_steps)
     wall = time.perf_counter() - t0
     results["c"] = n / wall
-    print(f"(c) upstream-style loop B=1: {results['c']:9.1f} steps/s "
-          f"({wall:.2f} s for {n} steps; compile {compile_c:.0f} s)", flush=True)
+    print(
+        f"(c) upstream-style loop B=1: {results['c']:9.1f} steps/s "
+        f"({wall:.2f} s for {n} steps; compile {compile_c:.0f} s)",
+        flush=True,
+    )
 
     n_dev = args.host_devices if args.host_devices is not None else (os.cpu_count() or 1)
     if n_dev > 1:
         import json
         import subprocess
 
-        cmd = [sys.executable, __file__, "--evaluator-only", "--host-devices", str(n_dev),
-               "--cell", str(args.cell), "--checkpoints", str(k), "--episodes", str(e),
-               "--steps", str(t), "--difficulty", difficulty, "--repeats", str(args.repeats)]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--evaluator-only",
+            "--host-devices",
+            str(n_dev),
+            "--cell",
+            str(args.cell),
+            "--checkpoints",
+            str(k),
+            "--episodes",
+            str(e),
+            "--steps",
+            str(t),
+            "--difficulty",
+            difficulty,
+            "--repeats",
+            str(args.repeats),
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
-        line = [l for l in proc.stdout.splitlines() if l.startswith("EVALUATOR ")]
+        line = [ln for ln in proc.stdout.splitlines() if ln.startswith("EVALUATOR ")]
         if proc.returncode == 0 and line:
-            multi = json.loads(line[-1][len("EVALUATOR "):])
+            multi = json.loads(line[-1][len("EVALUATOR ") :])
             results["b_multi"], results["b_multi_devices"] = multi["b"], n_dev
             results["b_multi_same"] = multi["records"] == _records_digest(ev_res["records"])
-            print(f"(b) evaluator on {n_dev} CPU devices: {multi['b']:9.1f} steps/s end to end "
-                  f"(rollout alone {multi['b_rollout']:.1f}); records identical to 1 device: "
-                  f"{results['b_multi_same']}", flush=True)
+            print(
+                f"(b) evaluator on {n_dev} CPU devices: {multi['b']:9.1f} steps/s end to end "
+                f"(rollout alone {multi['b_rollout']:.1f}); records identical to 1 device: "
+                f"{results['b_multi_same']}",
+                flush=True,
+            )
         else:
             print("multi-device evaluator run failed:\n" + proc.stderr[-2000:], flush=True)
 
@@ -220,12 +257,30 @@ def main(argv=None) -> int:
     bc, bl = results["b"] / results["c"], results["b"] / limit
     blr = results["b_rollout"] / limit
     print(f"limit = 1/(1/a+1/d) = {limit:.1f} steps/s")
-    print(f"b/c = {bc:.1f} (target >= 10)   b/limit = {bl:.2f} (rollout alone {blr:.2f}; "
-          f"target >= 0.85)")
+    print(
+        f"b/c = {bc:.1f} (target >= 10)   b/limit = {bl:.2f} (rollout alone {blr:.2f}; "
+        f"target >= 0.85)"
+    )
 
     if args.write:
-        _write(args, cfg, difficulty, b, results, limit, bc, bl, blr, best_timing,
-               load_before, compile_a, compile_d, compile_b, compile_c, first_wall)
+        _write(
+            args,
+            cfg,
+            difficulty,
+            b,
+            results,
+            limit,
+            bc,
+            bl,
+            blr,
+            best_timing,
+            load_before,
+            compile_a,
+            compile_d,
+            compile_b,
+            compile_c,
+            first_wall,
+        )
     return 0
 
 
@@ -234,8 +289,9 @@ def _time_evaluator(cfg, weights, difficulty, k, e, t, repeats) -> dict:
     from alem_eval import evaluate as ev
 
     cfgs, ws = [cfg] * k, [weights] * k
-    run = lambda: ev.run_stack(cfgs, ws, protocol="fast", eval_difficulty=difficulty,  # noqa: E731
-                               num_episodes=e, max_steps=t)
+    run = lambda: ev.run_stack(
+        cfgs, ws, protocol="fast", eval_difficulty=difficulty, num_episodes=e, max_steps=t
+    )
     t0 = time.perf_counter()
     first = run()
     first_wall = time.perf_counter() - t0
@@ -248,9 +304,16 @@ def _time_evaluator(cfg, weights, difficulty, k, e, t, repeats) -> dict:
             best, timing = wall, dict(ev.LAST_TIMINGS)
     assert res.records == first.records, "the evaluator is not deterministic"
     steps = int(sum(r["episode_length"] for row in res.records for r in row))
-    return dict(b=steps / best, b_rollout=steps / timing["rollout_s"], wall=best, steps=steps,
-                timing=timing, first_wall=first_wall, records=res.records,
-                compile=sum(c.compile_s + c.trace_s for c in ev.COMPILE_STATS))
+    return dict(
+        b=steps / best,
+        b_rollout=steps / timing["rollout_s"],
+        wall=best,
+        steps=steps,
+        timing=timing,
+        first_wall=first_wall,
+        records=res.records,
+        compile=sum(c.compile_s + c.trace_s for c in ev.COMPILE_STATS),
+    )
 
 
 def _records_digest(records) -> str:
@@ -275,10 +338,21 @@ def _evaluator_only(args) -> int:
     enable_compilation_cache()
     assert jax.local_device_count() == args.host_devices, jax.devices()
     cell = load_cell(args.cell, policy_only=True)
-    r = _time_evaluator(cell.cfg, cell.weights, args.difficulty, args.checkpoints,
-                        args.episodes, args.steps, args.repeats)
-    print("EVALUATOR " + json.dumps({"b": r["b"], "b_rollout": r["b_rollout"],
-                                     "records": _records_digest(r["records"])}))
+    r = _time_evaluator(
+        cell.cfg,
+        cell.weights,
+        args.difficulty,
+        args.checkpoints,
+        args.episodes,
+        args.steps,
+        args.repeats,
+    )
+    print(
+        "EVALUATOR "
+        + json.dumps(
+            {"b": r["b"], "b_rollout": r["b_rollout"], "records": _records_digest(r["records"])}
+        )
+    )
     return 0
 
 
@@ -297,23 +371,45 @@ def _machine() -> str:
         mem = f", {kb / 2**20:.0f} GiB RAM"
     except (OSError, AttributeError):
         pass
-    return (f"{cpu}, {os.cpu_count()} cores{mem}; {platform.system()} {platform.release()}; "
-            f"Python {platform.python_version()}, jax {jax.__version__} "
-            f"({jax.default_backend()}, {jax.local_device_count()} device(s))")
+    return (
+        f"{cpu}, {os.cpu_count()} cores{mem}; {platform.system()} {platform.release()}; "
+        f"Python {platform.python_version()}, jax {jax.__version__} "
+        f"({jax.default_backend()}, {jax.local_device_count()} device(s))"
+    )
 
 
-def _write(args, cfg, difficulty, b, r, limit, bc, bl, blr, timing, load_before,
-           compile_a, compile_d, compile_b, compile_c, first_wall) -> None:
+def _write(
+    args,
+    cfg,
+    difficulty,
+    b,
+    r,
+    limit,
+    bc,
+    bl,
+    blr,
+    timing,
+    load_before,
+    compile_a,
+    compile_d,
+    compile_b,
+    compile_c,
+    first_wall,
+) -> None:
     try:
-        cell_name = str(args.cell.resolve().relative_to(REPO.parent / "shared" / "fixtures" / "hub"))
+        cell_name = str(
+            args.cell.resolve().relative_to(REPO.parent / "shared" / "fixtures" / "hub")
+        )
     except ValueError:
         cell_name = str(args.cell)
     multi_row = ""
     if "b_multi" in r:
         same = "identical" if r["b_multi_same"] else "NOT identical"
-        multi_row = (f"| (b'') evaluator on {r['b_multi_devices']} CPU devices "
-                     f"(`use_host_devices()`; records {same} to 1 device) | "
-                     f"{r['b_multi']:.1f} |\n")
+        multi_row = (
+            f"| (b'') evaluator on {r['b_multi_devices']} CPU devices "
+            f"(`use_host_devices()`; records {same} to 1 device) | "
+            f"{r['b_multi']:.1f} |\n"
+        )
     body = f"""{START}
 ## Evaluation throughput
 
@@ -326,12 +422,12 @@ shared, so absolute numbers are noisy). Throughput in env steps/s (one step = al
 
 | measurement | steps/s |
 |---|---:|
-| (a) env only: `step_env` + mask, random legal actions, B vmapped | {r['a']:.1f} |
-| (d) policy forward alone at B | {r['d']:.1f} |
+| (a) env only: `step_env` + mask, random legal actions, B vmapped | {r["a"]:.1f} |
+| (d) policy forward alone at B | {r["d"]:.1f} |
 | limit = 1/(1/a + 1/d) | {limit:.1f} |
-| (b) evaluator, `run_stack(protocol="fast")`, end to end | {r['b']:.1f} |
-| (b') evaluator, its rollout program alone | {r['b_rollout']:.1f} |
-| (c) upstream-style loop (Python loop, jitted step, host sync per step, B=1) | {r['c']:.1f} |
+| (b) evaluator, `run_stack(protocol="fast")`, end to end | {r["b"]:.1f} |
+| (b') evaluator, its rollout program alone | {r["b_rollout"]:.1f} |
+| (c) upstream-style loop (Python loop, jitted step, host sync per step, B=1) | {r["c"]:.1f} |
 {multi_row}
 Ratios: **b/c = {bc:.1f}** (target >= 10), **b/limit = {bl:.2f}** (rollout alone {blr:.2f};
 target >= 0.85).
@@ -345,7 +441,7 @@ XLA compile (the Python trace of the Alem step, ~5-20 s, remains).
     path = REPO / "BENCHMARKS.md"
     text = path.read_text() if path.exists() else "# Benchmarks\n"
     if START in text and END in text:
-        text = text[:text.index(START)] + body + text[text.index(END) + len(END):]
+        text = text[: text.index(START)] + body + text[text.index(END) + len(END) :]
     else:
         text = text.rstrip("\n") + "\n\n" + body + "\n"
     path.write_text(text)

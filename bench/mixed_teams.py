@@ -15,6 +15,7 @@ comparable within one run of this script):
 
 ``--write`` replaces the ``mixed-teams`` block of BENCHMARKS.md with the results.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,7 +26,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from datetime import date
 from pathlib import Path
 
@@ -76,12 +76,18 @@ _CHILD = textwrap.dedent("""
 def child(mode: str, cache: str, episodes: int, steps: int) -> dict:
     code = _CHILD.format(repo=str(REPO), cache=cache, mode=mode, episodes=episodes, steps=steps)
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=3600)
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     if proc.returncode:
         raise SystemExit(proc.stderr[-4000:])
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
-    return json.loads(line[len("RESULT"):])
+    return json.loads(line[len("RESULT") :])
 
 
 def _sum(stats, key, prefix="rollout"):
@@ -105,46 +111,49 @@ def main() -> None:
         ("one program (after)", one),
         ("warm start: new process, same shapes", warm),
     ]
-    lines = ["| scoring the 4 demo cells | rollout traces | trace s | XLA compile s | "
-             "process start -> records s |", "|---|---:|---:|---:|---:|"]
+    lines = [
+        "| scoring the 4 demo cells | rollout traces | trace s | XLA compile s | "
+        "process start -> records s |",
+        "|---|---:|---:|---:|---:|",
+    ]
     for name, r in rows:
-        lines.append(f"| {name} | {r['counts'].get('rollout', 0)} "
-                     f"(+{r['counts'].get('rollout:loaded', 0)} loaded) | "
-                     f"{_sum(r['stats'], 'trace_s'):.1f} | {_sum(r['stats'], 'compile_s'):.1f} | "
-                     f"{r['wall_s']:.1f} |")
+        lines.append(
+            f"| {name} | {r['counts'].get('rollout', 0)} "
+            f"(+{r['counts'].get('rollout:loaded', 0)} loaded) | "
+            f"{_sum(r['stats'], 'trace_s'):.1f} | {_sum(r['stats'], 'compile_s'):.1f} | "
+            f"{r['wall_s']:.1f} |"
+        )
     s_sps = thr["self"]["live_steps"] / thr["self"]["wall_s"]
     m_sps = thr["mixed"]["live_steps"] / thr["mixed"]["wall_s"]
-    text = textwrap.dedent(f"""\
+    text = (
+        textwrap.dedent(f"""\
         ## Mixed teams: one compiled rollout
 
-        Measured by `bench/mixed_teams.py{' --write' if args.write else ''}` on {date.today()}:
+        Measured by `bench/mixed_teams.py{" --write" if args.write else ""}` on {date.today()}:
         the four demo cells (one per algorithm, reduced sizes), fast protocol,
         {args.episodes} episodes x <= {args.steps} steps, each row a fresh process with its
         own empty compilation cache (the warm start reuses the cache of the row above it).
         Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python
         {platform.python_version()}; load average before the run {load:.2f}.
 
-        """) + "\n".join(lines) + textwrap.dedent(f"""
+        """)
+        + "\n".join(lines)
+        + textwrap.dedent(f"""
 
-        Trace ratio before/after: {sep['counts'].get('rollout', 0)} : {one['counts'].get('rollout', 0)};
-        trace + compile of the rollout {_sum(sep['stats'], 'trace_s') + _sum(sep['stats'], 'compile_s'):.1f} s
-        -> {_sum(one['stats'], 'trace_s') + _sum(one['stats'], 'compile_s'):.1f} s.
+        Trace ratio before/after: {sep["counts"].get("rollout", 0)} : {one["counts"].get("rollout", 0)};
+        trace + compile of the rollout {_sum(sep["stats"], "trace_s") + _sum(sep["stats"], "compile_s"):.1f} s
+        -> {_sum(one["stats"], "trace_s") + _sum(one["stats"], "compile_s"):.1f} s.
 
         Steady state (after compilation), the same 4 teams x {args.episodes} episodes: self-play
         {s_sps:.0f} env-steps/s, mixed teams (each slot a different algorithm, so each team
         runs three policies) {m_sps:.0f} env-steps/s: ratio {m_sps / s_sps:.2f}.
         """)
+    )
     print(text)
     if args.write:
-        path = REPO / "BENCHMARKS.md"
-        body = path.read_text()
-        start, end = "<!-- mixed-teams:start -->", "<!-- mixed-teams:end -->"
-        block = f"{start}\n{text}{end}"
-        if start in body:
-            body = body[:body.index(start)] + block + body[body.index(end) + len(end):]
-        else:
-            body = body.rstrip() + "\n\n" + block + "\n"
-        path.write_text(body)
+        from benchmarks_md import write_block
+
+        write_block("mixed-teams", text)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ The facts below come from the model card and the upstream trainers (see
 ``shared/docs/upstream-format.md`` §5 and §9). ``tests/test_hub.py`` checks the parameter
 counts against ``alem_eval.networks`` at the released sizes.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,8 +23,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from alem_eval.config import ALGORITHMS, DIFFICULTIES, PAPER_ENV_VERSION
-from alem_eval.manifest import (DEFAULT_REVISION, HUB_REPO, MANIFEST_NAME, MANIFEST_PATH,
-                                MANIFEST_SCHEMA_VERSION)
+from alem_eval.manifest import (
+    DEFAULT_REVISION,
+    HUB_REPO,
+    MANIFEST_NAME,
+    MANIFEST_PATH,
+    MANIFEST_SCHEMA_VERSION,
+)
 
 # The package data first (what the library reads), then the human-facing copy.
 TARGETS = (MANIFEST_PATH, Path(__file__).resolve().parent / MANIFEST_NAME)
@@ -33,12 +39,20 @@ TARGETS = (MANIFEST_PATH, Path(__file__).resolve().parent / MANIFEST_NAME)
 BUDGETS = ("100M", "1B")
 SEEDS = range(5)
 NUM_COMM_CHANNELS = 4
-FAMILIES = {"ippo-rnn": "ppo", "mappo-rnn": "ppo-ctde", "hypermarl-rnn": "hypermarl",
-            "pqn-vdn-rnn": "pqn"}
+FAMILIES = {
+    "ippo-rnn": "ppo",
+    "mappo-rnn": "ppo-ctde",
+    "hypermarl-rnn": "hypermarl",
+    "pqn-vdn-rnn": "pqn",
+}
 # `num_params` as the trainers log it with NUM_COMM_CHANNELS=4 (MAPPO: actor + critic;
 # PQN: batch_stats included).
-EXPECTED_PARAMS = {"ippo-rnn": 2_589_885, "mappo-rnn": 7_508_797, "hypermarl-rnn": 25_614_013,
-                   "pqn-vdn-rnn": 18_462_800}
+EXPECTED_PARAMS = {
+    "ippo-rnn": 2_589_885,
+    "mappo-rnn": 7_508_797,
+    "hypermarl-rnn": 25_614_013,
+    "pqn-vdn-rnn": 18_462_800,
+}
 # Measured on upstream-written checkpoints at the released sizes, optimiser state included.
 APPROX_SIZE_MB = {"ippo-rnn": 20, "mappo-rnn": 48, "hypermarl-rnn": 241, "pqn-vdn-rnn": 134}
 
@@ -49,24 +63,32 @@ def manifest_data() -> dict:
         for algorithm in ALGORITHMS:
             for difficulty in DIFFICULTIES:
                 for seed in SEEDS:
-                    cells.append({
-                        "budget": budget, "algorithm": algorithm, "difficulty": difficulty,
-                        "seed": seed, "repo": HUB_REPO,
-                        "path": f"{budget}/{algorithm}/{difficulty}/seed{seed}",
-                        "revision": DEFAULT_REVISION, "family": FAMILIES[algorithm],
-                        "expected_params": EXPECTED_PARAMS[algorithm],
-                        "num_comm_channels": NUM_COMM_CHANNELS,
-                        "env_version": PAPER_ENV_VERSION,
-                        "approx_size_mb": APPROX_SIZE_MB[algorithm],
-                    })
+                    cells.append(
+                        {
+                            "budget": budget,
+                            "algorithm": algorithm,
+                            "difficulty": difficulty,
+                            "seed": seed,
+                            "repo": HUB_REPO,
+                            "path": f"{budget}/{algorithm}/{difficulty}/seed{seed}",
+                            "revision": DEFAULT_REVISION,
+                            "family": FAMILIES[algorithm],
+                            "expected_params": EXPECTED_PARAMS[algorithm],
+                            "num_comm_channels": NUM_COMM_CHANNELS,
+                            "env_version": PAPER_ENV_VERSION,
+                            "approx_size_mb": APPROX_SIZE_MB[algorithm],
+                        }
+                    )
     return {
         "schema_version": MANIFEST_SCHEMA_VERSION,
         "name": "alem-rl-baselines",
         "repo": HUB_REPO,
         "revision": DEFAULT_REVISION,
         "env_version": PAPER_ENV_VERSION,
-        "notes": ("Budget folder spelling (100M vs 100m) is resolved against the repo listing "
-                  "case-insensitively; revision is not pinned yet (main)."),
+        "notes": (
+            "Budget folder spelling (100M vs 100m) is resolved against the repo listing "
+            "case-insensitively; revision is not pinned yet (main)."
+        ),
         "cells": cells,
     }
 

@@ -1,4 +1,5 @@
 """Run the ``alem-eval`` CLI as a user would: a subprocess with its own HF_* and cache env."""
+
 from __future__ import annotations
 
 import os
@@ -19,18 +20,30 @@ def closed_port_url() -> str:
 
 def cli_env(tmp_path: Path, endpoint: str, *, offline: bool = False) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_"))}
-    env.update(HF_HOME=str(tmp_path / "hf-home"), HF_ENDPOINT=endpoint,
-               HF_HUB_DISABLE_TELEMETRY="1", ALEM_EVAL_CACHE=str(tmp_path / "alem-cache"),
-               COLUMNS="200")
+    env.update(
+        HF_HOME=str(tmp_path / "hf-home"),
+        HF_ENDPOINT=endpoint,
+        HF_HUB_DISABLE_TELEMETRY="1",
+        ALEM_EVAL_CACHE=str(tmp_path / "alem-cache"),
+        COLUMNS="200",
+    )
     if offline:
         env["HF_HUB_OFFLINE"] = "1"
     return env
 
 
-def run_cli(args: list[str], env: dict[str, str], *, timeout: float = 120) -> subprocess.CompletedProcess:
+def run_cli(
+    args: list[str], env: dict[str, str], *, timeout: float = 120
+) -> subprocess.CompletedProcess:
     code = "import sys; from alem_eval.cli import main; sys.exit(main())"
-    return subprocess.run([sys.executable, "-c", code, *args], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> None:

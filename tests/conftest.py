@@ -1,4 +1,5 @@
 """Shared test fixtures. Everything here is offline and fast."""
+
 from __future__ import annotations
 
 import os

@@ -6,6 +6,7 @@ each fixture cell once per session. conftest.py points JAX's persistent compilat
 at a per-session directory; set ``ALEM_EVAL_JAX_CACHE`` to a lasting directory to keep
 compiled programs between runs (a warm rerun skips all XLA compiles).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -48,15 +49,21 @@ class Cell:
         return self.upstream["eval_per_episode"][self.difficulty]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load(cell_id: str) -> Cell:
     """Config, policy weights and upstream numbers of a fixture cell (cached)."""
     from alem_eval.loader import load_cell
 
     _budget, algorithm, difficulty, seed = cell_id.split("/")
     d = FIXTURES / cell_id
-    loaded = load_cell(d, algorithm=algorithm, difficulty=difficulty, seed=int(seed[4:]),
-                       policy_only=True, where=cell_id)
+    loaded = load_cell(
+        d,
+        algorithm=algorithm,
+        difficulty=difficulty,
+        seed=int(seed[4:]),
+        policy_only=True,
+        where=cell_id,
+    )
     upstream = json.loads((d / "upstream_eval.json").read_text())
     return Cell(cell_id, loaded.cfg, loaded.weights, upstream)
 

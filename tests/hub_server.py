@@ -26,6 +26,7 @@ would), :meth:`corrupt` (the right length, wrong bytes), :meth:`cut` (the connec
 mid-body), :meth:`fail` (HTTP errors), :meth:`throttle` (a slow link) and :meth:`hold` (a
 body stops mid-file until released, so a client can be killed there).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -71,17 +72,23 @@ class _File:
     @property
     def pointer(self) -> bytes:
         """The git-lfs pointer file stored in git in place of an LFS file."""
-        return (f"version https://git-lfs.github.com/spec/v1\noid sha256:{self.sha256}\n"
-                f"size {self.size}\n").encode()
+        return (
+            f"version https://git-lfs.github.com/spec/v1\noid sha256:{self.sha256}\n"
+            f"size {self.size}\n"
+        ).encode()
 
     def entry(self) -> dict:
         """The file's entry in a tree / paths-info listing, as huggingface.co writes it."""
         if not self.lfs:
             return {"type": "file", "path": self.path, "size": self.size, "oid": self.git_oid}
         pointer = self.pointer
-        return {"type": "file", "path": self.path, "size": self.size,
-                "oid": hashlib.sha1(b"blob %d\0" % len(pointer) + pointer).hexdigest(),
-                "lfs": {"oid": self.sha256, "size": self.size, "pointerSize": len(pointer)}}
+        return {
+            "type": "file",
+            "path": self.path,
+            "size": self.size,
+            "oid": hashlib.sha1(b"blob %d\0" % len(pointer) + pointer).hexdigest(),
+            "lfs": {"oid": self.sha256, "size": self.size, "pointerSize": len(pointer)},
+        }
 
 
 @lru_cache(maxsize=8)
@@ -94,17 +101,27 @@ def _scan(root: Path, include: tuple[str, ...] | None) -> dict[str, _File]:
         if include is not None and not rel.startswith(include):
             continue
         data = p.read_bytes()
-        files[rel] = _File(rel, len(data), hashlib.sha256(data).hexdigest(),
-                           hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest())
+        files[rel] = _File(
+            rel,
+            len(data),
+            hashlib.sha256(data).hexdigest(),
+            hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest(),
+        )
     return files
 
 
 class HubServer:
     """``with HubServer(root) as hub: ... hub.url ...`` serves ``root`` as ``repo``."""
 
-    def __init__(self, root: str | Path, *, repo: str = DEFAULT_REPO,
-                 revisions: tuple[str, ...] = ("main",), page_size: int | None = None,
-                 include: tuple[str, ...] | None = None):
+    def __init__(
+        self,
+        root: str | Path,
+        *,
+        repo: str = DEFAULT_REPO,
+        revisions: tuple[str, ...] = ("main",),
+        page_size: int | None = None,
+        include: tuple[str, ...] | None = None,
+    ):
         self.root = Path(root)
         self.repo = repo
         self.files = dict(_scan(self.root.resolve(), include))
@@ -128,8 +145,9 @@ class HubServer:
         handler = type("Handler", (_Handler,), {"hub": self})
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._httpd.daemon_threads = True
-        threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                         daemon=True).start()
+        threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
         return self
 
     def stop(self) -> None:
@@ -172,13 +190,18 @@ class HubServer:
         """Send the bodies of files whose path contains ``match`` at about this rate."""
         self._throttle = (match, float(bytes_per_second))
 
-    def hold(self, path: str, after: int, *, until_heads: int | None = None,
-             timeout: float = 30.0) -> None:
+    def hold(
+        self, path: str, after: int, *, until_heads: int | None = None, timeout: float = 30.0
+    ) -> None:
         """The next GET of ``path`` sends ``after`` bytes, then waits: for :meth:`release`, for
         the ``until_heads``-th HEAD of ``path`` (another client about to fetch it), or for
         ``timeout`` seconds; then it sends the rest (if the client is still there)."""
-        self._hold[path] = {"after": after, "heads": until_heads, "timeout": timeout,
-                            "held": threading.Event()}
+        self._hold[path] = {
+            "after": after,
+            "heads": until_heads,
+            "timeout": timeout,
+            "held": threading.Event(),
+        }
 
     def wait_held(self, path: str, timeout: float = 30.0) -> bool:
         """Block until a GET of ``path`` is being held (see :meth:`hold`)."""
@@ -225,8 +248,13 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     # -- plumbing --------------------------------------------------------------------------
-    def _send(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None,
-              content_length: int | None = None) -> None:
+    def _send(
+        self,
+        status: int,
+        body: bytes = b"",
+        headers: dict[str, str] | None = None,
+        content_length: int | None = None,
+    ) -> None:
         self.send_response(status)
         for k, v in (headers or {}).items():
             self.send_header(k, v)
@@ -237,11 +265,13 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def _json(self, obj, headers: dict[str, str] | None = None) -> None:
-        self._send(200, json.dumps(obj).encode(),
-                   {"Content-Type": "application/json", **(headers or {})})
+        self._send(
+            200, json.dumps(obj).encode(), {"Content-Type": "application/json", **(headers or {})}
+        )
 
-    def _error(self, status: int, code: str | None, message: str,
-               headers: dict[str, str] | None = None) -> None:
+    def _error(
+        self, status: int, code: str | None, message: str, headers: dict[str, str] | None = None
+    ) -> None:
         h = {"Content-Type": "application/json", "X-Error-Message": message, **(headers or {})}
         if code:
             h["X-Error-Code"] = code
@@ -267,10 +297,18 @@ class _Handler(BaseHTTPRequestHandler):
         repo_path = None
         prefix = f"/{hub.repo}/resolve/"
         if path.startswith(prefix):
-            rest = path[len(prefix):]
+            rest = path[len(prefix) :]
             repo_path = rest.split("/", 1)[1] if "/" in rest else ""
-        hub._record(Request(self.command, path, query, repo_path, self.headers.get("Range"),
-                            self.headers.get("User-Agent", "")))
+        hub._record(
+            Request(
+                self.command,
+                path,
+                query,
+                repo_path,
+                self.headers.get("Range"),
+                self.headers.get("User-Agent", ""),
+            )
+        )
         status = hub._take_fail(path)
         if status is not None:
             return self._error(status, None, f"injected failure {status}")
@@ -278,13 +316,13 @@ class _Handler(BaseHTTPRequestHandler):
         if path.startswith("/api/models/"):
             if not (path == api or path.startswith(api + "/")):
                 return self._error(404, "RepoNotFound", "Repository not found")
-            return self._api(path[len(api):], query)
+            return self._api(path[len(api) :], query)
         if path.startswith("/api/"):
             return self._error(404, None, "Not found")
         if "/resolve/" in path and not path.startswith(prefix):
             return self._error(404, "RepoNotFound", "Repository not found")
         if repo_path is not None:
-            rev, _, file_path = path[len(prefix):].partition("/")
+            rev, _, file_path = path[len(prefix) :].partition("/")
             return self._resolve(rev, file_path)
         return self._error(404, None, "Not found")
 
@@ -296,14 +334,14 @@ class _Handler(BaseHTTPRequestHandler):
         if rest in ("", "/"):
             rev = "main"
         elif rest.startswith("/revision/"):
-            rev = rest[len("/revision/"):]
+            rev = rest[len("/revision/") :]
         elif rest.startswith("/tree/"):
-            rev, _, sub = rest[len("/tree/"):].partition("/")
+            rev, _, sub = rest[len("/tree/") :].partition("/")
             if self._commit(rev) is None:
                 return self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}")
             return self._tree(rev, sub, query)
         elif rest.startswith("/paths-info/") and self.command == "POST":
-            rev = rest[len("/paths-info/"):]
+            rev = rest[len("/paths-info/") :]
             if self._commit(rev) is None:
                 return self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}")
             return self._paths_info(getattr(self, "_form", {}).get("paths", []))
@@ -312,10 +350,19 @@ class _Handler(BaseHTTPRequestHandler):
         commit = self._commit(rev)
         if commit is None:
             return self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}")
-        self._json({"id": hub.repo, "modelId": hub.repo, "sha": commit, "private": False,
-                    "disabled": False, "gated": False, "tags": ["reinforcement-learning", "jax"],
-                    "lastModified": "2026-06-27T00:00:00.000Z",
-                    "siblings": [{"rfilename": p} for p in hub.files]})
+        self._json(
+            {
+                "id": hub.repo,
+                "modelId": hub.repo,
+                "sha": commit,
+                "private": False,
+                "disabled": False,
+                "gated": False,
+                "tags": ["reinforcement-learning", "jax"],
+                "lastModified": "2026-06-27T00:00:00.000Z",
+                "siblings": [{"rfilename": p} for p in hub.files],
+            }
+        )
 
     def _tree(self, rev: str, sub: str, query: dict[str, list[str]]) -> None:
         hub = self.hub
@@ -325,15 +372,21 @@ class _Handler(BaseHTTPRequestHandler):
         for f in hub.files.values():
             if base and not f.path.startswith(base + "/"):
                 continue
-            rel = f.path[len(base) + 1:] if base else f.path
+            rel = f.path[len(base) + 1 :] if base else f.path
             segs = rel.split("/")
             dirs = ["/".join(segs[:i]) for i in range(1, len(segs))]
             if not recursive:
                 dirs = dirs[:1]
             for d in dirs:
                 full = f"{base}/{d}" if base else d
-                entries.setdefault(full, {"type": "directory", "path": full,
-                                          "oid": hashlib.sha1(full.encode()).hexdigest()})
+                entries.setdefault(
+                    full,
+                    {
+                        "type": "directory",
+                        "path": full,
+                        "oid": hashlib.sha1(full.encode()).hexdigest(),
+                    },
+                )
             if recursive or len(segs) == 1:
                 entries[f.path] = f.entry()
         if base and not entries:
@@ -345,8 +398,10 @@ class _Handler(BaseHTTPRequestHandler):
             end = start + hub.page_size
             if end < len(items):
                 q = f"recursive={str(recursive).lower()}&expand=false&cursor={end}"
-                url = (f"http://{self.headers['Host']}/api/models/{hub.repo}/tree/"
-                       f"{quote(rev, safe='')}")
+                url = (
+                    f"http://{self.headers['Host']}/api/models/{hub.repo}/tree/"
+                    f"{quote(rev, safe='')}"
+                )
                 url += f"/{quote(base)}" if base else ""
                 headers["Link"] = f'<{url}?{q}>; rel="next"'
             items = items[start:end]
@@ -361,8 +416,9 @@ class _Handler(BaseHTTPRequestHandler):
             if p in hub.files:
                 out.append(hub.files[p].entry())
             elif any(f.startswith(p + "/") for f in hub.files):
-                out.append({"type": "directory", "path": p,
-                            "oid": hashlib.sha1(p.encode()).hexdigest()})
+                out.append(
+                    {"type": "directory", "path": p, "oid": hashlib.sha1(p.encode()).hexdigest()}
+                )
         self._json(out)
 
     def _resolve(self, rev: str, file_path: str) -> None:
@@ -372,15 +428,16 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}")
         f = hub.files.get(file_path)
         if f is None:
-            return self._error(404, "EntryNotFound", f"{file_path} does not exist",
-                               {"X-Repo-Commit": commit})
+            return self._error(
+                404, "EntryNotFound", f"{file_path} does not exist", {"X-Repo-Commit": commit}
+            )
         data = (hub.root / f.path).read_bytes()
         hold = None
         with hub._lock:
             trunc = hub._truncate.get(f.path)
             cut = hub._cut.get(f.path)
             if trunc and trunc[1] > 0:
-                data = data[:trunc[0]]
+                data = data[: trunc[0]]
                 trunc[1] -= self.command == "GET"
             if hub._corrupt.get(f.path, 0) > 0 and self.command == "GET":
                 data = data[:-1] + bytes([data[-1] ^ 0xFF])
@@ -393,20 +450,25 @@ class _Handler(BaseHTTPRequestHandler):
             if cut and cut[1] > 0 and self.command == "GET" and not self.headers.get("Range"):
                 cut_at = cut[0]
                 cut[1] -= 1
-        headers = {"X-Repo-Commit": commit, "ETag": f'"{f.etag}"', "Accept-Ranges": "bytes",
-                   "Content-Type": "application/octet-stream"}
+        headers = {
+            "X-Repo-Commit": commit,
+            "ETag": f'"{f.etag}"',
+            "Accept-Ranges": "bytes",
+            "Content-Type": "application/octet-stream",
+        }
         if f.lfs:
             headers |= {"X-Linked-Etag": f'"{f.etag}"', "X-Linked-Size": str(len(data))}
         status, body = 200, data
         rng = self.headers.get("Range")
         if rng and rng.startswith("bytes=") and self.command == "GET":
-            lo, _, hi = rng[len("bytes="):].partition("-")
+            lo, _, hi = rng[len("bytes=") :].partition("-")
             lo_i = int(lo or 0)
             hi_i = int(hi) if hi else len(data) - 1
             if lo_i >= len(data):
-                return self._error(416, None, "Range Not Satisfiable",
-                                   {"Content-Range": f"bytes */{len(data)}"})
-            body = data[lo_i:hi_i + 1]
+                return self._error(
+                    416, None, "Range Not Satisfiable", {"Content-Range": f"bytes */{len(data)}"}
+                )
+            body = data[lo_i : hi_i + 1]
             status = 206
             headers["Content-Range"] = f"bytes {lo_i}-{lo_i + len(body) - 1}/{len(data)}"
         if cut_at is not None:

@@ -3,10 +3,11 @@
 Nothing here pretends to be a real evaluation: rows carry protocol "synthetic" unless told
 otherwise, and checkpoint hashes derived from the cell id.
 """
+
 from __future__ import annotations
 
 import hashlib
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -26,11 +27,22 @@ def true_mean(budget: str, algorithm: str, difficulty: str) -> float:
     return _LEVEL[difficulty] + _ALGO.get(algorithm, 0.0) + _BUDGET.get(budget, 0.0)
 
 
-def synthetic_records(budget: str, algorithm: str, difficulty: str, seed: int, *,
-                      num_episodes: int = 20, rng_seed: int = 0) -> list[dict[str, float]]:
+def synthetic_records(
+    budget: str,
+    algorithm: str,
+    difficulty: str,
+    seed: int,
+    *,
+    num_episodes: int = 20,
+    rng_seed: int = 0,
+) -> list[dict[str, float]]:
     """Per-episode records of one cell: seed effect + episode noise, clipped to [0, 1]."""
-    h = int(hashlib.sha256(f"{rng_seed}/{budget}/{algorithm}/{difficulty}/{seed}".encode())
-            .hexdigest()[:8], 16)
+    h = int(
+        hashlib.sha256(f"{rng_seed}/{budget}/{algorithm}/{difficulty}/{seed}".encode()).hexdigest()[
+            :8
+        ],
+        16,
+    )
     rng = np.random.default_rng(h)
     seed_mean = true_mean(budget, algorithm, difficulty) + rng.normal(0, 0.03)
     out = []
@@ -53,19 +65,41 @@ def synthetic_records(budget: str, algorithm: str, difficulty: str, seed: int, *
     return out
 
 
-def key_for(budget, algorithm, difficulty, seed, *, num_episodes=20, protocol="synthetic",
-            eval_difficulty=None) -> ResultKey:
+def key_for(
+    budget,
+    algorithm,
+    difficulty,
+    seed,
+    *,
+    num_episodes=20,
+    protocol="synthetic",
+    eval_difficulty=None,
+) -> ResultKey:
     cell = f"{budget}/{algorithm}/{difficulty}/seed{seed}"
-    return ResultKey(cell=cell, eval_difficulty=eval_difficulty or difficulty, protocol=protocol,
-                     checkpoint_hash=hashlib.sha256(cell.encode()).hexdigest()[:16],
-                     config_hash="cfg0", env_version="v0.13741-fix-construction-more-metrics",
-                     num_episodes=num_episodes, max_steps=10000)
+    return ResultKey(
+        cell=cell,
+        eval_difficulty=eval_difficulty or difficulty,
+        protocol=protocol,
+        checkpoint_hash=hashlib.sha256(cell.encode()).hexdigest()[:16],
+        config_hash="cfg0",
+        env_version="v0.13741-fix-construction-more-metrics",
+        num_episodes=num_episodes,
+        max_steps=10000,
+    )
 
 
-def fill_store(store: ResultsStore, *, budgets: Sequence[str] = BUDGETS,
-               algorithms: Sequence[str] = ALGORITHMS, difficulties: Sequence[str] = DIFFICULTIES,
-               seeds: Sequence[int] = range(5), num_episodes: int = 20, skip: Sequence[str] = (),
-               protocol: str = "synthetic", rng_seed: int = 0) -> list[ResultKey]:
+def fill_store(
+    store: ResultsStore,
+    *,
+    budgets: Sequence[str] = BUDGETS,
+    algorithms: Sequence[str] = ALGORITHMS,
+    difficulties: Sequence[str] = DIFFICULTIES,
+    seeds: Sequence[int] = range(5),
+    num_episodes: int = 20,
+    skip: Sequence[str] = (),
+    protocol: str = "synthetic",
+    rng_seed: int = 0,
+) -> list[ResultKey]:
     keys = []
     for b in budgets:
         for a in algorithms:
@@ -74,10 +108,12 @@ def fill_store(store: ResultsStore, *, budgets: Sequence[str] = BUDGETS,
                     key = key_for(b, a, d, s, num_episodes=num_episodes, protocol=protocol)
                     if any(key.cell.startswith(p) for p in skip):
                         continue
-                    recs = synthetic_records(b, a, d, s, num_episodes=num_episodes,
-                                             rng_seed=rng_seed)
-                    store.write(build_rows(key, recs, jax_version="0.4.38"), key,
-                                extra={"num_params": 1234})
+                    recs = synthetic_records(
+                        b, a, d, s, num_episodes=num_episodes, rng_seed=rng_seed
+                    )
+                    store.write(
+                        build_rows(key, recs, jax_version="0.4.38"), key, extra={"num_params": 1234}
+                    )
                     keys.append(key)
     return keys
 
@@ -96,9 +132,11 @@ def synthetic_frame(**kw) -> pd.DataFrame:
             for d in difficulties:
                 for s in seeds:
                     key = key_for(b, a, d, s, num_episodes=num_episodes, protocol=protocol)
-                    rows += build_rows(key, synthetic_records(b, a, d, s,
-                                                              num_episodes=num_episodes, **kw),
-                                       jax_version="0.4.38")
+                    rows += build_rows(
+                        key,
+                        synthetic_records(b, a, d, s, num_episodes=num_episodes, **kw),
+                        jax_version="0.4.38",
+                    )
     return pd.DataFrame(rows)
 
 

@@ -1,4 +1,5 @@
 """Validate-then-restore of the upstream-written fixture checkpoints, and bad checkpoints."""
+
 import json
 
 import numpy as np
@@ -19,7 +20,9 @@ def _layout(cell_id):
 @pytest.mark.parametrize("cell", ALL_CELLS)
 def test_every_fixture_cell_restores_with_its_logged_parameter_count(fixtures_root, cell):
     loaded = load_cell(fixtures_root / cell, **_layout(cell))
-    logged = json.loads((fixtures_root / cell / "config.json").read_text())["wandb_summary"]["num_params"]
+    logged = json.loads((fixtures_root / cell / "config.json").read_text())["wandb_summary"][
+        "num_params"
+    ]
     assert loaded.num_params == logged
     leaves = [np.asarray(x) for x in __import__("jax").tree_util.tree_leaves(loaded.weights)]
     assert all(isinstance(x, np.ndarray) and x.dtype == np.float32 for x in leaves)
@@ -71,11 +74,14 @@ def test_wrong_algorithm_is_a_clear_error(cell_copy):
 
 def test_truncated_data_file_is_detected_not_used(cell_copy):
     d = cell_copy("tiny/ippo-rnn/easy/seed0")
-    data_files = sorted((d / "checkpoint" / "ocdbt.process_0" / "d").iterdir(),
-                        key=lambda p: p.stat().st_size)
+    data_files = sorted(
+        (d / "checkpoint" / "ocdbt.process_0" / "d").iterdir(), key=lambda p: p.stat().st_size
+    )
     biggest = data_files[-1]
     biggest.write_bytes(biggest.read_bytes()[: biggest.stat().st_size // 2])
-    result = verify_cell(d, cell_id="tiny/ippo-rnn/easy/seed0", **_layout("tiny/ippo-rnn/easy/seed0"))
+    result = verify_cell(
+        d, cell_id="tiny/ippo-rnn/easy/seed0", **_layout("tiny/ippo-rnn/easy/seed0")
+    )
     assert not result.ok
     assert "\n" not in result.message
 

@@ -1,5 +1,6 @@
 """``alem_eval.compare``: two sources scored on the same worlds, P(A > B) with a CI (the
 evaluator is a stub whose scores depend on the source: no Alem compile)."""
+
 from __future__ import annotations
 
 import shutil
@@ -13,8 +14,9 @@ from alem_eval.errors import UsageError
 
 
 def test_compare_scores_statement():
-    better = compare_scores(np.full(10, 0.5) + np.arange(10) * 0.01, np.arange(10) * 0.01,
-                            reps=2000)
+    better = compare_scores(
+        np.full(10, 0.5) + np.arange(10) * 0.01, np.arange(10) * 0.01, reps=2000
+    )
     assert better["p_improvement"] == 1.0 and better["verdict"] == "A better"
     same = compare_scores(np.arange(10.0), np.arange(10.0), reps=2000)
     assert same["p_improvement"] == pytest.approx(0.5) and same["verdict"] == "no clear difference"
@@ -28,6 +30,7 @@ def test_compare_scores_statement():
 @pytest.fixture
 def two_sources(tmp_path, fixtures_root, monkeypatch):
     """Sources A and B holding the same cells; the stub gives A higher scores."""
+
     def make(*cells):
         for side in ("A", "B"):
             for cell in cells:
@@ -39,8 +42,9 @@ def two_sources(tmp_path, fixtures_root, monkeypatch):
     def score_stack(cfgs, weights, *, protocol, eval_difficulty, num_episodes, max_steps):
         calls.append((len(cfgs), eval_difficulty, num_episodes, max_steps))
         base = 0.5 if len(calls) <= make.groups_per_source else 0.1
-        return [[{"Team/achievement_pct": base + 0.01 * i} for i in range(num_episodes)]
-                for _ in cfgs]
+        return [
+            [{"Team/achievement_pct": base + 0.01 * i} for i in range(num_episodes)] for _ in cfgs
+        ]
 
     monkeypatch.setattr(evaluate, "score_stack", score_stack)
     make.calls = calls
@@ -61,8 +65,9 @@ def test_compare_sources_by_episodes_favours_the_better_source(two_sources):
 def test_compare_sources_by_seeds_when_both_sides_have_two_cells(two_sources):
     a, b = two_sources("tiny/ippo-rnn/hard/seed2", "tiny/hypermarl-rnn/hard/seed0")
     two_sources.groups_per_source = 2  # two network shapes: two evaluator calls per source
-    [row] = compare_sources([a, b], ["tiny/*/hard"], episodes=3, reps=500,
-                            metric="Team/achievement_pct")
+    [row] = compare_sources(
+        [a, b], ["tiny/*/hard"], episodes=3, reps=500, metric="Team/achievement_pct"
+    )
     assert row["runs"] == "seeds" and row["n_A"] == row["n_B"] == 2
     assert row["verdict"] == "A better"
 

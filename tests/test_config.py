@@ -1,10 +1,14 @@
 """config.json resolution: defaults <- full config <- reload_overrides, typed and defensive."""
-import json
 
 import pytest
 
-from alem_eval.config import (HyperMARLNetConfig, PPONetConfig, PQNNetConfig, load_config_file,
-                              parse_config_json)
+from alem_eval.config import (
+    HyperMARLNetConfig,
+    PPONetConfig,
+    PQNNetConfig,
+    load_config_file,
+    parse_config_json,
+)
 from alem_eval.algorithms import canonical_algorithm
 from alem_eval.errors import ConfigError
 
@@ -23,16 +27,30 @@ def test_fixture_configs_resolve_with_their_recorded_sizes(fixtures_root, cell):
 
 
 def test_reload_overrides_win_over_the_full_config():
-    cfg = parse_config_json({"algorithm": "ippo-rnn", "config": {"FC_DIM_SIZE": 16, "SEED": 7},
-                             "reload_overrides": {"FC_DIM_SIZE": 32}})
+    cfg = parse_config_json(
+        {
+            "algorithm": "ippo-rnn",
+            "config": {"FC_DIM_SIZE": 16, "SEED": 7},
+            "reload_overrides": {"FC_DIM_SIZE": 32},
+        }
+    )
     assert cfg.network == PPONetConfig(32, 512, "tanh")
     assert cfg.eval.seed == 7
 
 
 def test_string_values_are_coerced():
-    cfg = parse_config_json({"algorithm": "hypermarl-rnn", "reload_overrides": {
-        "NUM_COMM_CHANNELS": "4", "APPEND_AGENT_ID": "true", "HYPERNET_HIDDEN_DIMS": "[16]",
-        "USE_BIAS_IN_HYPERNET": "False", "HYPERNET_INIT_SCALE": "1.5"}})
+    cfg = parse_config_json(
+        {
+            "algorithm": "hypermarl-rnn",
+            "reload_overrides": {
+                "NUM_COMM_CHANNELS": "4",
+                "APPEND_AGENT_ID": "true",
+                "HYPERNET_HIDDEN_DIMS": "[16]",
+                "USE_BIAS_IN_HYPERNET": "False",
+                "HYPERNET_INIT_SCALE": "1.5",
+            },
+        }
+    )
     assert cfg.env.num_comm_channels == 4
     assert isinstance(cfg.network, HyperMARLNetConfig)
     assert cfg.network.hidden_dims == (16,) and cfg.network.use_bias is False
@@ -49,7 +67,9 @@ def test_defaults_are_the_trainer_yaml_values_when_the_file_says_nothing():
 
 def test_ill_typed_known_key_is_an_error_naming_the_key():
     with pytest.raises(ConfigError, match="NUM_COMM_CHANNELS"):
-        parse_config_json({"algorithm": "ippo-rnn", "reload_overrides": {"NUM_COMM_CHANNELS": "four"}})
+        parse_config_json(
+            {"algorithm": "ippo-rnn", "reload_overrides": {"NUM_COMM_CHANNELS": "four"}}
+        )
     with pytest.raises(ConfigError, match="ACTIVATION"):
         parse_config_json({"algorithm": "ippo-rnn", "reload_overrides": {"ACTIVATION": "gelu"}})
 
@@ -59,9 +79,15 @@ def test_unknown_override_key_is_a_warning_not_an_error():
     assert any("MYSTERY" in w for w in cfg.warnings)
 
 
-@pytest.mark.parametrize("text,match", [("{not json", "not valid JSON"), ("[1, 2]", "JSON object"),
-                                         ('{"algorithm": "sac"}', "algorithm"),
-                                         ('{"algorithm": "ippo-rnn", "reload_overrides": [1]}', "reload_overrides")])
+@pytest.mark.parametrize(
+    "text,match",
+    [
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "JSON object"),
+        ('{"algorithm": "sac"}', "algorithm"),
+        ('{"algorithm": "ippo-rnn", "reload_overrides": [1]}', "reload_overrides"),
+    ],
+)
 def test_bad_config_files_give_one_line_errors(tmp_path, text, match):
     p = tmp_path / "config.json"
     p.write_text(text)

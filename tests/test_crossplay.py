@@ -1,5 +1,6 @@
 """Cross-play: team compositions, the gap statistic (no JAX) and `alem-eval crossplay` end
 to end (one compiled rollout, the cross-play store, resume, one-line errors)."""
+
 from __future__ import annotations
 
 import csv
@@ -13,8 +14,13 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from alem_eval.crossplay import (Team, compositions, crossplay_gap, pair_matrix,
-                                 stratified_mean_interval)
+from alem_eval.crossplay import (
+    Team,
+    compositions,
+    crossplay_gap,
+    pair_matrix,
+    stratified_mean_interval,
+)
 from alem_eval.errors import EvaluationError, UsageError
 from alem_eval.manifest import Cell
 
@@ -37,8 +43,9 @@ def test_pairs_are_every_ordered_pair_in_every_slot_plus_each_self_play(n):
     assert len(set(teams)) == len(teams)
     assert teams[:n] == [Team((c,) * 3) for c in ids]  # self-play first, in order
     pairs = Counter(t.pair for t in teams[n:])
-    assert set(pairs) == {(a, b, pos) for a, b in itertools.permutations(ids, 2)
-                          for pos in range(3)}
+    assert set(pairs) == {
+        (a, b, pos) for a, b in itertools.permutations(ids, 2) for pos in range(3)
+    }
     assert set(pairs.values()) == {1}
     for t in teams[n:]:
         a, b, pos = t.pair
@@ -74,11 +81,14 @@ def test_all_is_pairs_distinct_and_mixed_once_each():
     assert len(teams) == len(set(teams)) == 5 + 5 * 4 * 3 + 60
 
 
-@pytest.mark.parametrize("cells, scheme, message", [
-    (IPPO[:1], "pairs", "at least two cells"),
-    (IPPO[:2], "distinct", "at least 3 cells"),
-    (IPPO, "triples", "--scheme must be one of"),
-])
+@pytest.mark.parametrize(
+    "cells, scheme, message",
+    [
+        (IPPO[:1], "pairs", "at least two cells"),
+        (IPPO[:2], "distinct", "at least 3 cells"),
+        (IPPO, "triples", "--scheme must be one of"),
+    ],
+)
 def test_compositions_that_cannot_be_formed_are_usage_errors(cells, scheme, message):
     with pytest.raises(UsageError, match=message):
         compositions(cells, scheme)
@@ -140,16 +150,22 @@ def test_gap_needs_every_members_self_play():
 
 def test_pair_matrix_pools_positions_and_puts_self_play_on_the_diagonal():
     a, b = "1B/ippo-rnn/hard/seed0", "1B/mappo-rnn/hard/seed0"
-    scores = {Team((a, a, a)): [0.5, 0.7], Team((b, b, b)): [0.2, 0.2],
-              Team((b, a, a)): [0.1, 0.1], Team((a, b, a)): [0.2, 0.2],
-              Team((a, a, b)): [0.3, 0.3],  # row a, column b: mean 0.2
-              Team((b, b, a)): [0.4, 0.4]}  # row b, column a (one position only)
+    scores = {
+        Team((a, a, a)): [0.5, 0.7],
+        Team((b, b, b)): [0.2, 0.2],
+        Team((b, a, a)): [0.1, 0.1],
+        Team((a, b, a)): [0.2, 0.2],
+        Team((a, a, b)): [0.3, 0.3],  # row a, column b: mean 0.2
+        Team((b, b, a)): [0.4, 0.4],
+    }  # row b, column a (one position only)
     m = pair_matrix([a, b], scores)
     np.testing.assert_allclose(m.values, [[0.6, 0.2], [0.4, 0.2]])
     doc = m.as_json()
     assert doc["rows"] == doc["cols"] == [a, b] and doc["label"] == "Total%"
-    assert pair_matrix([a, b], {Team((a, a, a)): [0.5]}).as_json()["values"] == [[0.5, None],
-                                                                                [None, None]]
+    assert pair_matrix([a, b], {Team((a, a, a)): [0.5]}).as_json()["values"] == [
+        [0.5, None],
+        [None, None],
+    ]
 
 
 # ----------------------------------------------------------------------------------------
@@ -174,11 +190,19 @@ def test_cells_needing_different_env_configurations_are_one_clear_error(tmp_path
     doc["config"]["NUM_COMM_CHANNELS"] = doc["reload_overrides"]["NUM_COMM_CHANNELS"] = 2
     path.write_text(json.dumps(doc))
     source = open_source(str(src))
-    with pytest.raises(EvaluationError, match=r"tiny/ippo-rnn/easy/seed0 and "
-                       r"tiny/ippo-rnn/hard/seed2 need different env configurations "
-                       r"\(num_comm_channels 4 vs 2\)"):
-        run_crossplay(source, source.select(["tiny/ippo-rnn"]), eval_difficulty="hard",
-                      num_episodes=1, max_steps=32)
+    with pytest.raises(
+        EvaluationError,
+        match=r"tiny/ippo-rnn/easy/seed0 and "
+        r"tiny/ippo-rnn/hard/seed2 need different env configurations "
+        r"\(num_comm_channels 4 vs 2\)",
+    ):
+        run_crossplay(
+            source,
+            source.select(["tiny/ippo-rnn"]),
+            eval_difficulty="hard",
+            num_episodes=1,
+            max_steps=32,
+        )
 
 
 def test_cells_of_different_difficulties_need_an_explicit_one(tmp_path):
@@ -186,15 +210,19 @@ def test_cells_of_different_difficulties_need_an_explicit_one(tmp_path):
     from alem_eval.sources import open_source
 
     source = open_source(str(FIXTURES))
-    with pytest.raises(UsageError, match=r"different difficulties \(easy, hard\); pass "
-                                         r"--difficulty"):
+    with pytest.raises(
+        UsageError,
+        match=r"different difficulties \(easy, hard\); pass "
+        r"--difficulty",
+    ):
         run_crossplay(source, source.select(["tiny/ippo-rnn"]), num_episodes=1, max_steps=32)
 
 
 def test_a_selector_matching_nothing_is_a_one_line_error(tmp_path):
     env = cli_env(tmp_path, closed_port_url())
-    proc = run_cli(["crossplay", "tiny/nothing", "--source", str(FIXTURES), "--format", "json"],
-                   env)
+    proc = run_cli(
+        ["crossplay", "tiny/nothing", "--source", str(FIXTURES), "--format", "json"], env
+    )
     assert_one_line_error(proc, "tiny/nothing", "matches no cell")
     assert proc.returncode == 2 and proc.stdout == ""
 
@@ -202,8 +230,18 @@ def test_a_selector_matching_nothing_is_a_one_line_error(tmp_path):
 # ----------------------------------------------------------------------------------------
 # End to end: one compiled rollout, then everything read back
 # ----------------------------------------------------------------------------------------
-ARGS = ["crossplay", "tiny/ippo-rnn/*/*", "--source", "../shared/fixtures/hub",
-        "--difficulty", "hard", "--episodes", "1", "--max-steps", "32"]
+ARGS = [
+    "crossplay",
+    "tiny/ippo-rnn/*/*",
+    "--source",
+    "../shared/fixtures/hub",
+    "--difficulty",
+    "hard",
+    "--episodes",
+    "1",
+    "--max-steps",
+    "32",
+]
 CELLS = ["tiny/ippo-rnn/easy/seed0", "tiny/ippo-rnn/hard/seed2"]
 
 
@@ -214,8 +252,11 @@ def scored(tmp_path_factory):
     root = tmp_path_factory.mktemp("crossplay")
     env = cli_env(root, closed_port_url())
     results = root / "results"
-    proc = run_cli([*ARGS, "--results", str(results), "--out", str(root / "out"),
-                    "--format", "json"], env, timeout=1500)
+    proc = run_cli(
+        [*ARGS, "--results", str(results), "--out", str(root / "out"), "--format", "json"],
+        env,
+        timeout=1500,
+    )
     assert proc.returncode == 0, proc.stderr
     return root, env, results, proc
 
@@ -252,8 +293,11 @@ def test_cli_json_has_the_pair_matrix_the_gaps_and_the_heatmap(scored):
 @pytest.mark.xdist_group("crossplay_cli")
 def test_cli_rerun_reads_every_team_back_and_the_results_store_ignores_them(scored):
     root, env, results, first = scored
-    again = run_cli([*ARGS, "--results", str(results), "--out", str(root / "again"),
-                     "--format", "json"], env, timeout=600)
+    again = run_cli(
+        [*ARGS, "--results", str(results), "--out", str(root / "again"), "--format", "json"],
+        env,
+        timeout=600,
+    )
     assert again.returncode == 0, again.stderr
     doc, before = json.loads(again.stdout), json.loads(first.stdout)
     assert doc["teams_scored"] == 0 and doc["teams_reused"] == 8
@@ -267,8 +311,11 @@ def test_cli_rerun_reads_every_team_back_and_the_results_store_ignores_them(scor
         warnings.simplefilter("error")
         assert ResultsStore(results).entries() == []
 
-    table = run_cli([*ARGS, "--results", str(results), "--out", str(root / "csv"),
-                     "--format", "csv"], env, timeout=600)
+    table = run_cli(
+        [*ARGS, "--results", str(results), "--out", str(root / "csv"), "--format", "csv"],
+        env,
+        timeout=600,
+    )
     assert table.returncode == 0, table.stderr
     rows = list(csv.DictReader(io.StringIO(table.stdout)))
     assert len(rows) == 8 and {r["shape"] for r in rows} == {"self", "pair"}
@@ -282,8 +329,22 @@ def test_cli_cell_that_cannot_be_loaded_is_one_line_and_keeps_stored_teams(score
     src = _copy_cells(tmp_path, *CELLS)
     for f in (src / CELLS[1] / "checkpoint" / "ocdbt.process_0" / "d").iterdir():
         f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])  # a truncated download
-    proc = run_cli([*ARGS[:2], "--source", str(src), *ARGS[4:], "--results", str(results),
-                    "--out", str(tmp_path / "out"), "--format", "json"], env, timeout=600)
+    proc = run_cli(
+        [
+            *ARGS[:2],
+            "--source",
+            str(src),
+            *ARGS[4:],
+            "--results",
+            str(results),
+            "--out",
+            str(tmp_path / "out"),
+            "--format",
+            "json",
+        ],
+        env,
+        timeout=600,
+    )
     assert proc.returncode == 1 and proc.stdout == "" and "Traceback" not in proc.stderr
     # The plan's progress line, then the error on one line.
     *_, last = proc.stderr.strip().splitlines()

@@ -1,5 +1,6 @@
 """Bad input to the evaluator fails early with a clear error; the env layer's small
 guarantees (quiet import, eval env construction, upstream's float reductions)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -29,15 +30,18 @@ def _score(**kw):
     return ev.score_stack([cell.cfg], [cell.weights], **args)
 
 
-@pytest.mark.parametrize("kw, message", [
-    (dict(num_episodes=0), "--episodes must be at least 1"),
-    (dict(num_episodes=-3), "--episodes must be at least 1"),
-    (dict(max_steps=-1), "--max-steps must be at least 1"),
-    (dict(max_steps=0), "--max-steps must be at least 1"),
-    (dict(num_episodes=2.5), "--episodes must be an integer"),
-    (dict(protocol="sequential"), "unknown protocol 'sequential'"),
-    (dict(eval_difficulty="extreme"), "unknown eval difficulty 'extreme'"),
-])
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (dict(num_episodes=0), "--episodes must be at least 1"),
+        (dict(num_episodes=-3), "--episodes must be at least 1"),
+        (dict(max_steps=-1), "--max-steps must be at least 1"),
+        (dict(max_steps=0), "--max-steps must be at least 1"),
+        (dict(num_episodes=2.5), "--episodes must be an integer"),
+        (dict(protocol="sequential"), "unknown protocol 'sequential'"),
+        (dict(eval_difficulty="extreme"), "unknown eval difficulty 'extreme'"),
+    ],
+)
 def test_bad_requests_are_usage_errors(kw, message):
     with pytest.raises(UsageError) as err:
         _score(**kw)
@@ -48,8 +52,9 @@ def test_bad_requests_are_usage_errors(kw, message):
 def test_stack_errors():
     a, m = load(CELL), load("tiny/mappo-rnn/medium/seed0")
     with pytest.raises(EvaluationError, match="share network_key"):
-        ev.score_stack([a.cfg, m.cfg], [a.weights, m.weights], protocol="fast",
-                       eval_difficulty="easy")
+        ev.score_stack(
+            [a.cfg, m.cfg], [a.weights, m.weights], protocol="fast", eval_difficulty="easy"
+        )
     with pytest.raises(EvaluationError, match="empty"):
         ev.score_stack([], [], protocol="fast", eval_difficulty="easy")
     with pytest.raises(EvaluationError, match="1 configs but 2"):
@@ -69,7 +74,7 @@ def test_reference_needs_an_evaluated_difficulty():
 def test_env_version_mismatch_error_or_warn():
     cell = load(CELL)
     other = dataclasses.replace(cell.cfg, env_version="v0.2.1")
-    with pytest.raises(EvaluationError, match="v0.2.1"):
+    with pytest.raises(EvaluationError, match=r"v0\.2\.1"):
         ev.score_stack([other], [cell.weights], protocol="fast", eval_difficulty="easy")
     with pytest.warns(ev.EnvVersionWarning, match="installed alem"):
         msg = ev.check_env_version(other, on_mismatch="warn", where="x")
@@ -100,17 +105,24 @@ def test_eval_env_matches_upstream_construction():
     env = get_eval_env(statics)
     a = env.alem
     for d in ("easy", "medium", "hard"):
-        expected = a.EnvParams(shared_reward=False, randomize_alpha=False,
-                               **a.get_coordination_params(d, scale_base=False))
+        expected = a.EnvParams(
+            shared_reward=False,
+            randomize_alpha=False,
+            **a.get_coordination_params(d, scale_base=False),
+        )
         assert env.env_params(d) == expected
         dyn = env.difficulty_params(d)
         for f, v in dyn.items():  # the traced values are upstream's, as int32/float32
             assert v == np.asarray(getattr(expected, f), v.dtype)
         bound = env.bind({f: getattr(expected, f) for f in dyn})
         assert bound.default_params == expected
-    assert set(env.dynamic_fields) == {"p_max_agents", "handover_window_min",
-                                       "handover_window_max", "soft_solo_fail_prob",
-                                       "non_specialist_efficiency"}
+    assert set(env.dynamic_fields) == {
+        "p_max_agents",
+        "handover_window_min",
+        "handover_window_max",
+        "soft_solo_fail_prob",
+        "non_specialist_efficiency",
+    }
     assert env.static_env_params == a.StaticEnvParams(player_count=3, num_comm_channels=4)
     pqn = eval_statics(load("tiny/pqn-vdn-rnn/easy/seed0").cfg)
     assert pqn.append_agent_id and pqn.input_dim == 9733
@@ -130,10 +142,13 @@ def test_upstream_mean_reproduces_eager_float32_mean():
 
 
 def test_importing_alem_env_is_light_and_the_loader_is_quiet():
-    code = ("import sys, alem_env; assert 'alem' not in sys.modules and 'jax' not in sys.modules;"
-            "from alem_env.loader import import_alem, IMPORT_MESSAGES; m = import_alem();"
-            "print('VERSION', m.env_version)")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
-                          text=True, timeout=600)
+    code = (
+        "import sys, alem_env; assert 'alem' not in sys.modules and 'jax' not in sys.modules;"
+        "from alem_env.loader import import_alem, IMPORT_MESSAGES; m = import_alem();"
+        "print('VERSION', m.env_version)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.splitlines() == ["VERSION v0.13741-fix-construction-more-metrics"]

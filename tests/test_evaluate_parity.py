@@ -5,6 +5,7 @@ Every fixture cell's ``upstream_eval.json`` holds the numbers upstream's trainer
 ``episode_length`` = true length - 1, ``done``, ``seed``). The comparison is ``==`` on
 every key. One cell per algorithm runs by default; the full-size IPPO cell is slow.
 """
+
 from __future__ import annotations
 
 import jax
@@ -37,8 +38,9 @@ def _assert_matches_upstream(records, expected_rows, where):
 @pytest.mark.parametrize("cell_id", CELLS)
 def test_reference_reproduces_upstream_exactly(cell_id):
     cell = load(cell_id)
-    records = ev.score_stack([cell.cfg], [cell.weights], protocol="reference",
-                             eval_difficulty=cell.difficulty)
+    records = ev.score_stack(
+        [cell.cfg], [cell.weights], protocol="reference", eval_difficulty=cell.difficulty
+    )
     assert len(records) == 1
     _assert_matches_upstream(records[0], cell.upstream_episodes(), cell_id)
     # The CONTRACTS.md view: true length, terminated flag, every score key.
@@ -65,8 +67,10 @@ def test_reference_key_depends_on_position_in_eval_difficulties():
     assert not np.array_equal(k_first, k_second)
 
     # Position first: upstream's numbers; position second: a different chain, other numbers.
-    recs = [ev.score_stack([c], [cell.weights], protocol="reference",
-                           eval_difficulty="hard")[0] for c in (first, second)]
+    recs = [
+        ev.score_stack([c], [cell.weights], protocol="reference", eval_difficulty="hard")[0]
+        for c in (first, second)
+    ]
     _assert_matches_upstream(recs[0], cell.upstream_episodes(), "hard first")
     assert recs[1] != recs[0]
     # Worlds depend only on EVAL_SEED + i: the start of every episode is the same world.

@@ -1,4 +1,5 @@
 """STACKING, the 'fast' protocol, early exit and multi-device sharding of the evaluator."""
+
 from __future__ import annotations
 
 import json
@@ -12,8 +13,14 @@ import pytest
 
 from alem_eval import evaluate as ev
 from tests.conftest import REPO
-from tests.eval_support import (EVALUATOR_GROUP, FAST_EPISODES, diff_records, load,
-                                programs_made, with_eval)
+from tests.eval_support import (
+    EVALUATOR_GROUP,
+    FAST_EPISODES,
+    diff_records,
+    load,
+    programs_made,
+    with_eval,
+)
 
 pytestmark = pytest.mark.xdist_group(EVALUATOR_GROUP)
 
@@ -53,8 +60,14 @@ def test_reference_stack_equals_each_alone_and_traces_once():
 
 
 def _fast(cell, difficulty):
-    return ev.run_stack([cell.cfg], [cell.weights], protocol="fast", eval_difficulty=difficulty,
-                        num_episodes=FAST_EPISODES, max_steps=FAST_STEPS)
+    return ev.run_stack(
+        [cell.cfg],
+        [cell.weights],
+        protocol="fast",
+        eval_difficulty=difficulty,
+        num_episodes=FAST_EPISODES,
+        max_steps=FAST_STEPS,
+    )
 
 
 def test_fast_protocol_is_deterministic_and_exits_early():
@@ -88,8 +101,9 @@ def test_fast_defaults_follow_the_spec():
 
     for i in range(3):
         assert np.array_equal(np.asarray(worlds[i]), np.asarray(jax.random.PRNGKey(9999 + i)))
-        assert np.array_equal(np.asarray(chains[i]),
-                              np.asarray(jax.random.fold_in(jax.random.PRNGKey(9999 + i), 1)))
+        assert np.array_equal(
+            np.asarray(chains[i]), np.asarray(jax.random.fold_in(jax.random.PRNGKey(9999 + i), 1))
+        )
 
 
 _SHARDED_SCRIPT = textwrap.dedent("""
@@ -114,15 +128,23 @@ _SHARDED_SCRIPT = textwrap.dedent("""
 @pytest.mark.xdist_group("evaluator-sharded")  # its own process: may run beside the others
 def test_sharded_over_four_cpu_devices_matches_single_device():
     cell = load(IPPO_EASY)
-    script = _SHARDED_SCRIPT.format(repo=str(REPO), cell=IPPO_EASY, episodes=FAST_EPISODES,
-                                    steps=FAST_STEPS)
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
-               JAX_PLATFORMS="cpu")
-    proc = subprocess.run([sys.executable, "-c", script], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=1200)
+    script = _SHARDED_SCRIPT.format(
+        repo=str(REPO), cell=IPPO_EASY, episodes=FAST_EPISODES, steps=FAST_STEPS
+    )
+    env = dict(
+        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    line = next(l for l in proc.stdout.splitlines() if l.startswith("RESULT"))
-    out = json.loads(line[len("RESULT"):])
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
+    out = json.loads(line[len("RESULT") :])
     assert out["devices"] == [2, 4]  # reference: 2 checkpoints on 2 devices; fast: 4 episodes
     expected = cell.upstream_episodes()
     for recs in out["ref"]:
@@ -148,13 +170,15 @@ _WARM_SCRIPT = textwrap.dedent("""
 
 
 def _score_in_new_process():
-    script = _WARM_SCRIPT.format(repo=str(REPO), cell=IPPO_EASY, episodes=FAST_EPISODES,
-                                 steps=FAST_STEPS)
-    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
-                          text=True, timeout=1200)
+    script = _WARM_SCRIPT.format(
+        repo=str(REPO), cell=IPPO_EASY, episodes=FAST_EPISODES, steps=FAST_STEPS
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=1200
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    line = next(l for l in proc.stdout.splitlines() if l.startswith("RESULT"))
-    return json.loads(line[len("RESULT"):])
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
+    return json.loads(line[len("RESULT") :])
 
 
 def test_a_new_process_reuses_the_traced_program_and_scores_identically():

@@ -1,4 +1,5 @@
 """One atomic writer: the file is complete or untouched, and no temp file is left behind."""
+
 from __future__ import annotations
 
 import json
@@ -49,8 +50,9 @@ def test_write_json_atomic_goes_through_the_one_writer(tmp_path, monkeypatch):
     assert json.loads(path.read_text()) == {"a": [1, 2]} and path.read_text().endswith("}\n")
     calls = []
     real = fsutil.atomic_write
-    monkeypatch.setattr(fsutil, "atomic_write",
-                        lambda p, w, **kw: calls.append(p) or real(p, w, **kw))
+    monkeypatch.setattr(
+        fsutil, "atomic_write", lambda p, w, **kw: calls.append(p) or real(p, w, **kw)
+    )
     with pytest.raises(TypeError, match="not JSON serialisable"):
         write_json_atomic(path, {"a": object()})  # fails mid-dump
     assert calls == [path]

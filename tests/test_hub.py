@@ -4,6 +4,7 @@ The Hub is ``tests/hub_server.HubServer`` serving the fixture cells over real HT
 huggingface_hub client is never mocked. CLI tests run ``alem-eval`` in a subprocess with
 ``HF_ENDPOINT``/``HF_HOME``/``HF_HUB_OFFLINE`` set, as a user would.
 """
+
 from __future__ import annotations
 
 import csv
@@ -49,8 +50,11 @@ def hub_source(hub: HubServer, cache: Path, **kw) -> HubSource:
 
 def cached_sizes(cache: Path, commit: str, cell_id: str) -> dict[str, int]:
     root = cache / "models--alem-world--alem-rl-baselines" / "snapshots" / commit
-    return {p.relative_to(root).as_posix(): p.stat().st_size
-            for p in (root / cell_id).rglob("*") if p.is_file()}
+    return {
+        p.relative_to(root).as_posix(): p.stat().st_size
+        for p in (root / cell_id).rglob("*")
+        if p.is_file()
+    }
 
 
 # ----------------------------------------------------------------------------------------
@@ -63,8 +67,12 @@ def test_manifest_has_every_released_cell():
     assert {e.cell.budget for e in m.entries} == {"100M", "1B"}
     assert {e.cell.seed for e in m.entries} == set(range(5))
     families = {e.cell.algorithm: e.family for e in m.entries}
-    assert families == {"ippo-rnn": "ppo", "mappo-rnn": "ppo-ctde", "hypermarl-rnn": "hypermarl",
-                        "pqn-vdn-rnn": "pqn"}
+    assert families == {
+        "ippo-rnn": "ppo",
+        "mappo-rnn": "ppo-ctde",
+        "hypermarl-rnn": "hypermarl",
+        "pqn-vdn-rnn": "pqn",
+    }
     e = m.entry(Cell("100m", "ippo-rnn", "hard", 3))  # budget spelling is case-insensitive
     assert e is not None and e.path == "100M/ippo-rnn/hard/seed3" and e.revision == "main"
     assert e.repo == "alem-world/alem-rl-baselines"
@@ -76,16 +84,21 @@ def test_manifest_param_counts_match_networks():
     from alem_eval.networks import build_network
 
     expected = {e.cell.algorithm: e.expected_params for e in load_manifest().entries}
-    assert expected == {"ippo-rnn": 2_589_885, "mappo-rnn": 7_508_797,
-                        "hypermarl-rnn": 25_614_013, "pqn-vdn-rnn": 18_462_800}
+    assert expected == {
+        "ippo-rnn": 2_589_885,
+        "mappo-rnn": 7_508_797,
+        "hypermarl-rnn": 25_614_013,
+        "pqn-vdn-rnn": 18_462_800,
+    }
     for algo, count in expected.items():
         values, _ = resolve_values(algo, overrides={"NUM_COMM_CHANNELS": 4})
         assert build_network(build_run_config(algo, values)).num_params() == count, algo
 
 
 def test_manifest_file_is_generated():
-    spec = importlib.util.spec_from_file_location("manifest_generate",
-                                                  REPO / "manifests" / "generate.py")
+    spec = importlib.util.spec_from_file_location(
+        "manifest_generate", REPO / "manifests" / "generate.py"
+    )
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
     assert (REPO / "manifests" / "alem-rl-baselines.json").read_text() == gen.render()
@@ -108,16 +121,19 @@ def ids(cells) -> list[str]:
     return [c.id for c in cells]
 
 
-@pytest.mark.parametrize("selector, count", [
-    ("1B/ippo-rnn/hard", 5),
-    ("*/*/hard", 40),
-    ("100M", 60),
-    ("1B/", 60),
-    ("1B,100M/ippo-rnn,mappo-rnn/hard/seed0,seed3", 8),
-    ("*/*/*/seed[0-1]", 48),
-    ("1b/IPPO/Hard/3", 1),
-    ("1B/pqn/easy/seed4", 1),
-])
+@pytest.mark.parametrize(
+    "selector, count",
+    [
+        ("1B/ippo-rnn/hard", 5),
+        ("*/*/hard", 40),
+        ("100M", 60),
+        ("1B/", 60),
+        ("1B,100M/ippo-rnn,mappo-rnn/hard/seed0,seed3", 8),
+        ("*/*/*/seed[0-1]", 48),
+        ("1b/IPPO/Hard/3", 1),
+        ("1B/pqn/easy/seed4", 1),
+    ],
+)
 def test_selector_levels_lists_and_omitted_levels(selector, count):
     assert len(select_cells(UNIVERSE, [selector])) == count
 
@@ -134,8 +150,9 @@ def test_seed_level_accepts_number_and_name():
 
 
 def test_selectors_union_is_sorted_and_deduplicated():
-    got = select_cells(UNIVERSE, ["1B/ippo-rnn/hard/seed1", "1B/ippo-rnn/hard",
-                                  "100M/ippo-rnn/hard/seed0"])
+    got = select_cells(
+        UNIVERSE, ["1B/ippo-rnn/hard/seed1", "1B/ippo-rnn/hard", "100M/ippo-rnn/hard/seed0"]
+    )
     assert ids(got)[0] == "100M/ippo-rnn/hard/seed0" and len(got) == 6
 
 
@@ -149,22 +166,37 @@ def test_filters_narrow_selectors():
         select_cells(UNIVERSE, ["1B/*/easy"], difficulties=["hard"])
 
 
-@pytest.mark.parametrize("selector, message", [
-    ("1B/ipo-rnn/hard", r"no algorithm 'ipo-rnn' \(did you mean ippo-rnn"),
-    ("2B", r"no budget '2B' \(valid: 100M, 1B\)"),
-    ("1B/ippo-rnn/hrad", r"no difficulty 'hrad' \(did you mean hard"),
-    ("1B/ippo-rnn/hard/seed9", r"no seed 'seed9'"),
-])
+@pytest.mark.parametrize(
+    "selector, message",
+    [
+        ("1B/ipo-rnn/hard", r"no algorithm 'ipo-rnn' \(did you mean ippo-rnn"),
+        ("2B", r"no budget '2B' \(valid: 100M, 1B\)"),
+        ("1B/ippo-rnn/hrad", r"no difficulty 'hrad' \(did you mean hard"),
+        ("1B/ippo-rnn/hard/seed9", r"no seed 'seed9'"),
+    ],
+)
 def test_unknown_selector_suggests_closest(selector, message):
     with pytest.raises(SelectorError, match=message) as err:
         select_cells(UNIVERSE, [selector])
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("selector", [
-    "../x", "1B/../../etc", "1B/ippo-rnn/..", "/etc/passwd", "1B\\ippo-rnn", "1B//hard",
-    "C:/x", "1B/ippo-rnn/hard/seed0/extra", "", "1B/,ippo-rnn", ".hidden",
-])
+@pytest.mark.parametrize(
+    "selector",
+    [
+        "../x",
+        "1B/../../etc",
+        "1B/ippo-rnn/..",
+        "/etc/passwd",
+        "1B\\ippo-rnn",
+        "1B//hard",
+        "C:/x",
+        "1B/ippo-rnn/hard/seed0/extra",
+        "",
+        "1B/,ippo-rnn",
+        ".hidden",
+    ],
+)
 def test_selector_rejects_paths_and_empty_levels(selector):
     with pytest.raises(SelectorError):
         select_cells(UNIVERSE, [selector])
@@ -238,7 +270,8 @@ def test_pull_round_trip_fetches_only_the_cell_once(cache):
         assert report2.files_fetched == 0 and report2.files_skipped == len(expected)
         assert hub.file_requests("GET") == [] and hub.file_requests("HEAD") == []
         assert [r.url_path for r in hub.requests] == [
-            "/api/models/alem-world/alem-rl-baselines/revision/main"]  # the listing is cached
+            "/api/models/alem-world/alem-rl-baselines/revision/main"
+        ]  # the listing is cached
 
 
 def test_truncated_download_is_detected_and_refetched(hub, cache):
@@ -392,8 +425,16 @@ def test_cli_list_json_and_csv(hub, tmp_path):
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
     assert sorted(r["cell"] for r in rows) == sorted(TINY_CELLS)
-    assert set(rows[0]) >= {"cell", "budget", "algorithm", "difficulty", "seed", "state",
-                            "expected_params", "commit"}
+    assert set(rows[0]) >= {
+        "cell",
+        "budget",
+        "algorithm",
+        "difficulty",
+        "seed",
+        "state",
+        "expected_params",
+        "commit",
+    }
     assert {r["state"] for r in rows} == {"remote"}
 
     proc = run_cli(["list", "tiny/ippo-rnn", "--format", "csv"], env)

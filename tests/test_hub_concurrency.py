@@ -4,6 +4,7 @@ Real ``alem-eval pull`` subprocesses against the loopback Hub; the server holds 
 body part-way (``HubServer.hold``) so that "at once" and "mid-file" are certain, not timing
 luck. Each test takes a few seconds.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -31,8 +32,14 @@ def hub():
 
 def start_pull(args: list[str], env: dict[str, str]) -> subprocess.Popen:
     code = "import sys; from alem_eval.cli import main; sys.exit(main())"
-    return subprocess.Popen([sys.executable, "-c", code, "pull", *args], env=env, cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", code, "pull", *args],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def snapshot(tmp_path: Path, hub: HubServer) -> Path:
@@ -68,8 +75,11 @@ def test_two_pulls_of_overlapping_cells_at_once_both_succeed_and_share_files(hub
     assert b.returncode == 0, err_b
     assert time.monotonic() - started < TIMEOUT / 2  # released by the second HEAD, not the timeout
     assert hub.count("HEAD", BIG_FILE) >= 2
-    wanted = {**hub.files_under(IPPO_EASY), **hub.files_under("tiny/ippo-rnn/hard/seed2"),
-              **hub.files_under("tiny/pqn-vdn-rnn/easy/seed0")}
+    wanted = {
+        **hub.files_under(IPPO_EASY),
+        **hub.files_under("tiny/ippo-rnn/hard/seed2"),
+        **hub.files_under("tiny/pqn-vdn-rnn/easy/seed0"),
+    }
     # Every content fetched once, by one of the two (files with equal content share a blob).
     gets = [hub.files[p].etag for p in hub.file_requests("GET")]
     assert sorted(gets) == sorted({hub.files[p].etag for p in wanted})

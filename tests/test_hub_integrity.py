@@ -3,6 +3,7 @@ at, what the client is told about alem-eval, and the huggingface_hub API floor.
 
 Against the loopback Hub (tests/hub_server.py); the huggingface_hub client is never mocked.
 """
+
 from __future__ import annotations
 
 import ast
@@ -89,8 +90,9 @@ def test_loopback_hub_lists_lfs_sha256_in_tree_and_paths_info(hub):
 
 def test_listing_records_sha256_for_lfs_files_and_git_ids_for_others(hub, cache):
     files = hub_source(hub, cache).listing.files
-    assert files[BIG_FILE] == RemoteFile((FIXTURES / BIG_FILE).stat().st_size,
-                                         sha256=sha256(FIXTURES / BIG_FILE))
+    assert files[BIG_FILE] == RemoteFile(
+        (FIXTURES / BIG_FILE).stat().st_size, sha256=sha256(FIXTURES / BIG_FILE)
+    )
     assert files[CONFIG].sha256 is None and files[CONFIG].git_oid == hub.files[CONFIG].git_oid
     assert all(f.digest for f in files.values())
 
@@ -125,8 +127,9 @@ def test_file_corrupt_on_every_download_is_removed_with_a_one_line_error(hub, ca
     with pytest.raises(DownloadError, match=r"sha256 \w+… but the listing says \w+…") as err:
         src.pull(src.select([IPPO_EASY]))
     assert "\n" not in str(err.value) and BIG_FILE in str(err.value)
-    assert not (cache / "models--alem-world--alem-rl-baselines" / "snapshots" / hub.commit
-                / BIG_FILE).exists()
+    assert not (
+        cache / "models--alem-world--alem-rl-baselines" / "snapshots" / hub.commit / BIG_FILE
+    ).exists()
     hub.clear()  # the next pull fetches only that file
     report = hub_source(hub, cache).pull([Cell.from_id(IPPO_EASY)])
     assert hub.file_requests("GET") == [BIG_FILE]
@@ -139,8 +142,9 @@ def test_unchanged_cached_files_are_not_read_again_unless_rehash(hub, cache, mon
     src.pull([cell])
     hashed: list[Path] = []
     real_hash_of = RemoteFile.hash_of
-    monkeypatch.setattr(RemoteFile, "hash_of",
-                        lambda self, p: hashed.append(p) or real_hash_of(self, p))
+    monkeypatch.setattr(
+        RemoteFile, "hash_of", lambda self, p: hashed.append(p) or real_hash_of(self, p)
+    )
     hub_source(hub, cache).pull([cell])
     assert hashed == []
     hub_source(hub, cache).pull([cell], rehash=True)
@@ -158,8 +162,9 @@ def test_rehash_catches_corruption_that_the_stat_stamp_misses(hub, cache):
     checked = cache / "models--alem-world--alem-rl-baselines" / "alem-eval" / "checked.json"
     data = json.loads(checked.read_text())
     st = blob.stat()
-    data["checked"][str(blob)] = (f"{sha256(FIXTURES / BIG_FILE)} "
-                                  f"{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}")
+    data["checked"][str(blob)] = (
+        f"{sha256(FIXTURES / BIG_FILE)} {st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}"
+    )
     checked.write_text(json.dumps(data))
     hub.clear()
     hub_source(hub, cache).local_dir(cell)
@@ -255,9 +260,13 @@ def test_the_installed_client_has_every_parameter_the_code_passes():
     from huggingface_hub import HfApi, hf_hub_download
     from huggingface_hub.file_download import repo_folder_name
 
-    functions = {"hf_hub_download": hf_hub_download, "HfApi": HfApi.__init__,
-                 "repo_info": HfApi.repo_info, "list_repo_tree": HfApi.list_repo_tree,
-                 "repo_folder_name": repo_folder_name}
+    functions = {
+        "hf_hub_download": hf_hub_download,
+        "HfApi": HfApi.__init__,
+        "repo_info": HfApi.repo_info,
+        "list_repo_tree": HfApi.list_repo_tree,
+        "repo_folder_name": repo_folder_name,
+    }
     calls = _hub_calls()
     assert set(calls) == set(functions), calls
     assert {"tqdm_class", "library_name", "library_version"} <= calls["hf_hub_download"]
@@ -298,13 +307,25 @@ def test_xet_download_reporter_counts_each_file_byte_once():
     cls = ByteProgress.bound(seen.append, threading.Event())
     size = 5_000_000
     with reporting.XetDownloadProgressReporter(
-            reconstruction_desc="f: reconstructing", transfer_desc="f: downloading", total=size,
-            log_level=logging.INFO, name="huggingface_hub.xet_get", tqdm_class=cls) as reporter:
+        reconstruction_desc="f: reconstructing",
+        transfer_desc="f: downloading",
+        total=size,
+        log_level=logging.INFO,
+        name="huggingface_hub.xet_get",
+        tqdm_class=cls,
+    ) as reporter:
         for done, received in ((1_000_000, 700_000), (3_000_000, 2_100_000), (size, 3_500_000)):
-            reporter.update_progress(SimpleNamespace(
-                total_bytes=size, total_bytes_completed=done, total_bytes_completion_rate=1e6,
-                total_transfer_bytes=3_500_000, total_transfer_bytes_completed=received,
-                total_transfer_bytes_completion_rate=7e5), {})
+            reporter.update_progress(
+                SimpleNamespace(
+                    total_bytes=size,
+                    total_bytes_completed=done,
+                    total_bytes_completion_rate=1e6,
+                    total_transfer_bytes=3_500_000,
+                    total_transfer_bytes_completed=received,
+                    total_transfer_bytes_completion_rate=7e5,
+                ),
+                {},
+            )
     assert sum(seen) == size  # file bytes only, counted once (not + the 3.5 MB transferred)
 
 

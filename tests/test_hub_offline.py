@@ -2,6 +2,7 @@
 huggingface_hub's own ``snapshot_download`` (what ``hf download`` runs) against the loopback
 Hub. The CLI runs in a subprocess, as offline mode is read when huggingface_hub is imported.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -30,8 +31,9 @@ def fill_with_snapshot_download(hub: HubServer, tmp_path: Path, *cells: str) -> 
     from huggingface_hub import snapshot_download
 
     cache = tmp_path / "hf-home" / "hub"
-    snapshot_download(hub.repo, cache_dir=cache, endpoint=hub.url,
-                      allow_patterns=[f"{c}/*" for c in cells])
+    snapshot_download(
+        hub.repo, cache_dir=cache, endpoint=hub.url, allow_patterns=[f"{c}/*" for c in cells]
+    )
     assert not (cache / "models--alem-world--alem-rl-baselines" / "alem-eval").exists()
     return cache / "models--alem-world--alem-rl-baselines" / "snapshots" / hub.commit
 

@@ -1,5 +1,6 @@
 """Packaging: a built wheel works outside the checkout, and the declared dependencies match
 what the code imports and what requirements.lock pins."""
+
 from __future__ import annotations
 
 import ast
@@ -21,8 +22,10 @@ from .conftest import REPO
 
 PACKAGES = ("alem_eval", "alem_env", "trainers")  # what the wheel ships
 # Declared although possibly never imported by name, and why.
-NOT_IMPORTED = {"jaxlib": "jax's compiled backend, pinned with jax",
-                "flatbuffers": "jax.export's serialiser (the evaluator's warm start)"}
+NOT_IMPORTED = {
+    "jaxlib": "jax's compiled backend, pinned with jax",
+    "flatbuffers": "jax.export's serialiser (the evaluator's warm start)",
+}
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 
 
@@ -61,8 +64,11 @@ def test_packaged_manifest_is_identical_to_the_human_facing_copy():
     assert MANIFEST_PATH.parent == REPO / "alem_eval" / "data"
     copy = REPO / "manifests" / MANIFEST_PATH.name
     assert MANIFEST_PATH.read_bytes() == copy.read_bytes()
-    proc = subprocess.run([sys.executable, str(REPO / "manifests" / "generate.py"), "--check"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "manifests" / "generate.py"), "--check"],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
 
 
@@ -76,27 +82,56 @@ def test_built_wheel_lists_cells_outside_the_checkout(tmp_path):
     for pkg in PACKAGES:
         shutil.copytree(REPO / pkg, src / pkg, ignore=shutil.ignore_patterns("__pycache__"))
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    built = subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", str(src),
-                            "-w", str(tmp_path / "dist")],
-                           capture_output=True, text=True, cwd=tmp_path)
+    built = subprocess.run(
+        [
+            *pip,
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            str(src),
+            "-w",
+            str(tmp_path / "dist"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert built.returncode == 0, built.stderr
     [wheel] = (tmp_path / "dist").glob("alem_eval-*.whl")
     site = tmp_path / "site"
-    installed = subprocess.run([*pip, "install", "--no-deps", "--target", str(site), str(wheel)],
-                               capture_output=True, text=True, cwd=tmp_path)
+    installed = subprocess.run(
+        [*pip, "install", "--no-deps", "--target", str(site), str(wheel)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert installed.returncode == 0, installed.stderr
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "PYTHON"))}
-    env.update(PYTHONPATH=str(site), HF_HOME=str(tmp_path / "hf-home"), HF_HUB_OFFLINE="1",
-               ALEM_EVAL_CACHE=str(tmp_path / "alem-cache"))
-    where = subprocess.run([sys.executable, "-c", "import alem_eval; print(alem_eval.__file__)"],
-                           env=env, cwd=elsewhere, capture_output=True, text=True)
+    env.update(
+        PYTHONPATH=str(site),
+        HF_HOME=str(tmp_path / "hf-home"),
+        HF_HUB_OFFLINE="1",
+        ALEM_EVAL_CACHE=str(tmp_path / "alem-cache"),
+    )
+    where = subprocess.run(
+        [sys.executable, "-c", "import alem_eval; print(alem_eval.__file__)"],
+        env=env,
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+    )
     assert Path(where.stdout.strip()).parent == site / "alem_eval", where.stderr
-    proc = subprocess.run([sys.executable, "-m", "alem_eval", "list", "1B/ippo-rnn/hard",
-                           "--format", "json"],
-                          env=env, cwd=elsewhere, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "alem_eval", "list", "1B/ippo-rnn/hard", "--format", "json"],
+        env=env,
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
     assert [r["cell"] for r in rows] == [f"1B/ippo-rnn/hard/seed{s}" for s in range(5)]

@@ -1,4 +1,5 @@
 """marl-eval export and merging another alem-eval results directory."""
+
 from __future__ import annotations
 
 import json
@@ -8,14 +9,18 @@ import pytest
 from alem_eval.analysis import prepare
 from alem_eval.cli import main
 from alem_eval.errors import UsageError
-from alem_eval.interop import (export_marl_eval, marl_eval_metric_name, merge_results,
-                               to_marl_eval)
+from alem_eval.interop import export_marl_eval, marl_eval_metric_name, merge_results, to_marl_eval
 from alem_eval.results import ResultKey, ResultsStore, build_rows
 
 from .synthetic import fill_store, key_for, synthetic_records
 
-SMALL = dict(budgets=["100M", "1B"], algorithms=["ippo-rnn"], difficulties=["easy", "hard"],
-             seeds=range(2), num_episodes=3)
+SMALL = dict(
+    budgets=["100M", "1B"],
+    algorithms=["ippo-rnn"],
+    difficulties=["easy", "hard"],
+    seeds=range(2),
+    num_episodes=3,
+)
 
 
 def test_marl_eval_layout(tmp_path):
@@ -33,7 +38,8 @@ def test_marl_eval_layout(tmp_path):
     assert "team_reward_pct_of_max" in run["absolute_metrics"]
     df = store.load(["1B/ippo-rnn/hard/seed1"])
     assert run["absolute_metrics"]["team_reward_pct_of_max"] == pytest.approx(
-        df.sort_values("episode")["Team/reward_pct_of_max"].tolist())
+        df.sort_values("episode")["Team/reward_pct_of_max"].tolist()
+    )
     assert len(run["step_0"]["team_achievement_pct"]) == 3
     assert marl_eval_metric_name("Team/coord_reward_pct_of_max") == "team_coord_reward_pct_of_max"
 
@@ -62,8 +68,9 @@ def test_merge_copies_skips_and_reports_conflicts(tmp_path):
 
     # Same key, different numbers: a content conflict; ours kept unless told otherwise.
     key = key_for("1B", "ippo-rnn", "hard", 0, num_episodes=3)
-    rows = build_rows(key, synthetic_records("1B", "ippo-rnn", "hard", 0, num_episodes=3,
-                                             rng_seed=99))
+    rows = build_rows(
+        key, synthetic_records("1B", "ippo-rnn", "hard", 0, num_episodes=3, rng_seed=99)
+    )
     theirs.write(rows, key)
     rep = merge_results(ours, theirs)
     (c,) = rep.conflicts
@@ -71,13 +78,23 @@ def test_merge_copies_skips_and_reports_conflicts(tmp_path):
     rep = merge_results(ours, theirs, prefer="theirs")
     assert rep.replaced == (key,)
     assert ours.get(key)["Team/reward_pct_of_max"].tolist() == pytest.approx(
-        [r["Team/reward_pct_of_max"] for r in rows])
+        [r["Team/reward_pct_of_max"] for r in rows]
+    )
 
     # The same cell scored from other weights: a provenance conflict; both kept.
-    other = ResultKey(key.cell, key.eval_difficulty, key.protocol, "different-weights",
-                      key.config_hash, key.env_version, 3, key.max_steps)
-    theirs.write(build_rows(other, synthetic_records("1B", "ippo-rnn", "hard", 0,
-                                                      num_episodes=3)), other)
+    other = ResultKey(
+        key.cell,
+        key.eval_difficulty,
+        key.protocol,
+        "different-weights",
+        key.config_hash,
+        key.env_version,
+        3,
+        key.max_steps,
+    )
+    theirs.write(
+        build_rows(other, synthetic_records("1B", "ippo-rnn", "hard", 0, num_episodes=3)), other
+    )
     rep = merge_results(ours, theirs)
     (c,) = rep.conflicts
     assert c.kind == "provenance" and "checkpoint_hash" in c.detail and rep.copied == (other,)
@@ -102,13 +119,15 @@ def run(args, capsys):
 def test_export_and_merge_commands(tmp_path, capsys):
     src, dst = ResultsStore(tmp_path / "a"), ResultsStore(tmp_path / "b")
     fill_store(src, **SMALL)
-    code, out, err = run(["merge", str(src.root), "--results", str(dst.root), "--format", "json"],
-                         capsys)
+    code, out, err = run(
+        ["merge", str(src.root), "--results", str(dst.root), "--format", "json"], capsys
+    )
     assert code == 0, err
     assert json.loads(out) == [] and "copied 8 new" in err
     code, out, err = run(["export", "--results", str(dst.root), "--metric", "total"], capsys)
     assert code == 0, err
     assert set(json.loads(out)["alem"]["easy"]["ippo-rnn_1b"]["seed0"]["absolute_metrics"]) == {
-        "team_reward_pct_of_max"}
+        "team_reward_pct_of_max"
+    }
     code, out, err = run(["merge", str(tmp_path / "none"), "--results", str(dst.root)], capsys)
     assert code == 1 and "no results directory" in err

@@ -1,4 +1,5 @@
 """``alem-eval leaderboard``: md / csv / LaTeX / JSON (upstream entry schema)."""
+
 from __future__ import annotations
 
 import csv
@@ -12,8 +13,13 @@ import pytest
 
 from alem_eval.bootstrap import BootstrapSettings
 from alem_eval.cli import main
-from alem_eval.leaderboard import (LEADERBOARD_ENTRY_SCHEMA, build_leaderboard, render,
-                                   to_entries, validate)
+from alem_eval.leaderboard import (
+    LEADERBOARD_ENTRY_SCHEMA,
+    build_leaderboard,
+    render,
+    to_entries,
+    validate,
+)
 from alem_eval.results import ResultsStore
 
 from .synthetic import fill_store
@@ -24,8 +30,13 @@ SETTINGS = BootstrapSettings(reps=500)
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     s = ResultsStore(tmp_path_factory.mktemp("results"))
-    fill_store(s, algorithms=["ippo-rnn", "pqn-vdn-rnn"], seeds=range(3), num_episodes=3,
-               skip=["100M/pqn-vdn-rnn/hard"])
+    fill_store(
+        s,
+        algorithms=["ippo-rnn", "pqn-vdn-rnn"],
+        seeds=range(3),
+        num_episodes=3,
+        skip=["100M/pqn-vdn-rnn/hard"],
+    )
     return s
 
 
@@ -36,7 +47,11 @@ def lb(store):
 
 def test_rows_and_missing_cells(lb):
     assert [(r.entry.budget, r.entry.algorithm) for r in lb.rows] == [
-        ("100M", "ippo-rnn"), ("100M", "pqn-vdn-rnn"), ("1B", "ippo-rnn"), ("1B", "pqn-vdn-rnn")]
+        ("100M", "ippo-rnn"),
+        ("100M", "pqn-vdn-rnn"),
+        ("1B", "ippo-rnn"),
+        ("1B", "pqn-vdn-rnn"),
+    ]
     assert lb.difficulties == ("easy", "medium", "hard")
     missing = lb.rows[1]
     assert missing.score("hard", "total") is None and missing.score("easy", "total") is not None
@@ -52,7 +67,11 @@ def test_json_entries_validate_against_the_schema(lb):
         assert e["type"] == "open-weight" and e["verified"] is False
     by_id = {e["id"]: e for e in entries}
     assert set(by_id) == {"ippo-rnn-100m", "pqn-vdn-rnn-100m", "ippo-rnn-1b", "pqn-vdn-rnn-1b"}
-    assert by_id["pqn-vdn-rnn-100m"]["scores"]["hard"] == {"base": None, "coord": None, "total": None}
+    assert by_id["pqn-vdn-rnn-100m"]["scores"]["hard"] == {
+        "base": None,
+        "coord": None,
+        "total": None,
+    }
     mean, lo, hi = by_id["ippo-rnn-1b"]["scores"]["medium"]["total"]
     assert lo <= mean <= hi
     assert by_id["ippo-rnn-1b"]["params"] == 1234  # recorded at scoring time
@@ -70,7 +89,11 @@ def test_the_validator_rejects_broken_entries(lb):
     assert any("ci_low <= mean" in e for e in validate(bad))
     bad = dict(good, type="closed", extra=1)
     assert len(validate(bad)) == 2
-    assert LEADERBOARD_ENTRY_SCHEMA["properties"]["scores"]["required"] == ["easy", "medium", "hard"]
+    assert LEADERBOARD_ENTRY_SCHEMA["properties"]["scores"]["required"] == [
+        "easy",
+        "medium",
+        "hard",
+    ]
 
 
 def _tabular(tex: str) -> tuple[str, list[list[str]]]:
@@ -110,13 +133,22 @@ def test_latex_is_a_booktabs_tabular_with_best_in_bold(lb):
 def test_latex_compiles_when_a_tex_engine_is_installed(lb, tmp_path):
     engine = shutil.which("pdflatex") or shutil.which("lualatex") or shutil.which("xelatex")
     if engine is None:
-        pytest.skip("no TeX engine (pdflatex/lualatex/xelatex) installed; the tabular is "
-                    "checked structurally instead")
-    doc = ("\\documentclass{article}\\usepackage{booktabs}\\usepackage[margin=5mm,landscape]"
-           "{geometry}\\begin{document}\\tiny\n" + render(lb, "latex") + "\\end{document}\n")
+        pytest.skip(
+            "no TeX engine (pdflatex/lualatex/xelatex) installed; the tabular is "
+            "checked structurally instead"
+        )
+    doc = (
+        "\\documentclass{article}\\usepackage{booktabs}\\usepackage[margin=5mm,landscape]"
+        "{geometry}\\begin{document}\\tiny\n" + render(lb, "latex") + "\\end{document}\n"
+    )
     (tmp_path / "t.tex").write_text(doc)
-    proc = subprocess.run([engine, "-interaction=nonstopmode", "-halt-on-error", "t.tex"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [engine, "-interaction=nonstopmode", "-halt-on-error", "t.tex"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:]
 
 
@@ -144,13 +176,27 @@ def run(args, capsys):
 
 def test_leaderboard_command(store, tmp_path, capsys):
     out_file = tmp_path / "lb.json"
-    code, out, err = run(["leaderboard", "1B", "--results", str(store.root), "--format", "json",
-                          "--out", str(out_file), "--reps", "300"], capsys)
+    code, out, err = run(
+        [
+            "leaderboard",
+            "1B",
+            "--results",
+            str(store.root),
+            "--format",
+            "json",
+            "--out",
+            str(out_file),
+            "--reps",
+            "300",
+        ],
+        capsys,
+    )
     assert code == 0, err
     entries = json.loads(out_file.read_text())
     assert [e["id"] for e in entries] == ["ippo-rnn-1b", "pqn-vdn-rnn-1b"]
-    code, out, err = run(["leaderboard", "--results", str(store.root), "--format", "latex",
-                          "--reps", "300"], capsys)
+    code, out, err = run(
+        ["leaderboard", "--results", str(store.root), "--format", "latex", "--reps", "300"], capsys
+    )
     assert code == 0 and out.startswith("% alem-eval leaderboard")
     code, out, err = run(["leaderboard", "--results", str(store.root), "--format", "xls"], capsys)
     assert code == 2 and "--format must be one of" in err and len(err.strip().splitlines()) == 1

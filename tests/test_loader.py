@@ -1,5 +1,6 @@
 """A cell directory's checkpoint: ``checkpoint_v<N>/`` beside ``checkpoint/`` wins, highest N
 first, like upstream's restore_baseline_checkpoint; load_cell and scoring agree on it."""
+
 from __future__ import annotations
 
 import shutil

@@ -1,5 +1,6 @@
 """The metric registry is the one table of names, labels and scales: score, report,
 leaderboard and export all show what it says."""
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,9 @@ from alem_eval.results import ResultsStore
 
 from .synthetic import fill_store
 
-SMALL = dict(budgets=["1B"], algorithms=["ippo-rnn"], difficulties=["easy"], seeds=range(2),
-             num_episodes=2)
+SMALL = dict(
+    budgets=["1B"], algorithms=["ippo-rnn"], difficulties=["easy"], seeds=range(2), num_episodes=2
+)
 
 
 @pytest.fixture(scope="module")
@@ -44,12 +46,12 @@ def test_leaderboard_columns_are_the_registry_labels(store):
 
 
 def test_report_headline_table_uses_the_registry_labels(store, tmp_path):
-    res = build_report(store, tmp_path / "r", settings=BootstrapSettings(reps=50),
-                       formats=["png"])
+    res = build_report(store, tmp_path / "r", settings=BootstrapSettings(reps=50), formats=["png"])
     md = res.markdown.read_text()
     header = next(ln for ln in md.splitlines() if ln.startswith("| Budget | Algorithm | Seeds"))
-    assert [c.strip() for c in header.strip("|").split("|")][3:] == \
-        [m.label for m in HEADLINE_METRICS]
+    assert [c.strip() for c in header.strip("|").split("|")][3:] == [
+        m.label for m in HEADLINE_METRICS
+    ]
 
 
 def test_export_defaults_to_the_headline_metrics_named_by_their_slug(store):

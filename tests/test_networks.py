@@ -1,4 +1,5 @@
 """The four networks reproduce the released param trees exactly (spec §1)."""
+
 import jax
 import numpy as np
 import pytest
@@ -6,8 +7,12 @@ import pytest
 from alem_eval.config import build_run_config, resolve_values
 from alem_eval.networks import build_network
 
-RELEASED_COUNTS = {"ippo-rnn": 2_589_885, "mappo-rnn": 7_508_797,
-                   "hypermarl-rnn": 25_614_013, "pqn-vdn-rnn": 18_462_800}
+RELEASED_COUNTS = {
+    "ippo-rnn": 2_589_885,
+    "mappo-rnn": 7_508_797,
+    "hypermarl-rnn": 25_614_013,
+    "pqn-vdn-rnn": 18_462_800,
+}
 
 
 def released(algorithm):
@@ -16,8 +21,10 @@ def released(algorithm):
 
 
 def shapes(tree):
-    return {"/".join(str(getattr(k, "key", k)) for k in p): tuple(x.shape)
-            for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
+    return {
+        "/".join(str(getattr(k, "key", k)) for k in p): tuple(x.shape)
+        for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]
+    }
 
 
 @pytest.mark.parametrize("algorithm", sorted(RELEASED_COUNTS))

@@ -1,4 +1,5 @@
 """``alem-eval report``: the Markdown report, its figures and the command."""
+
 from __future__ import annotations
 
 import json
@@ -41,8 +42,14 @@ def test_report_contains_every_expected_figure(scored, tmp_path):
     md = res.markdown.read_text()
     for kind in FIGURE_KINDS:  # every figure is embedded by a relative link
         assert f"](figures/team_reward_pct_of_max_{kind}.png)" in md
-    for heading in ("## Headline scores", "### Interval estimates", "### Probability of improvement",
-                    "### Performance profiles", "### Budget comparison", "## Provenance"):
+    for heading in (
+        "## Headline scores",
+        "### Interval estimates",
+        "### Probability of improvement",
+        "### Performance profiles",
+        "### Budget comparison",
+        "## Provenance",
+    ):
         assert heading in md
     assert "Runs: seeds" in md and "300 replicates" in md
     assert "mappo-rnn (100M) on hard" in md  # the missing cell is named as missing
@@ -50,13 +57,20 @@ def test_report_contains_every_expected_figure(scored, tmp_path):
     assert "| 100M | mappo-rnn | – | – |" in hard  # ... and shown as missing, not as zero
     stats = json.loads(res.stats_json.read_text())
     assert stats["settings"]["reps"] == 300
-    assert {"budget": "100M", "algorithm": "mappo-rnn", "difficulty": "hard"} in stats["metrics"][0]["missing"]
+    assert {"budget": "100M", "algorithm": "mappo-rnn", "difficulty": "hard"} in stats["metrics"][
+        0
+    ]["missing"]
 
 
 def test_single_budget_report_has_no_budget_figure_and_says_so(scored, tmp_path):
-    res = build_report(scored, tmp_path / "rep", selectors=["1B/*/hard,easy"],
-                       metrics=["coord", "Team/achievement_pct"],
-                       settings=BootstrapSettings(reps=200, runs="episodes"), formats=["png"])
+    res = build_report(
+        scored,
+        tmp_path / "rep",
+        selectors=["1B/*/hard,easy"],
+        metrics=["coord", "Team/achievement_pct"],
+        settings=BootstrapSettings(reps=200, runs="episodes"),
+        formats=["png"],
+    )
     names = {p.name for p in res.figures}
     assert not any("budget_comparison" in n for n in names)
     assert len(names) == 2 * 3
@@ -66,42 +80,81 @@ def test_single_budget_report_has_no_budget_figure_and_says_so(scored, tmp_path)
 
 
 def test_report_command(scored, tmp_path, capsys):
-    code, out, err = run(["report", "1B/ippo-rnn", "100M/ippo-rnn/easy", "--results",
-                          str(scored.root), "--out", str(tmp_path / "r"), "--reps", "200",
-                          "--seed", "3", "--metric", "achievement"], capsys)
+    code, out, err = run(
+        [
+            "report",
+            "1B/ippo-rnn",
+            "100M/ippo-rnn/easy",
+            "--results",
+            str(scored.root),
+            "--out",
+            str(tmp_path / "r"),
+            "--reps",
+            "200",
+            "--seed",
+            "3",
+            "--metric",
+            "achievement",
+        ],
+        capsys,
+    )
     assert code == 0, err
     assert out.strip() == str(tmp_path / "r" / "report.md")
     assert (tmp_path / "r" / "figures" / "team_achievement_pct_interval_estimates.pdf").is_file()
 
 
-@pytest.mark.parametrize("args, code, msg", [
-    (["--reps", "0"], 2, "--reps must be"),
-    (["--runs", "cells"], 2, "--runs must be"),
-    (["--metric", "Team/achievment_pct"], 2, "did you mean Team/achievement_pct"),
-    (["nosuchbudget"], 2, "matches no cell"),
-])
+@pytest.mark.parametrize(
+    "args, code, msg",
+    [
+        (["--reps", "0"], 2, "--reps must be"),
+        (["--runs", "cells"], 2, "--runs must be"),
+        (["--metric", "Team/achievment_pct"], 2, "did you mean Team/achievement_pct"),
+        (["nosuchbudget"], 2, "matches no cell"),
+    ],
+)
 def test_report_bad_input_is_one_line(scored, tmp_path, capsys, args, code, msg):
-    got, out, err = run(["report", "--results", str(scored.root), "--out", str(tmp_path / "r"),
-                         *args], capsys)
+    got, out, err = run(
+        ["report", "--results", str(scored.root), "--out", str(tmp_path / "r"), *args], capsys
+    )
     assert got == code and msg in err and len(err.strip().splitlines()) == 1
     assert "Traceback" not in err
 
 
 def test_report_on_an_empty_results_dir(tmp_path, capsys):
-    code, out, err = run(["report", "--results", str(tmp_path / "none"), "--out",
-                          str(tmp_path / "r")], capsys)
+    code, out, err = run(
+        ["report", "--results", str(tmp_path / "none"), "--out", str(tmp_path / "r")], capsys
+    )
     assert code == 1 and "no scored results" in err and len(err.strip().splitlines()) == 1
 
 
 def test_mixed_protocols_need_a_choice(tmp_path, capsys):
     store = ResultsStore(tmp_path / "res")
-    kw = dict(budgets=["1B"], algorithms=["ippo-rnn"], difficulties=["hard"], seeds=range(2),
-              num_episodes=2)
+    kw = dict(
+        budgets=["1B"],
+        algorithms=["ippo-rnn"],
+        difficulties=["hard"],
+        seeds=range(2),
+        num_episodes=2,
+    )
     fill_store(store, protocol="fast", **kw)
     fill_store(store, protocol="reference", **kw)
-    code, _, err = run(["report", "--results", str(store.root), "--out", str(tmp_path / "r")], capsys)
+    code, _, err = run(
+        ["report", "--results", str(store.root), "--out", str(tmp_path / "r")], capsys
+    )
     assert code == 2 and "--protocol" in err
-    code, out, err = run(["report", "--results", str(store.root), "--out", str(tmp_path / "r"),
-                          "--protocol", "reference", "--reps", "100"], capsys)
+    code, out, err = run(
+        [
+            "report",
+            "--results",
+            str(store.root),
+            "--out",
+            str(tmp_path / "r"),
+            "--protocol",
+            "reference",
+            "--reps",
+            "100",
+        ],
+        capsys,
+    )
     assert code == 0, err
     assert "protocol `reference`" in (tmp_path / "r" / "report.md").read_text()

@@ -1,4 +1,5 @@
 """The results store: Parquet round trip, atomic writes, resume, corrupt files, selection."""
+
 from __future__ import annotations
 
 import os
@@ -12,8 +13,15 @@ import pytest
 
 from alem_eval import results as R
 from alem_eval.errors import AlemEvalError, SelectorError
-from alem_eval.results import (NON_METRIC_COLUMNS, ResultKey, ResultsError, ResultsStore,
-                               ResultsWarning, build_rows, collect_warnings)
+from alem_eval.results import (
+    NON_METRIC_COLUMNS,
+    ResultKey,
+    ResultsError,
+    ResultsStore,
+    ResultsWarning,
+    build_rows,
+    collect_warnings,
+)
 
 from .synthetic import fill_store, key_for, synthetic_records
 
@@ -31,7 +39,7 @@ def test_round_trip_keeps_slash_columns_and_types(tmp_path):
     assert path == tmp_path / "1B/ippo-rnn/hard/seed0/hard" / f"synthetic-{key.digest}.parquet"
     assert store.has(key)
     df = store.get(key)
-    assert list(df.columns[:len(NON_METRIC_COLUMNS)]) == list(NON_METRIC_COLUMNS)
+    assert list(df.columns[: len(NON_METRIC_COLUMNS)]) == list(NON_METRIC_COLUMNS)
     for name in ("Team/achievement_pct", "Team/reward_pct_of_max", "Achievements/collect_wood"):
         assert name in df.columns
         np.testing.assert_array_equal(df[name].to_numpy(), [r[name] for r in rows])
@@ -110,8 +118,14 @@ def test_resume_scores_only_missing_keys(tmp_path):
 
 def test_corrupt_and_foreign_files_are_skipped_with_a_warning(tmp_path):
     store = ResultsStore(tmp_path)
-    keys = fill_store(store, budgets=["1B"], algorithms=["ippo-rnn"], difficulties=["hard"],
-                      seeds=range(3), num_episodes=2)
+    keys = fill_store(
+        store,
+        budgets=["1B"],
+        algorithms=["ippo-rnn"],
+        difficulties=["hard"],
+        seeds=range(3),
+        num_episodes=2,
+    )
     victim = store.path_for(keys[0])
     victim.write_bytes(victim.read_bytes()[:100])  # truncated
     pd.DataFrame({"a": [1.0]}).to_parquet(tmp_path / "foreign.parquet")
@@ -131,8 +145,14 @@ def test_corrupt_and_foreign_files_are_skipped_with_a_warning(tmp_path):
 
 def test_load_selects_filters_and_reads_only_requested_metrics(tmp_path):
     store = ResultsStore(tmp_path)
-    fill_store(store, budgets=["100M", "1B"], algorithms=["ippo-rnn", "pqn-vdn-rnn"],
-               difficulties=["easy", "hard"], seeds=range(2), num_episodes=2)
+    fill_store(
+        store,
+        budgets=["100M", "1B"],
+        algorithms=["ippo-rnn", "pqn-vdn-rnn"],
+        difficulties=["easy", "hard"],
+        seeds=range(2),
+        num_episodes=2,
+    )
     df = store.load(["1B/ippo/hard"], metrics=["Team/reward_pct_of_max"])
     assert set(df["cell"]) == {"1B/ippo-rnn/hard/seed0", "1B/ippo-rnn/hard/seed1"}
     assert R.metric_columns(df) == ["Team/reward_pct_of_max"]
@@ -148,8 +168,16 @@ def test_load_selects_filters_and_reads_only_requested_metrics(tmp_path):
 def test_newest_provenance_wins_and_is_reported(tmp_path):
     store = ResultsStore(tmp_path)
     old = key_for("1B", "ippo-rnn", "hard", 0, num_episodes=2)
-    new = ResultKey(old.cell, old.eval_difficulty, old.protocol, "other-weights", old.config_hash,
-                    old.env_version, 2, old.max_steps)
+    new = ResultKey(
+        old.cell,
+        old.eval_difficulty,
+        old.protocol,
+        "other-weights",
+        old.config_hash,
+        old.env_version,
+        2,
+        old.max_steps,
+    )
     store.write(_rows(old), old)
     time.sleep(0.01)
     rows = _rows(new)

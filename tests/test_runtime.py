@@ -1,5 +1,6 @@
 """The persistent compilation cache is on before any command compiles (issue: demo's cache
 directory stayed empty because it compiled its cells before turning the cache on)."""
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,15 @@ def test_cli_turns_the_cache_on_before_the_first_compile(tmp_path):
     cache = tmp_path / "jax-cache"
     env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("JAX_")}
     env.update(ALEM_EVAL_JAX_CACHE=str(cache), ALEM_EVAL_CACHE=str(tmp_path / "cache"))
-    out = subprocess.run([sys.executable, "-c", _SCRIPT, str(FIXTURES)], cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=300, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, str(FIXTURES)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["dir"] == str(cache)
     assert report["files"], "the first compile of the process was not written to the cache"
@@ -44,6 +52,12 @@ def test_enable_compilation_cache_before_jax_import_sets_only_the_environment(tm
         assert "jax" not in sys.modules, "the cache set-up imported JAX"
         print(os.environ["JAX_COMPILATION_CACHE_DIR"])
     """)
-    out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "c")], cwd=REPO,
-                         capture_output=True, text=True, timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "c")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     assert out.stdout.strip() == str(tmp_path / "c")

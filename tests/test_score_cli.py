@@ -1,6 +1,6 @@
 """`alem-eval score` end to end: loopback Hub, results store, resume after a kill."""
+
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -21,25 +21,33 @@ QUICK = ["--episodes", str(FAST_EPISODES), "--max-steps", "12"]
 def test_score_difficulty_hard_from_a_loopback_hub(tmp_path):
     with HubServer(FIXTURES, include=("tiny/",)) as hub:
         env = cli_env(tmp_path, hub.url)
-        proc = run_cli(["score", "--difficulty", "hard", *QUICK, "--format", "json"], env, timeout=900)
+        proc = run_cli(
+            ["score", "--difficulty", "hard", *QUICK, "--format", "json"], env, timeout=900
+        )
         assert proc.returncode == 0, proc.stderr
         records = json.loads(proc.stdout)
-        assert sorted(r["cell"] for r in records) == ["tiny/hypermarl-rnn/hard/seed0",
-                                                      "tiny/ippo-rnn/hard/seed2"]
+        assert sorted(r["cell"] for r in records) == [
+            "tiny/hypermarl-rnn/hard/seed0",
+            "tiny/ippo-rnn/hard/seed2",
+        ]
         for r in records:
             assert r["protocol"] == "fast" and r["eval_difficulty"] == "hard"
             assert len(r["episodes"]) == FAST_EPISODES
             ep = r["episodes"][0]
             assert 1 <= ep["episode_length"] <= 12
             assert {"Team/achievement_pct", "Team/reward_pct_of_max", "terminated"} <= set(ep)
-            assert r["aggregate"]["episode_length"] == sum(
-                e["episode_length"] for e in r["episodes"]) / FAST_EPISODES
+            assert (
+                r["aggregate"]["episode_length"]
+                == sum(e["episode_length"] for e in r["episodes"]) / FAST_EPISODES
+            )
         fetched = {p.split("/")[1] for p in hub.file_requests("GET")}
         assert fetched == {"hypermarl-rnn", "ippo-rnn"}  # only the selected cells came down
 
         # A second run reads everything back from the store: no file request, no compute.
         hub.clear()
-        again = run_cli(["score", "--difficulty", "hard", *QUICK, "--format", "json"], env, timeout=300)
+        again = run_cli(
+            ["score", "--difficulty", "hard", *QUICK, "--format", "json"], env, timeout=300
+        )
         assert again.returncode == 0, again.stderr
         assert json.loads(again.stdout) == records
         assert "scored" not in again.stderr and hub.file_requests("GET") == []
@@ -58,11 +66,26 @@ def _temps(results):
 def test_killed_score_resumes_with_only_the_missing_cells(tmp_path):
     env = cli_env(tmp_path, closed_port_url())
     results = tmp_path / "results"
-    args = ["score", "tiny/ippo-rnn", "--source", str(FIXTURES), "--results", str(results),
-            "--stack", "1", *QUICK]
+    args = [
+        "score",
+        "tiny/ippo-rnn",
+        "--source",
+        str(FIXTURES),
+        "--results",
+        str(results),
+        "--stack",
+        "1",
+        *QUICK,
+    ]
     code = "import sys; from alem_eval.cli import main; sys.exit(main())"
-    proc = subprocess.Popen([sys.executable, "-c", code, *args], env=env, cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 900
     while not _stored(results) and time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -82,15 +105,20 @@ def test_killed_score_resumes_with_only_the_missing_cells(tmp_path):
     assert _temps(results) <= left_by_kill  # the rerun's own writes leave no temp file
 
 
-@pytest.mark.parametrize("extra,fragment", [
-    (["--episodes", "0"], "--episodes"),
-    (["--max-steps", "-5"], "--max-steps"),
-    (["--protocol", "slow"], "unknown protocol"),
-    (["--devices", "0"], "--devices"),
-    (["--devices", "many"], "--devices"),
-])
+@pytest.mark.parametrize(
+    "extra,fragment",
+    [
+        (["--episodes", "0"], "--episodes"),
+        (["--max-steps", "-5"], "--max-steps"),
+        (["--protocol", "slow"], "unknown protocol"),
+        (["--devices", "0"], "--devices"),
+        (["--devices", "many"], "--devices"),
+    ],
+)
 def test_bad_score_options_are_one_line_usage_errors(tmp_path, extra, fragment):
-    proc = run_cli(["score", "tiny/ippo-rnn/easy", "--source", str(FIXTURES), *extra],
-                   cli_env(tmp_path, closed_port_url()))
+    proc = run_cli(
+        ["score", "tiny/ippo-rnn/easy", "--source", str(FIXTURES), *extra],
+        cli_env(tmp_path, closed_port_url()),
+    )
     assert_one_line_error(proc, fragment)
     assert proc.returncode == 2

@@ -1,5 +1,6 @@
 """The scoring library up to the evaluator call (no Alem compile): option checks, the
 env-version policy, the checkpoint it hashes, the rows and table it renders."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,13 +26,24 @@ def fake_evaluator(monkeypatch):
     config under the policy it is given, as ``run_stack`` does before compiling anything."""
     calls = []
 
-    def score_stack(cfgs, weights, *, protocol, eval_difficulty, num_episodes, max_steps,
-                    on_env_mismatch):
+    def score_stack(
+        cfgs,
+        weights,
+        *,
+        protocol,
+        eval_difficulty,
+        num_episodes,
+        max_steps,
+        on_env_mismatch,
+        batch=None,
+    ):
         for i, cfg in enumerate(cfgs):
             evaluate.check_env_version(cfg, on_mismatch=on_env_mismatch, where=f"checkpoint {i}")
         calls.append(dict(n=len(cfgs), protocol=protocol, eval_difficulty=eval_difficulty))
-        return [[{"Team/achievement_pct": 0.25, "episode_length": 4.0}
-                 for _ in range(num_episodes)] for _ in cfgs]
+        return [
+            [{"Team/achievement_pct": 0.25, "episode_length": 4.0} for _ in range(num_episodes)]
+            for _ in cfgs
+        ]
 
     monkeypatch.setattr(evaluate, "score_stack", score_stack)
     return calls
@@ -66,8 +78,9 @@ def test_env_mismatch_warn_scores_with_one_warning(cell_copy, fake_evaluator, ot
     assert [len(s.episodes) for s in scores] == [2]
 
 
-def test_env_mismatch_error_stops_before_the_evaluator(cell_copy, fake_evaluator,
-                                                      other_env_version):
+def test_env_mismatch_error_stops_before_the_evaluator(
+    cell_copy, fake_evaluator, other_env_version
+):
     src, _ = _source(cell_copy)
     with pytest.raises(EvaluationError, match=f"{CELL}: .*'v-other'"):
         score_cells(src, src.select([CELL]), options=ScoreOptions(num_episodes=2, max_steps=4))
@@ -91,12 +104,15 @@ def test_scoring_hashes_the_checkpoint_it_restores(cell_copy, fake_evaluator):
     assert score.provenance["checkpoint_hash"] != ckpt.checkpoint_hash(d / "checkpoint")
 
 
-@pytest.mark.parametrize("kw, request_args", [
-    (dict(protocol="slow"), ("slow", "easy", None, None)),
-    (dict(num_episodes=0), ("fast", "easy", 0, None)),
-    (dict(num_episodes=2.5), ("fast", "easy", 2.5, None)),
-    (dict(max_steps=-1), ("fast", "easy", None, -1)),
-])
+@pytest.mark.parametrize(
+    "kw, request_args",
+    [
+        (dict(protocol="slow"), ("slow", "easy", None, None)),
+        (dict(num_episodes=0), ("fast", "easy", 0, None)),
+        (dict(num_episodes=2.5), ("fast", "easy", 2.5, None)),
+        (dict(max_steps=-1), ("fast", "easy", None, -1)),
+    ],
+)
 def test_score_options_fail_with_the_evaluators_words(kw, request_args):
     with pytest.raises(UsageError) as ours:
         ScoreOptions(**kw)
@@ -114,25 +130,73 @@ def test_score_options_other_checks():
 
 
 def _scores():
-    eps = ({"Team/reward_pct_of_max": 0.5, "Team/achievement_pct": 0.25, "episode_length": 10.0},
-           {"Team/reward_pct_of_max": 0.7, "Team/achievement_pct": 0.75, "episode_length": 20.0})
-    return [CellScore(Cell("1B", "ippo-rnn", "hard", 0), "hard", "fast", eps),
-            CellScore(Cell("1B", "ippo-rnn", "hard", 1), "hard", "fast", eps[:1], reused=True)]
+    eps = (
+        {"Team/reward_pct_of_max": 0.5, "Team/achievement_pct": 0.25, "episode_length": 10.0},
+        {"Team/reward_pct_of_max": 0.7, "Team/achievement_pct": 0.75, "episode_length": 20.0},
+    )
+    return [
+        CellScore(Cell("1B", "ippo-rnn", "hard", 0), "hard", "fast", eps),
+        CellScore(Cell("1B", "ippo-rnn", "hard", 1), "hard", "fast", eps[:1], reused=True),
+    ]
 
 
 def test_episode_rows_flatten_scores_one_row_per_episode():
     rows = episode_rows(_scores())
     assert [(r["cell"], r["episode"]) for r in rows] == [
-        ("1B/ippo-rnn/hard/seed0", 0), ("1B/ippo-rnn/hard/seed0", 1), ("1B/ippo-rnn/hard/seed1", 0)]
-    assert rows[1] == {"cell": "1B/ippo-rnn/hard/seed0", "eval_difficulty": "hard",
-                       "protocol": "fast", "episode": 1, "Team/reward_pct_of_max": 0.7,
-                       "Team/achievement_pct": 0.75, "episode_length": 20.0}
+        ("1B/ippo-rnn/hard/seed0", 0),
+        ("1B/ippo-rnn/hard/seed0", 1),
+        ("1B/ippo-rnn/hard/seed1", 0),
+    ]
+    assert rows[1] == {
+        "cell": "1B/ippo-rnn/hard/seed0",
+        "eval_difficulty": "hard",
+        "protocol": "fast",
+        "episode": 1,
+        "Team/reward_pct_of_max": 0.7,
+        "Team/achievement_pct": 0.75,
+        "episode_length": 20.0,
+    }
     assert env_steps(_scores()) == 30.0  # the reused cell ran nothing
 
 
 def test_score_table_uses_the_registry_labels_and_scale():
     row = _scores()[0].summary_row()
-    assert list(row) == ["cell", "eval", "n", *(metric_info(k).label for k in SUMMARY_METRICS),
-                         "len", "reused"]
+    assert list(row) == [
+        "cell",
+        "eval",
+        "n",
+        *(metric_info(k).label for k in SUMMARY_METRICS),
+        "len",
+        "reused",
+    ]
     assert row["Total%"] == "60.00 ± 7.07" and row["Ach%"] == "50.00 ± 17.68"
     assert row["Base%"] is None and row["len"] == 15.0
+
+
+def test_every_stack_of_a_selection_has_one_structure_so_one_program_scores_them_all():
+    """Stacks mix network shapes round-robin, the same count of each in every stack
+    (padded with repeats), in the same order: the evaluator's program key is the same."""
+    from types import SimpleNamespace
+
+    from alem_eval.scoring import _stacks
+
+    def job(key, name):
+        return SimpleNamespace(cfg=SimpleNamespace(network_key=key), name=name)
+
+    jobs = [
+        job("a", "a1"),
+        job("a", "a2"),
+        job("a", "a3"),
+        job("b", "b1"),
+        job("c", "c1"),
+        job("c", "c2"),
+    ]
+    stacks = _stacks(jobs, max_stack=5)
+    assert [[j.name for j in s] for s, _ in stacks] == [["a1", "b1", "c1"], ["a2", "c2"], ["a3"]]
+    shapes = {tuple(j.cfg.network_key for j in padded) for _, padded in stacks}
+    assert shapes == {("a", "b", "c")}  # one structure, one order
+    assert sorted(j.name for s, _ in stacks for j in s) == sorted(j.name for j in jobs)
+    # Two per shape when the stack has room for it; a single shape fills the stack.
+    assert [len(p) for _, p in _stacks(jobs, max_stack=6)] == [6, 6]
+    assert [len(p) for _, p in _stacks(jobs[:3], max_stack=2)] == [2, 2]
+    assert [len(p) for _, p in _stacks(jobs[:1], max_stack=5)] == [1]  # never padded alone

@@ -1,5 +1,6 @@
 """Aggregation: rliable definitions, the seeded stratified bootstrap, analyses, the metric
 registry and the ``alem_eval.stats`` façade over them."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -41,10 +42,13 @@ def test_aggregates_equal_rliable_definitions(shape):
     assert B.aggregate_iqm(x) == pytest.approx(rlm.aggregate_iqm(x), abs=1e-12)
     assert B.aggregate_mean(x) == pytest.approx(rlm.aggregate_mean(x), abs=1e-12)
     assert B.aggregate_median_of_task_means(x) == pytest.approx(rlm.aggregate_median(x), abs=1e-12)
-    assert B.aggregate_optimality_gap(x) == pytest.approx(rlm.aggregate_optimality_gap(x, 1), abs=1e-12)
+    assert B.aggregate_optimality_gap(x) == pytest.approx(
+        rlm.aggregate_optimality_gap(x, 1), abs=1e-12
+    )
     y = np.random.default_rng(2).uniform(0, 1.2, size=(shape[0] + 2, shape[1]))
     assert B.probability_of_improvement(x, y) == pytest.approx(
-        rlm.probability_of_improvement(x, y), abs=1e-12)
+        rlm.probability_of_improvement(x, y), abs=1e-12
+    )
     taus = np.linspace(0, 1.2, 13)
     np.testing.assert_allclose(B.score_distribution(x, taus), rly.score_distributions(x, taus))
 
@@ -67,8 +71,9 @@ def test_counts_are_index_resamples_and_statistics_match_direct_computation():
     bs = _bs(reps=50)
     c = bs.counts(7, 3, ("s",))
     assert c.shape == (50, 3, 7) and (c.sum(axis=2) == 7).all()
-    full = bs.aggregates(x, ("s",), names=("iqm", "mean", "median", "median_of_task_means",
-                                           "optimality_gap"))
+    full = bs.aggregates(
+        x, ("s",), names=("iqm", "mean", "median", "median_of_task_means", "optimality_gap")
+    )
     # Recompute every replicate the slow way and compare the percentile intervals.
     direct = {k: [] for k in full}
     for b in range(50):
@@ -80,7 +85,9 @@ def test_counts_are_index_resamples_and_statistics_match_direct_computation():
         direct["optimality_gap"].append(rlm.aggregate_optimality_gap(res, 1.0))
     for k, vals in direct.items():
         lo, hi = np.percentile(vals, [2.5, 97.5])
-        assert full[k].lo == pytest.approx(lo, abs=1e-12) and full[k].hi == pytest.approx(hi, abs=1e-12)
+        assert full[k].lo == pytest.approx(lo, abs=1e-12) and full[k].hi == pytest.approx(
+            hi, abs=1e-12
+        )
 
 
 def test_integer_percentiles_equal_numpy():
@@ -92,8 +99,9 @@ def test_integer_percentiles_equal_numpy():
 
 
 def test_seeded_bootstrap_reproduces_its_intervals_exactly():
-    df = synthetic_frame(budgets=["1B"], algorithms=["ippo-rnn", "mappo-rnn"], seeds=range(5),
-                         num_episodes=4)
+    df = synthetic_frame(
+        budgets=["1B"], algorithms=["ippo-rnn", "mappo-rnn"], seeds=range(5), num_episodes=4
+    )
     a1 = analyze(df, TOTAL, BootstrapSettings(reps=3000, seed=7))
     a2 = analyze(df, TOTAL, BootstrapSettings(reps=3000, seed=7))
     a3 = analyze(df, TOTAL, BootstrapSettings(reps=3000, seed=8))
@@ -112,11 +120,18 @@ def test_interval_estimates_agree_with_rliable_within_monte_carlo_error():
     x = np.random.default_rng(5).beta(2, 5, size=(10, 3))
     reps = 5000
     ours = _bs(reps=reps, seed=1).aggregates(
-        x, ("g",), names=("iqm", "mean", "median_of_task_means", "optimality_gap"))
+        x, ("g",), names=("iqm", "mean", "median_of_task_means", "optimality_gap")
+    )
 
     def agg(s):
-        return np.array([rlm.aggregate_iqm(s), rlm.aggregate_mean(s), rlm.aggregate_median(s),
-                         rlm.aggregate_optimality_gap(s, 1.0)])
+        return np.array(
+            [
+                rlm.aggregate_iqm(s),
+                rlm.aggregate_mean(s),
+                rlm.aggregate_median(s),
+                rlm.aggregate_optimality_gap(s, 1.0),
+            ]
+        )
 
     np.random.seed(0)  # rliable 1.2.0 samples from NumPy's global state
     points, cis = rly.get_interval_estimates({"g": x}, agg, reps=reps)
@@ -165,8 +180,13 @@ def test_ci_covers_the_true_mean_at_the_advertised_rate():
 
 # -- analyses over a results frame ------------------------------------------------------------
 def test_run_scores_seeds_vs_episodes_and_nan_episodes():
-    df = synthetic_frame(budgets=["1B"], algorithms=["ippo-rnn"], difficulties=["hard"],
-                         seeds=range(3), num_episodes=4)
+    df = synthetic_frame(
+        budgets=["1B"],
+        algorithms=["ippo-rnn"],
+        difficulties=["hard"],
+        seeds=range(3),
+        num_episodes=4,
+    )
     df.loc[0, TOTAL] = np.nan  # an episode that did not report the key
     seeds = run_scores(df, TOTAL, runs="seeds")[Group("1B", "ippo-rnn", "hard")]
     eps = run_scores(df, TOTAL, runs="episodes")[Group("1B", "ippo-rnn", "hard")]
@@ -182,7 +202,9 @@ def test_analysis_keeps_difficulties_apart_and_marks_missing():
     a = analyze(df, TOTAL, BootstrapSettings(reps=500))
     assert {g.difficulty for g in a.aggregates} == {"easy", "medium", "hard"}
     assert a.missing() == [Group("100M", "mappo-rnn", "hard")]
-    assert len(a.aggregates) == 11 and set(a.aggregates[Group("1B", "ippo-rnn", "easy")].estimates) == set(AGGREGATES)
+    assert len(a.aggregates) == 11 and set(
+        a.aggregates[Group("1B", "ippo-rnn", "easy")].estimates
+    ) == set(AGGREGATES)
     # Pairs: one algorithm pair per budget and difficulty (minus the missing one), one
     # budget pair per algorithm and difficulty (minus the missing one).
     kinds = [r.kind for r in a.improvements]
@@ -200,7 +222,9 @@ def test_summarize_mean_is_close_to_the_truth_and_not_averaged_over_difficulties
     base = rows["Team/normal_reward_pct_of_max"]
     for g, row in base.items():
         assert row.n_seeds == 5 and row.n_runs == 5
-        assert abs(row.estimates["mean"].point - true_mean(g.budget, g.algorithm, g.difficulty)) < 0.05
+        assert (
+            abs(row.estimates["mean"].point - true_mean(g.budget, g.algorithm, g.difficulty)) < 0.05
+        )
     assert len(base) == 2 * 4 * 3
 
 
@@ -212,9 +236,16 @@ def test_non_fraction_metrics_have_no_optimality_gap():
     assert not M.metric_info("Achievements/collect_wood").fraction
 
 
-@pytest.mark.parametrize("kw, msg", [({"reps": 0}, "--reps"), ({"reps": 2.5}, "--reps"),
-                                     ({"seed": -1}, "--seed"), ({"runs": "cells"}, "--runs"),
-                                     ({"confidence": 1.0}, "confidence")])
+@pytest.mark.parametrize(
+    "kw, msg",
+    [
+        ({"reps": 0}, "--reps"),
+        ({"reps": 2.5}, "--reps"),
+        ({"seed": -1}, "--seed"),
+        ({"runs": "cells"}, "--runs"),
+        ({"confidence": 1.0}, "confidence"),
+    ],
+)
 def test_bad_settings_are_usage_errors(kw, msg):
     with pytest.raises(UsageError, match=msg):
         BootstrapSettings(**kw)
@@ -233,19 +264,34 @@ def test_metric_names_resolve_from_aliases_and_unknown_ones_suggest():
 
 
 def test_pair_improvement_compares_any_two_groups_of_one_difficulty():
-    df = synthetic_frame(algorithms=["ippo-rnn", "pqn-vdn-rnn"], difficulties=["hard"],
-                         seeds=range(5), num_episodes=5)
+    df = synthetic_frame(
+        algorithms=["ippo-rnn", "pqn-vdn-rnn"],
+        difficulties=["hard"],
+        seeds=range(5),
+        num_episodes=5,
+    )
     settings = BootstrapSettings(reps=1000)
-    p = A.pair_improvement(df, TOTAL, Group("1B", "pqn-vdn-rnn", "hard"),
-                           Group("100M", "ippo-rnn", "hard"), settings)
+    p = A.pair_improvement(
+        df, TOTAL, Group("1B", "pqn-vdn-rnn", "hard"), Group("100M", "ippo-rnn", "hard"), settings
+    )
     assert p.point > 0.9
     with pytest.raises(UsageError, match="never pooled"):
-        A.pair_improvement(df, TOTAL, Group("1B", "pqn-vdn-rnn", "hard"),
-                           Group("100M", "ippo-rnn", "easy"), settings)
+        A.pair_improvement(
+            df,
+            TOTAL,
+            Group("1B", "pqn-vdn-rnn", "hard"),
+            Group("100M", "ippo-rnn", "easy"),
+            settings,
+        )
 
 
 def test_budget_order_is_numeric():
-    assert sorted(["1B", "tiny", "100M", "10k"], key=A.budget_order) == ["10k", "100M", "1B", "tiny"]
+    assert sorted(["1B", "tiny", "100M", "10k"], key=A.budget_order) == [
+        "10k",
+        "100M",
+        "1B",
+        "tiny",
+    ]
     assert A.budget_steps("100M") == 100_000_000 and A.budget_steps("tiny") is None
 
 
@@ -258,7 +304,8 @@ def test_scipy_trim_mean_matches_window_mean_for_many_sizes():
         pool = B._SortedPool(c, x.T)
         cut = int(0.25 * n)
         assert pool.window_mean(cut, n - cut)[0] == pytest.approx(
-            scipy.stats.trim_mean(x, 0.25, axis=None))
+            scipy.stats.trim_mean(x, 0.25, axis=None)
+        )
         lo, hi = ((n - 1) // 2, (n - 1) // 2 + 1) if n % 2 else (n // 2 - 1, n // 2 + 1)
         assert pool.window_mean(lo, hi)[0] == pytest.approx(np.median(x))
         assert bs.reps == 1
@@ -268,8 +315,10 @@ def test_weighted_percentiles_equal_numpy_on_the_expanded_sample():
     rng = np.random.default_rng(0)
     for u in (1, 2, 5, 126):
         v, w = rng.normal(size=(u, 7)), rng.integers(1, 50, size=u)
-        np.testing.assert_array_equal(B.weighted_percentiles(v, w, [2.5, 97.5, 50]),
-                                      np.percentile(np.repeat(v, w, axis=0), [2.5, 97.5, 50], axis=0))
+        np.testing.assert_array_equal(
+            B.weighted_percentiles(v, w, [2.5, 97.5, 50]),
+            np.percentile(np.repeat(v, w, axis=0), [2.5, 97.5, 50], axis=0),
+        )
 
 
 def test_collapsed_resamples_give_the_replicate_by_replicate_intervals():
@@ -280,7 +329,10 @@ def test_collapsed_resamples_give_the_replicate_by_replicate_intervals():
     bs = _bs(reps=20000, seed=1)
     res = bs.resamples(5, 1, ("x",))
     assert res.compressed and res.counts.shape[0] <= 126 and res.weights.sum() == 20000
-    cx, cy = bs.counts(5, 1, ("x",))[:, 0].astype(float), bs.counts(5, 1, ("y",))[:, 0].astype(float)
+    cx, cy = (
+        bs.counts(5, 1, ("x",))[:, 0].astype(float),
+        bs.counts(5, 1, ("y",))[:, 0].astype(float),
+    )
     np.testing.assert_array_equal(res.counts[res.index][:, 0], cx)
 
     def check(iv, samples):
@@ -293,8 +345,9 @@ def test_collapsed_resamples_give_the_replicate_by_replicate_intervals():
     check(bs.aggregates(x, ("x",), names=("mean",))["mean"], cx @ x[:, 0] / 5)
     taus = np.array([-0.5, 0.0, 0.5])
     _, lo, hi = bs.profile(x, taus, ("x",))
-    np.testing.assert_allclose([lo, hi], np.percentile(cx @ (x > taus).astype(float) / 5,
-                                                       [2.5, 97.5], axis=0))
+    np.testing.assert_allclose(
+        [lo, hi], np.percentile(cx @ (x > taus).astype(float) / 5, [2.5, 97.5], axis=0)
+    )
 
 
 def test_stats_facade_reexports_the_split_modules():

@@ -1,4 +1,5 @@
 """MIXED TEAMS: any checkpoint in any agent slot, every algorithm in one compiled rollout."""
+
 from __future__ import annotations
 
 import jax
@@ -61,12 +62,18 @@ def test_each_slot_acts_as_its_own_policy_would_alone():
     cfgs, weights = _members(IPPO, MAPPO, HYPER, PQN)
     specs = [build_network(c) for c in cfgs]
     policies = [make_policy(s) for s in specs]
-    classes = (ev.TeamClass((ev.Role(0, (0,)), ev.Role(1, (1,)), ev.Role(2, (2,))), 1),
-               ev.TeamClass((ev.Role(3, (0, 1)), ev.Role(0, (2,))), 1))
+    classes = (
+        ev.TeamClass((ev.Role(0, (0,)), ev.Role(1, (1,)), ev.Role(2, (2,))), 1),
+        ev.TeamClass((ev.Role(3, (0, 1)), ev.Role(0, (2,))), 1),
+    )
     member_of = [(0, 1, 2), (3, 0)]
     variables = [ev._policy_variables(s, w, "test") for s, w in zip(specs, weights, strict=True)]
-    params = tuple(tuple(jax.tree_util.tree_map(lambda x: x[None], policies[m].prepare(
-        variables[m])) for m in ms) for ms in member_of)
+    params = tuple(
+        tuple(
+            jax.tree_util.tree_map(lambda x: x[None], policies[m].prepare(variables[m])) for m in ms
+        )
+        for ms in member_of
+    )
     use_mask = tuple(tuple(np.array([True]) for _ in ms) for ms in member_of)
     rng = np.random.default_rng(0)
     p, d, a = 3, specs[0].obs_dim, specs[0].num_actions
@@ -75,22 +82,27 @@ def test_each_slot_acts_as_its_own_policy_would_alone():
     mask = jnp.asarray(rng.random((2, p, a)) < 0.7).at[:, :, 0].set(True)
     carries = ev.init_team_carries(policies, classes, 1)
     # Perturb the carries so that a slot's own recurrent state matters.
-    carries = jax.tree_util.tree_map(lambda x: x + 0.1 * jnp.arange(x.size).reshape(x.shape)
-                                     / x.size, carries)
-    new, actions = ev.team_actions(policies, classes, params, use_mask, carries, raw, dones,
-                                   mask, episodes=1, num_actions=a)
+    carries = jax.tree_util.tree_map(
+        lambda x: x + 0.1 * jnp.arange(x.size).reshape(x.shape) / x.size, carries
+    )
+    new, actions = ev.team_actions(
+        policies, classes, params, use_mask, carries, raw, dones, mask, episodes=1, num_actions=a
+    )
     for c, cls in enumerate(classes):
         for r, role in enumerate(cls.roles):
             m = member_of[c][r]
             prepared = policies[m].prepare(variables[m])
-            own_carry = jax.tree_util.tree_map(lambda x: x[0, 0], carries[c][r])  # noqa: B023
-            alone_carry, alone = policies[m].act(prepared, own_carry,
-                                                 policies[m].policy_input(raw[c]), dones[c],
-                                                 mask[c])
+            own_carry = jax.tree_util.tree_map(lambda x: x[0, 0], carries[c][r])
+            alone_carry, alone = policies[m].act(
+                prepared, own_carry, policies[m].policy_input(raw[c]), dones[c], mask[c]
+            )
             for s in role.slots:
                 assert int(actions[c, s]) == int(alone[s]), (c, r, s)
-            for got, exp in zip(jax.tree_util.tree_leaves(new[c][r]),
-                                jax.tree_util.tree_leaves(alone_carry), strict=True):
+            for got, exp in zip(
+                jax.tree_util.tree_leaves(new[c][r]),
+                jax.tree_util.tree_leaves(alone_carry),
+                strict=True,
+            ):
                 np.testing.assert_array_equal(np.asarray(got)[0, 0], np.asarray(exp))
 
 
@@ -100,24 +112,48 @@ def test_team_of_cells_needing_different_envs_is_a_clear_error():
     import dataclasses
 
     other = dataclasses.replace(other, env=dataclasses.replace(other.env, num_comm_channels=0))
-    with pytest.raises(EvaluationError, match="different env configurations.*num_comm_channels"):
-        ev.run_teams([cfgs[0], other], weights, [(0, 0, 1)], protocol="fast",
-                     eval_difficulty="easy", num_episodes=1, max_steps=4)
+    with pytest.raises(EvaluationError, match=r"different env configurations.*num_comm_channels"):
+        ev.run_teams(
+            [cfgs[0], other],
+            weights,
+            [(0, 0, 1)],
+            protocol="fast",
+            eval_difficulty="easy",
+            num_episodes=1,
+            max_steps=4,
+        )
 
 
-@pytest.mark.parametrize("teams, message", [
-    ([(0, 0, 5)], "not in the stack"),
-    ([(0, 0)], "2 slots but the env has 3 agents"),
-])
+@pytest.mark.parametrize(
+    "teams, message",
+    [
+        ([(0, 0, 5)], "not in the stack"),
+        ([(0, 0)], "2 slots but the env has 3 agents"),
+    ],
+)
 def test_team_naming_a_missing_slot_or_cell_is_a_clear_error(teams, message):
     cfgs, weights = _members(IPPO, PQN)
     with pytest.raises(EvaluationError, match=message):
-        ev.run_teams(cfgs, weights, teams, protocol="fast", eval_difficulty="easy",
-                     num_episodes=1, max_steps=4)
+        ev.run_teams(
+            cfgs,
+            weights,
+            teams,
+            protocol="fast",
+            eval_difficulty="easy",
+            num_episodes=1,
+            max_steps=4,
+        )
 
 
 def test_reference_protocol_refuses_mixed_teams():
     cfgs, weights = _members(IPPO, IPPO_2)
     with pytest.raises(EvaluationError, match="self-play"):
-        ev.run_teams(cfgs, weights, [(0, 1, 1)], protocol="reference", eval_difficulty="hard",
-                     num_episodes=1, max_steps=4)
+        ev.run_teams(
+            cfgs,
+            weights,
+            [(0, 1, 1)],
+            protocol="reference",
+            eval_difficulty="hard",
+            num_episodes=1,
+            max_steps=4,
+        )

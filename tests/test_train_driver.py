@@ -1,6 +1,7 @@
 """The training driver with a fake trainer (tests/train_fakes.py: no Alem env, compiles in
 a second): resume, refusal of saved state that does not match, SIGTERM, the metrics log,
 and the command's batch-log progress. The real trainers are in tests/test_trainers.py."""
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,14 @@ def _train(out: Path, seeds, updates, **kw):
     runs, tcfgs = runs_of(seeds, updates, **kw.pop("overrides", {}))
     dirs = [out / f"tiny/{ALGO}/easy/seed{s}" for s in seeds]
     kw.setdefault("chunk_updates", 1)
-    return train_cells(make_fake(runs[0], tcfgs[0]), runs, tcfgs, dirs,
-                       cell_ids=[f"tiny/{ALGO}/easy/seed{s}" for s in seeds], **kw), dirs
+    return train_cells(
+        make_fake(runs[0], tcfgs[0]),
+        runs,
+        tcfgs,
+        dirs,
+        cell_ids=[f"tiny/{ALGO}/easy/seed{s}" for s in seeds],
+        **kw,
+    ), dirs
 
 
 def _weights(cell_dir: Path):
@@ -35,8 +42,9 @@ def _weights(cell_dir: Path):
 
     ckptr = ocp.PyTreeCheckpointer()
     path = (cell_dir / "checkpoint").absolute()
-    args = jax.tree_util.tree_map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray),
-                                  ckptr.metadata(path))
+    args = jax.tree_util.tree_map(
+        lambda _: ocp.RestoreArgs(restore_type=np.ndarray), ckptr.metadata(path)
+    )
     return ckptr.restore(path, restore_args=args)
 
 
@@ -69,12 +77,22 @@ def test_metrics_log_has_a_line_per_update(tmp_path):
     _train(tmp_path, (0, 1), 4)
     d = tmp_path / f"tiny/{ALGO}/easy/seed1"
     lines = _log(d)
-    assert [x["event"] for x in lines] == ["start", "chunk", "chunk", "chunk", "saved",
-                                           "start", "chunk", "done"]
+    assert [x["event"] for x in lines] == [
+        "start",
+        "chunk",
+        "chunk",
+        "chunk",
+        "saved",
+        "start",
+        "chunk",
+        "done",
+    ]
     chunks = [x for x in lines if x["event"] == "chunk"]
     assert [x["update"] for x in chunks] == [1, 2, 3, 4]
-    assert all(x["updates_in_call"] == 1 and x["env_steps"] == x["update"] * STEPS_PER_UPDATE
-               for x in chunks)
+    assert all(
+        x["updates_in_call"] == 1 and x["env_steps"] == x["update"] * STEPS_PER_UPDATE
+        for x in chunks
+    )
     assert all(x["mean_episode_return"] is not None and "loss/total" in x for x in chunks)
     assert lines[0]["seed"] == 1 and lines[5]["resumed_from"] == 3
 
@@ -100,8 +118,11 @@ def test_a_group_that_does_not_match_its_saved_state_is_refused(tmp_path):
     _train(tmp_path, (2,), 6, max_updates=3)
     with pytest.raises(ConfigError, match=r"different updates .*seed0 at 2.*seed2 at 3"):
         _train(tmp_path, (0, 1, 2), 6)
-    assert [_resume_meta(tmp_path / f"tiny/{ALGO}/easy/seed{s}")["updates"]
-            for s in (0, 1, 2)] == [2, 2, 3]
+    assert [_resume_meta(tmp_path / f"tiny/{ALGO}/easy/seed{s}")["updates"] for s in (0, 1, 2)] == [
+        2,
+        2,
+        3,
+    ]
     # seeds with matching state resume in any grouping (each cell holds its own slice)
     res, _ = _train(tmp_path, (1,), 6)
     assert res[0].summary["resumed_from_update"] == 2
@@ -145,8 +166,18 @@ def test_sigterm_saves_the_state_and_stops(tmp_path):
 
 
 def _cli(out: Path, *extra: str) -> list[str]:
-    args = ["-m", "tests.train_fakes", f"tiny/{ALGO}/easy/seed0,seed1", "--total-timesteps",
-            str(40 * STEPS_PER_UPDATE), "--out", str(out), "--log-every", "0", *extra]
+    args = [
+        "-m",
+        "tests.train_fakes",
+        f"tiny/{ALGO}/easy/seed0,seed1",
+        "--total-timesteps",
+        str(40 * STEPS_PER_UPDATE),
+        "--out",
+        str(out),
+        "--log-every",
+        "0",
+        *extra,
+    ]
     for k, v in SIZES.items():
         args += ["--set", f"{k}={v}"]
     return [sys.executable, *args]
@@ -161,8 +192,9 @@ def test_sigterm_to_the_train_command_saves_and_a_rerun_resumes(tmp_path):
     progress line; it exits 143 with one line saying where the state is, the state exists,
     and the rerun resumes from it instead of from scratch."""
     out = tmp_path / "runs"
-    proc = subprocess.Popen(_cli(out), cwd=REPO, env=_cli_env(tmp_path, 0.2),
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        _cli(out), cwd=REPO, env=_cli_env(tmp_path, 0.2), stderr=subprocess.PIPE, text=True
+    )
     seen = []
     deadline = time.monotonic() + 300
     for line in proc.stderr:  # progress lines: stderr is a pipe, not a terminal
@@ -177,8 +209,14 @@ def test_sigterm_to_the_train_command_saves_and_a_rerun_resumes(tmp_path):
     saved = [_resume_meta(out / f"tiny/{ALGO}/easy/seed{s}")["updates"] for s in (0, 1)]
     assert saved[0] == saved[1] and 1 <= saved[0] < 40
 
-    again = subprocess.run(_cli(out), cwd=REPO, env=_cli_env(tmp_path, 0.0), text=True,
-                           capture_output=True, timeout=300)
+    again = subprocess.run(
+        _cli(out),
+        cwd=REPO,
+        env=_cli_env(tmp_path, 0.0),
+        text=True,
+        capture_output=True,
+        timeout=300,
+    )
     assert again.returncode == 0, again.stderr
     summary = json.loads((out / f"tiny/{ALGO}/easy/seed0/config.json").read_text())
     assert summary["training_summary"]["resumed_from_update"] == saved[0]
@@ -197,11 +235,22 @@ def test_batch_log_lines_are_throttled_but_never_skip_the_first_or_last(capsys):
         return Progress(phase, ("c",), updates, 10, updates * 4, 40, 100.0, 1.0, 0.5, 9.0)
 
     view = LineView(every=3600)
-    for phase, updates in [("compiling", 0), ("training", 1), ("training", 2), ("saving", 2),
-                           ("training", 3), ("training", 10), ("done", 10)]:
+    for phase, updates in [
+        ("compiling", 0),
+        ("training", 1),
+        ("training", 2),
+        ("saving", 2),
+        ("training", 3),
+        ("training", 10),
+        ("done", 10),
+    ]:
         view.update("g", p(phase, updates))
     lines = capsys.readouterr().err.splitlines()
     assert [x.split(": ", 1)[1].split("  ")[0] for x in lines] == [
-        "compiling (the Alem step takes minutes to compile on CPU)...", "update 1/10",
-        "8/40 steps", "update 10/10", "40/40 steps"]
+        "compiling (the Alem step takes minutes to compile on CPU)...",
+        "update 1/10",
+        "8/40 steps",
+        "update 10/10",
+        "40/40 steps",
+    ]
     assert all(x[:4].isdigit() and " g: " in x for x in lines)

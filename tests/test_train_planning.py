@@ -2,6 +2,7 @@
 ``--group-size``, where hyperparameters come from (released config.json vs the yaml:
 PQN's TOTAL_TIMESTEPS_DECAY), finished cells. Fast: nothing here compiles or imports a
 trainer."""
+
 from __future__ import annotations
 
 import json
@@ -14,10 +15,19 @@ from typer.testing import CliRunner
 from alem_eval.config import build_train_config, training_run_config
 from alem_eval.errors import ConfigError, SelectorError, UsageError
 from alem_eval.manifest import Cell
-from alem_eval.training import (TrainOptions, budget_timesteps, cell_run_config,
-                                config_identity, expand_cells, parse_sets, parse_shard,
-                                plan_groups, plan_items, plan_training, released_configs,
-                                shard_cells)
+from alem_eval.selectors import parse_shard, shard_cells
+from alem_eval.training import (
+    TrainOptions,
+    budget_timesteps,
+    cell_run_config,
+    config_identity,
+    expand_cells,
+    parse_sets,
+    plan_groups,
+    plan_items,
+    plan_training,
+    released_configs,
+)
 from tests.conftest import FIXTURES
 
 PQN_TINY_CELL = "tiny/pqn-vdn-rnn/easy/seed0"
@@ -29,8 +39,10 @@ def test_cell_expansion_shards_and_budgets():
     assert [c.id for c in expand_cells(["1B/ippo-rnn/hard/seed3"])] == ["1B/ippo-rnn/hard/seed3"]
     cells = expand_cells(["1b/ippo,pqn/*"])
     assert len(cells) == 2 * 3 * 5 and all(c.budget == "1B" for c in cells)
-    assert [c.id for c in expand_cells(["tiny/ippo-rnn/easy/seed0,seed7"])] == \
-        ["tiny/ippo-rnn/easy/seed0", "tiny/ippo-rnn/easy/seed7"]
+    assert [c.id for c in expand_cells(["tiny/ippo-rnn/easy/seed0,seed7"])] == [
+        "tiny/ippo-rnn/easy/seed0",
+        "tiny/ippo-rnn/easy/seed7",
+    ]
     shares = [shard_cells(cells, (i, 4)) for i in range(4)]
     assert [c for share in shares for c in share] == cells and all(shares)
     with pytest.raises(UsageError):
@@ -42,11 +54,14 @@ def test_cell_expansion_shards_and_budgets():
 
 
 def test_groups_share_settings_and_respect_group_size():
-    items = plan_items(expand_cells(["100M/mappo-rnn/easy", "100M/pqn/easy/seed0"]),
-                       overrides={"NUM_ENVS": "16"})
+    items = plan_items(
+        expand_cells(["100M/mappo-rnn/easy", "100M/pqn/easy/seed0"]), overrides={"NUM_ENVS": "16"}
+    )
     groups = plan_groups(items)
-    assert [g.label for g in groups] == ["100M/mappo-rnn/easy seed0,1,2,3,4",
-                                        "100M/pqn-vdn-rnn/easy seed0"]
+    assert [g.label for g in groups] == [
+        "100M/mappo-rnn/easy seed0,1,2,3,4",
+        "100M/pqn-vdn-rnn/easy seed0",
+    ]
     assert groups[0].items[0].tcfg.total_timesteps == 10**8
     assert groups[0].items[0].tcfg.num_envs == 16
     capped = plan_groups(items, group_size=2)
@@ -73,32 +88,53 @@ def test_pqn_decay_follows_the_yaml_without_a_released_config():
     run = cell_run_config(Cell("100M", "pqn-vdn-rnn", "easy", 0))
     assert run.value("TOTAL_TIMESTEPS") == 10**8 and _decay(run) == 10**9
     assert _decay(cell_run_config(Cell("1B", "pqn-vdn-rnn", "hard", 2))) == 10**9
-    assert _decay(training_run_config("pqn", difficulty="easy", seed=0,
-                                      total_timesteps=10**8)) == 10**9
-    set_ = cell_run_config(Cell("100M", "pqn-vdn-rnn", "easy", 0),
-                           overrides={"TOTAL_TIMESTEPS_DECAY": "1e8"})
+    assert (
+        _decay(training_run_config("pqn", difficulty="easy", seed=0, total_timesteps=10**8))
+        == 10**9
+    )
+    set_ = cell_run_config(
+        Cell("100M", "pqn-vdn-rnn", "easy", 0), overrides={"TOTAL_TIMESTEPS_DECAY": "1e8"}
+    )
     assert _decay(set_) == 10**8
 
 
 def test_a_released_config_gives_every_hyperparameter():
     cell = Cell("100M", "pqn-vdn-rnn", "medium", 3)
-    released = {"config": {"TOTAL_TIMESTEPS": 1e8, "TOTAL_TIMESTEPS_DECAY": 1e8, "LR": 1e-4,
-                           "NUM_ENVS": 256, "SEED": 0, "ALG_NAME": "pqn_vdn_rnn",
-                           "TRAINING_COORDINATION_DIFFICULTY": "easy"},
-                "reload_overrides": {"HIDDEN_SIZE": 512, "NUM_COMM_CHANNELS": 4}}
+    released = {
+        "config": {
+            "TOTAL_TIMESTEPS": 1e8,
+            "TOTAL_TIMESTEPS_DECAY": 1e8,
+            "LR": 1e-4,
+            "NUM_ENVS": 256,
+            "SEED": 0,
+            "ALG_NAME": "pqn_vdn_rnn",
+            "TRAINING_COORDINATION_DIFFICULTY": "easy",
+        },
+        "reload_overrides": {"HIDDEN_SIZE": 512, "NUM_COMM_CHANNELS": 4},
+    }
     run = cell_run_config(cell, released=released)
     t = build_train_config(run)
-    assert (t.total_timesteps, t.total_timesteps_decay, t.lr, t.num_envs) == \
-        (10**8, 10**8, 1e-4, 256)
+    assert (t.total_timesteps, t.total_timesteps_decay, t.lr, t.num_envs) == (
+        10**8,
+        10**8,
+        1e-4,
+        256,
+    )
     assert run.network.hidden_size == 512
     # the cell's identity wins over the file's; --set wins over both
     assert run.value("SEED") == 3 and run.env.training_difficulty == "medium"
-    assert build_train_config(cell_run_config(cell, released=released,
-                                              overrides={"LR": "3e-4"})).lr == 3e-4
+    assert (
+        build_train_config(cell_run_config(cell, released=released, overrides={"LR": "3e-4"})).lr
+        == 3e-4
+    )
     with pytest.raises(ConfigError, match="budget label 1B"):
         cell_run_config(Cell("1B", "pqn-vdn-rnn", "easy", 0), released=released)
-    assert cell_run_config(Cell("1B", "pqn-vdn-rnn", "easy", 0), released=released,
-                           total_timesteps=10**9).value("TOTAL_TIMESTEPS") == 10**9
+    assert (
+        cell_run_config(
+            Cell("1B", "pqn-vdn-rnn", "easy", 0), released=released, total_timesteps=10**9
+        ).value("TOTAL_TIMESTEPS")
+        == 10**9
+    )
 
 
 def test_from_config_and_source_read_the_cells_config(tmp_path):
@@ -111,8 +147,12 @@ def test_from_config_and_source_read_the_cells_config(tmp_path):
     assert by_file[cell][1] == by_dir[cell][1] == by_source[cell][1]
     run = cell_run_config(cell, released=by_source[cell][1])  # 'tiny': steps from the file
     t = build_train_config(run)
-    assert (t.total_timesteps, t.total_timesteps_decay, t.num_envs, t.num_steps) == \
-        (512, 512, 16, 16)
+    assert (t.total_timesteps, t.total_timesteps_decay, t.num_envs, t.num_steps) == (
+        512,
+        512,
+        16,
+        16,
+    )
     with pytest.raises(SelectorError):
         released_configs([Cell("tiny", "pqn-vdn-rnn", "hard", 0)], source=str(FIXTURES))
     with pytest.raises(UsageError):
@@ -136,7 +176,10 @@ def test_dry_run_shows_where_hyperparameters_come_from():
     res = runner.invoke(app, ["train", "100M/ippo-rnn/hard", "--group-size", "2", "--dry-run"])
     assert res.exit_code == 0, res.output
     assert [x.split(":")[0] for x in res.output.splitlines() if x.startswith("100M")] == [
-        "100M/ippo-rnn/hard seed0,1", "100M/ippo-rnn/hard seed2,3", "100M/ippo-rnn/hard seed4"]
+        "100M/ippo-rnn/hard seed0,1",
+        "100M/ippo-rnn/hard seed2,3",
+        "100M/ippo-rnn/hard seed4",
+    ]
 
 
 # ----------------------------------------------------------------------------------------
@@ -144,8 +187,9 @@ def test_dry_run_shows_where_hyperparameters_come_from():
 # ----------------------------------------------------------------------------------------
 def _fake_finished(cell_dir: Path, identity: str) -> None:
     (cell_dir / "checkpoint").mkdir(parents=True)
-    (cell_dir / "config.json").write_text(json.dumps(
-        {"training_summary": {"complete": True, "identity": identity}}))
+    (cell_dir / "config.json").write_text(
+        json.dumps({"training_summary": {"complete": True, "identity": identity}})
+    )
 
 
 def test_finished_cells_are_skipped_and_others_settings_are_not_overwritten(tmp_path):

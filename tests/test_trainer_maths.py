@@ -1,5 +1,6 @@
 """The trainers' maths against straightforward Python loops, plus the training config and
 the ``compare`` statistics. Fast: nothing here builds an Alem env."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -9,13 +10,23 @@ import pytest
 import jax
 import jax.numpy as jnp
 
-from alem_eval.config import (PPOTrainConfig, PQNTrainConfig, build_train_config,
-                              training_run_config)
+from alem_eval.config import PPOTrainConfig, PQNTrainConfig, build_train_config, training_run_config
 from alem_eval.errors import ConfigError
-from trainers.common import (EpisodeLog, append_agent_id, entropy_of,
-                             epochs_over_minibatches, gae, linear_schedule, log_episodes,
-                             log_prob_of, mask_logits, normalize_advantages, ppo_actor_loss,
-                             ppo_learning_rate, ppo_value_loss)
+from trainers.common import (
+    EpisodeLog,
+    append_agent_id,
+    entropy_of,
+    epochs_over_minibatches,
+    gae,
+    linear_schedule,
+    log_episodes,
+    log_prob_of,
+    mask_logits,
+    normalize_advantages,
+    ppo_actor_loss,
+    ppo_learning_rate,
+    ppo_value_loss,
+)
 from trainers.mappo_rnn import world_state
 from trainers.pqn_vdn_rnn import masked_greedy, pqn_loss, q_lambda_targets, vdn_sum
 
@@ -45,8 +56,14 @@ def test_gae_matches_loop():
     value = RNG.normal(size=(T, N)).astype(np.float32)
     done = (RNG.random((T, N)) < 0.2).astype(np.float32)
     last = RNG.normal(size=N).astype(np.float32)
-    adv, tgt = gae(jnp.array(reward), jnp.array(value), jnp.array(done, bool), jnp.array(last),
-                   gamma=0.99, lam=0.8)
+    adv, tgt = gae(
+        jnp.array(reward),
+        jnp.array(value),
+        jnp.array(done, bool),
+        jnp.array(last),
+        gamma=0.99,
+        lam=0.8,
+    )
     ref_adv, ref_tgt = gae_loop(reward, value, done, last, 0.99, 0.8)
     np.testing.assert_allclose(adv, ref_adv, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(tgt, ref_tgt, rtol=1e-5, atol=1e-5)
@@ -83,10 +100,12 @@ def test_q_lambda_targets_match_upstream_recursion():
     reward = RNG.normal(size=(T, B)).astype(np.float32)
     done = (RNG.random((T, B)) < 0.25).astype(np.float32)
     q_next = RNG.normal(size=(T, B)).astype(np.float32)
-    got = q_lambda_targets(jnp.array(reward), jnp.array(done, bool), jnp.array(q_next),
-                           gamma=0.99, lam=0.9)
-    np.testing.assert_allclose(got, upstream_q_lambda_loop(reward, done, q_next, 0.99, 0.9),
-                               rtol=1e-5, atol=1e-5)
+    got = q_lambda_targets(
+        jnp.array(reward), jnp.array(done, bool), jnp.array(q_next), gamma=0.99, lam=0.9
+    )
+    np.testing.assert_allclose(
+        got, upstream_q_lambda_loop(reward, done, q_next, 0.99, 0.9), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_q_lambda_zero_is_one_step_target():
@@ -120,8 +139,9 @@ def test_pqn_loss_matches_loop():
     mask[..., 0] = True
     reward = RNG.normal(size=(T, B)).astype(np.float32)
     done = RNG.random((T, B)) < 0.2
-    tr = Transition(None, None, jnp.array(action), jnp.array(reward), jnp.array(done),
-                    jnp.array(mask))
+    tr = Transition(
+        None, None, jnp.array(action), jnp.array(reward), jnp.array(done), jnp.array(mask)
+    )
     loss, _ = pqn_loss(jnp.array(q), tr, gamma=0.99, lam=0.9)
     v = np.where(mask, q, -np.inf).max(-1).sum(-1)  # [T, B] team value
     target = upstream_q_lambda_loop(reward[:-1], done[:-1].astype(float), v[1:], 0.99, 0.9)
@@ -200,17 +220,24 @@ def test_ppo_learning_rate_matches_upstream_formula(warmup):
         return lr * max(0.0, 1 - update / num_updates)
 
     for count in (0, 1, 31, 32, 100, 319, 320, 400):
-        got = float(ppo_learning_rate(jnp.asarray(count), lr=lr,
-                                      num_updates=jnp.asarray(num_updates),
-                                      grads_per_update=per, warmup=warmup))
+        got = float(
+            ppo_learning_rate(
+                jnp.asarray(count),
+                lr=lr,
+                num_updates=jnp.asarray(num_updates),
+                grads_per_update=per,
+                warmup=warmup,
+            )
+        )
         assert got == pytest.approx(upstream(count), rel=1e-5, abs=1e-12)
 
 
 def test_linear_schedule_matches_optax():
     ref = optax.linear_schedule(1.0, 0.01, 40)
     for c in (0, 1, 10, 39, 40, 100):
-        assert float(linear_schedule(jnp.asarray(c), init=1.0, end=0.01, steps=jnp.asarray(40.0))) \
-            == pytest.approx(float(ref(c)), rel=1e-6)
+        assert float(
+            linear_schedule(jnp.asarray(c), init=1.0, end=0.01, steps=jnp.asarray(40.0))
+        ) == pytest.approx(float(ref(c)), rel=1e-6)
 
 
 # ----------------------------------------------------------------------------------------
@@ -227,8 +254,14 @@ def test_epochs_over_minibatches_cover_every_item_once_per_epoch():
         return count + 1, {"h": h, "x0": x[0], "aligned": jnp.all(x[0] * 10 == h)}
 
     count, metrics = epochs_over_minibatches(
-        jax.random.PRNGKey(0), 0, (((h0,), 0), ((traj,), 1)), N, num_epochs=2,
-        num_minibatches=3, step=lambda c, mb: step(c, mb))
+        jax.random.PRNGKey(0),
+        0,
+        (((h0,), 0), ((traj,), 1)),
+        N,
+        num_epochs=2,
+        num_minibatches=3,
+        step=lambda c, mb: step(c, mb),
+    )
     assert int(count) == 6 and float(metrics["aligned"]) == 1.0
 
 
@@ -238,16 +271,25 @@ def test_epochs_over_minibatches_permutation():
     N = 10
     items = ((jnp.arange(N),), 0)
     _, metrics = epochs_over_minibatches(
-        jax.random.PRNGKey(1), 0, (items,), N, num_epochs=3, num_minibatches=5,
-        step=lambda c, mb: (c, {"sum": mb[0][0].sum(), "sq": (mb[0][0] ** 2).sum()}))
+        jax.random.PRNGKey(1),
+        0,
+        (items,),
+        N,
+        num_epochs=3,
+        num_minibatches=5,
+        step=lambda c, mb: (c, {"sum": mb[0][0].sum(), "sq": (mb[0][0] ** 2).sum()}),
+    )
     assert float(metrics["sum"]) == pytest.approx(sum(range(N)) / 5)
     assert float(metrics["sq"]) == pytest.approx(sum(i * i for i in range(N)) / 5)
 
 
 def test_episode_log_accounting():
     log = EpisodeLog.zeros(2, 3)
-    info = {"achievement_pct": jnp.array([0.5, 0.1]), "normal_achievement_pct": jnp.zeros(2),
-            "coordination_achievement_pct": jnp.zeros(2)}
+    info = {
+        "achievement_pct": jnp.array([0.5, 0.1]),
+        "normal_achievement_pct": jnp.zeros(2),
+        "coordination_achievement_pct": jnp.zeros(2),
+    }
     log, t1 = log_episodes(log, jnp.ones((2, 3)), jnp.array([False, False]), info)
     log, t2 = log_episodes(log, jnp.array([[3.0, 0, 0], [1, 1, 1]]), jnp.array([True, False]), info)
     assert float(t1["episodes"]) == 0 and float(t2["episodes"]) == 1
@@ -281,42 +323,58 @@ def test_training_run_config_defaults():
     assert (t.num_envs, t.num_steps, t.num_minibatches, t.num_epochs) == (1024, 64, 8, 4)
     assert (t.lr, t.gae_lambda, t.clip_eps, t.ent_coef) == (2e-4, 0.8, 0.2, 0.01)
     assert t.num_updates == 10**8 // 64 // 1024
-    p = build_train_config(training_run_config("pqn", difficulty="easy", seed=0,
-                                               total_timesteps=10**8))
+    p = build_train_config(
+        training_run_config("pqn", difficulty="easy", seed=0, total_timesteps=10**8)
+    )
     assert isinstance(p, PQNTrainConfig)
     # the yaml's decay horizon, whatever the budget (tests/test_train_planning.py)
     assert p.total_timesteps_decay == 10**9 and (p.num_envs, p.num_steps, p.lr) == (512, 128, 5e-5)
-    p2 = build_train_config(training_run_config(
-        "pqn", difficulty="easy", seed=0, total_timesteps=10**8,
-        overrides={"TOTAL_TIMESTEPS_DECAY": "1e8"}))
+    p2 = build_train_config(
+        training_run_config(
+            "pqn",
+            difficulty="easy",
+            seed=0,
+            total_timesteps=10**8,
+            overrides={"TOTAL_TIMESTEPS_DECAY": "1e8"},
+        )
+    )
     assert p2.total_timesteps_decay == 10**8
     h = build_train_config(training_run_config("hypermarl-rnn", difficulty="easy", seed=0))
     assert h.lr == 1e-4 and h.total_timesteps == 10**9
-    m = build_train_config(training_run_config("mappo", difficulty="easy", seed=0,
-                                               overrides={"SCALE_CLIP_EPS": "true"}))
+    m = build_train_config(
+        training_run_config(
+            "mappo", difficulty="easy", seed=0, overrides={"SCALE_CLIP_EPS": "true"}
+        )
+    )
     assert m.num_envs == 512 and m.clip_eps == pytest.approx(0.2 / 3)
     # the compile key ignores what only feeds traced values
-    a = build_train_config(training_run_config("ippo", difficulty="easy", seed=0,
-                                               total_timesteps=10**6))
-    b = build_train_config(training_run_config("ippo", difficulty="easy", seed=4,
-                                               total_timesteps=10**7))
+    a = build_train_config(
+        training_run_config("ippo", difficulty="easy", seed=0, total_timesteps=10**6)
+    )
+    b = build_train_config(
+        training_run_config("ippo", difficulty="easy", seed=4, total_timesteps=10**7)
+    )
     assert a.compile_key == b.compile_key and a != b
 
 
-@pytest.mark.parametrize("algo, overrides, match", [
-    ("ippo", {"NUM_MINIBATCHES": "7", "NUM_ENVS": "4"}, "must divide the number of actors"),
-    ("pqn", {"NUM_MINIBATCHES": "3", "NUM_ENVS": "4"}, "divisible by NUM_MINIBATCHES"),
-    ("pqn", {"MEMORY_WINDOW": "8"}, "MEMORY_WINDOW"),
-    ("ippo", {"TOTAL_TIMESTEPS": "10"}, "less than one update"),
-    ("ippo", {"LEARNING_RATE": "1"}, "unknown training key"),
-    ("ippo", {"SEED": "7"}, "contradicts the cell"),
-    ("hypermarl", {"APPEND_AGENT_ID": "false"}, "APPEND_AGENT_ID"),
-    ("ippo", {"NUM_ENVS": "many"}, "ill-typed"),
-])
+@pytest.mark.parametrize(
+    "algo, overrides, match",
+    [
+        ("ippo", {"NUM_MINIBATCHES": "7", "NUM_ENVS": "4"}, "must divide the number of actors"),
+        ("pqn", {"NUM_MINIBATCHES": "3", "NUM_ENVS": "4"}, "divisible by NUM_MINIBATCHES"),
+        ("pqn", {"MEMORY_WINDOW": "8"}, "MEMORY_WINDOW"),
+        ("ippo", {"TOTAL_TIMESTEPS": "10"}, "less than one update"),
+        ("ippo", {"LEARNING_RATE": "1"}, "unknown training key"),
+        ("ippo", {"SEED": "7"}, "contradicts the cell"),
+        ("hypermarl", {"APPEND_AGENT_ID": "false"}, "APPEND_AGENT_ID"),
+        ("ippo", {"NUM_ENVS": "many"}, "ill-typed"),
+    ],
+)
 def test_training_config_errors(algo, overrides, match):
     with pytest.raises(ConfigError, match=match):
-        build_train_config(training_run_config(algo, difficulty="easy", seed=0,
-                                               overrides=overrides))
+        build_train_config(
+            training_run_config(algo, difficulty="easy", seed=0, overrides=overrides)
+        )
 
 
 # ----------------------------------------------------------------------------------------
@@ -325,8 +383,9 @@ def test_training_config_errors(algo, overrides, match):
 def test_compare_scores_statement():
     from alem_eval.commands.compare import compare_scores
 
-    better = compare_scores(np.full(10, 0.5) + np.arange(10) * 0.01, np.arange(10) * 0.01,
-                            reps=2000)
+    better = compare_scores(
+        np.full(10, 0.5) + np.arange(10) * 0.01, np.arange(10) * 0.01, reps=2000
+    )
     assert better["p_improvement"] == 1.0 and better["verdict"] == "A better"
     same = compare_scores(np.arange(10.0), np.arange(10.0), reps=2000)
     assert same["p_improvement"] == pytest.approx(0.5) and same["verdict"] == "no clear difference"
@@ -355,19 +414,34 @@ def test_compare_command_wiring(tmp_path, monkeypatch):
         assert eval_difficulty == "easy" and num_episodes == 6
         base = 0.5 if fake_score_stack.calls == 0 else 0.1
         fake_score_stack.calls += 1
-        return [[{"Team/achievement_pct": base + 0.01 * i} for i in range(num_episodes)]
-                for _ in cfgs]
+        return [
+            [{"Team/achievement_pct": base + 0.01 * i} for i in range(num_episodes)] for _ in cfgs
+        ]
 
     fake_score_stack.calls = 0
     monkeypatch.setattr(evaluate, "score_stack", fake_score_stack)
     monkeypatch.setattr(evaluate, "enable_compilation_cache", lambda *a, **k: None)
     _register()
-    result = CliRunner().invoke(app, ["compare", cell, "--source", str(tmp_path / "A"),
-                                      "--source", str(tmp_path / "B"), "--episodes", "6",
-                                      "--reps", "500", "--format", "json"],
-                                catch_exceptions=False)
+    result = CliRunner().invoke(
+        app,
+        [
+            "compare",
+            cell,
+            "--source",
+            str(tmp_path / "A"),
+            "--source",
+            str(tmp_path / "B"),
+            "--episodes",
+            "6",
+            "--reps",
+            "500",
+            "--format",
+            "json",
+        ],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
-    rows = _json.loads(result.stdout[result.stdout.index("["):])
+    rows = _json.loads(result.stdout[result.stdout.index("[") :])
     assert rows[0]["runs"] == "episodes" and rows[0]["n_A"] == 6
     assert rows[0]["p_improvement"] == 1.0 and rows[0]["verdict"] == "A better"
     bad = CliRunner().invoke(app, ["compare", cell, "--source", str(tmp_path / "A")])
@@ -379,7 +453,7 @@ def _aligned_zeros(shape, dtype, align: int = 64):
     n = int(np.prod(shape)) * np.dtype(dtype).itemsize
     raw = np.zeros(n + align, np.uint8)
     off = (-raw.ctypes.data) % align
-    return raw[off:off + n].view(dtype).reshape(shape)
+    return raw[off : off + n].view(dtype).reshape(shape)
 
 
 def test_device_owned_never_aliases_host_memory():

@@ -6,6 +6,7 @@ algorithm uses ONE tiny configuration shared by all its tests (module-scoped fix
 IPPO compiles once for the CLI run, the resume test and the learning check (same shapes:
 3 seeds side by side; the budget only feeds traced values), the other three once each.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,20 +25,32 @@ from alem_eval.networks import build_network
 # One xdist worker for the whole module: its fixtures share compiled trainers.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("trainers")]
 
-PPO_TINY = {"NUM_ENVS": 4, "NUM_STEPS": 8, "NUM_MINIBATCHES": 2, "UPDATE_EPOCHS": 2,
-            "FC_DIM_SIZE": 8, "GRU_HIDDEN_DIM": 16}
+PPO_TINY = {
+    "NUM_ENVS": 4,
+    "NUM_STEPS": 8,
+    "NUM_MINIBATCHES": 2,
+    "UPDATE_EPOCHS": 2,
+    "FC_DIM_SIZE": 8,
+    "GRU_HIDDEN_DIM": 16,
+}
 TINY = {
     # IPPO also serves the learning check: a little more data per update, a higher LR.
     "ippo-rnn": {**PPO_TINY, "NUM_ENVS": 8, "NUM_STEPS": 16, "LR": 1e-3},
     "mappo-rnn": PPO_TINY,
     "hypermarl-rnn": {**PPO_TINY, "HYPERNET_EMBEDDING_DIM": 4, "HYPERNET_HIDDEN_DIMS": [8]},
-    "pqn-vdn-rnn": {"NUM_ENVS": 4, "NUM_STEPS": 8, "NUM_MINIBATCHES": 2, "NUM_EPOCHS": 2,
-                    "HIDDEN_SIZE": 16},
+    "pqn-vdn-rnn": {
+        "NUM_ENVS": 4,
+        "NUM_STEPS": 8,
+        "NUM_MINIBATCHES": 2,
+        "NUM_EPOCHS": 2,
+        "HIDDEN_SIZE": 16,
+    },
 }
 
 
 def steps_per_update(algo: str) -> int:
     return TINY[algo]["NUM_ENVS"] * TINY[algo]["NUM_STEPS"]
+
 
 IPPO_SEEDS = (0, 1, 2)
 # Fixture cells written by the upstream trainers (same tree paths, other sizes).
@@ -50,9 +63,16 @@ UPSTREAM_CELL = {
 
 
 def _runs(algo, seeds, updates, **overrides):
-    return [training_run_config(algo, difficulty="easy", seed=s,
-                                total_timesteps=updates * steps_per_update(algo),
-                                overrides={**TINY[algo], **overrides}) for s in seeds]
+    return [
+        training_run_config(
+            algo,
+            difficulty="easy",
+            seed=s,
+            total_timesteps=updates * steps_per_update(algo),
+            overrides={**TINY[algo], **overrides},
+        )
+        for s in seeds
+    ]
 
 
 def _train(algo, out: Path, seeds, updates, overrides=None, **kw):
@@ -68,8 +88,9 @@ def _restore_full(ckpt: Path):
     import orbax.checkpoint as ocp
 
     ckptr = ocp.PyTreeCheckpointer()
-    args = jax.tree_util.tree_map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray),
-                                  ckptr.metadata(ckpt.absolute()))
+    args = jax.tree_util.tree_map(
+        lambda _: ocp.RestoreArgs(restore_type=np.ndarray), ckptr.metadata(ckpt.absolute())
+    )
     return ckptr.restore(ckpt.absolute(), restore_args=args)
 
 
@@ -145,8 +166,15 @@ def ippo_cli_run(tmp_path_factory):
     sets = []
     for k, v in TINY["ippo-rnn"].items():
         sets += ["--set", f"{k}={json.dumps(v) if isinstance(v, list) else v}"]
-    args = ["train", "tiny/ippo-rnn/easy/seed0,seed1,seed2",
-            "--total-timesteps", str(2 * steps_per_update("ippo-rnn")), "--out", str(out), *sets]
+    args = [
+        "train",
+        "tiny/ippo-rnn/easy/seed0,seed1,seed2",
+        "--total-timesteps",
+        str(2 * steps_per_update("ippo-rnn")),
+        "--out",
+        str(out),
+        *sets,
+    ]
     with pytest.MonkeyPatch.context() as mp:  # the command's compilation cache: keep it here
         mp.setenv("ALEM_EVAL_CACHE", str(tmp_path_factory.mktemp("cache")))
         result = CliRunner().invoke(app, args, catch_exceptions=False)
@@ -159,14 +187,22 @@ def test_ippo_cli_writes_released_layout(ippo_cli_run, fixtures):
     for s in IPPO_SEEDS:
         check_released_cell(out / f"tiny/ippo-rnn/easy/seed{s}", "ippo-rnn", 2, fixtures)
     ro = json.loads((out / "tiny/ippo-rnn/easy/seed0/config.json").read_text())["reload_overrides"]
-    assert ro == {"NUM_COMM_CHANNELS": 4, "NUM_AGENTS": 3, "ACTION_MASKING": True, "FC_DIM_SIZE": 8,
-                  "GRU_HIDDEN_DIM": 16, "ACTIVATION": "tanh", "SHARED_REWARD": False,
-                  "ENV_NAME": "Alem-Coop-Symbolic"}
+    assert ro == {
+        "NUM_COMM_CHANNELS": 4,
+        "NUM_AGENTS": 3,
+        "ACTION_MASKING": True,
+        "FC_DIM_SIZE": 8,
+        "GRU_HIDDEN_DIM": 16,
+        "ACTIVATION": "tanh",
+        "SHARED_REWARD": False,
+        "ENV_NAME": "Alem-Coop-Symbolic",
+    }
     # different seeds train different weights
     w0 = load_cell(out / "tiny/ippo-rnn/easy/seed0").weights
     w1 = load_cell(out / "tiny/ippo-rnn/easy/seed1").weights
-    assert not np.allclose(w0["params"]["params"]["Dense_0"]["kernel"],
-                           w1["params"]["params"]["Dense_0"]["kernel"])
+    assert not np.allclose(
+        w0["params"]["params"]["Dense_0"]["kernel"], w1["params"]["params"]["Dense_0"]["kernel"]
+    )
 
 
 def test_ippo_cli_skips_finished_cells(ippo_cli_run):
@@ -237,10 +273,18 @@ def test_ippo_learns_on_easy(tmp_path):
     0.7-1.2 in every later window too. The thresholds keep a wide margin.
     """
     trained, frozen = [], []
-    _train("ippo-rnn", tmp_path / "lr", IPPO_SEEDS, LEARN_UPDATES, chunk_updates=10,
-           history=trained)
-    _train("ippo-rnn", tmp_path / "lr0", IPPO_SEEDS, LEARN_UPDATES, overrides={"LR": 0.0},
-           chunk_updates=10, history=frozen)
+    _train(
+        "ippo-rnn", tmp_path / "lr", IPPO_SEEDS, LEARN_UPDATES, chunk_updates=10, history=trained
+    )
+    _train(
+        "ippo-rnn",
+        tmp_path / "lr0",
+        IPPO_SEEDS,
+        LEARN_UPDATES,
+        overrides={"LR": 0.0},
+        chunk_updates=10,
+        history=frozen,
+    )
     gain = _mean_return(trained, LEARN_FROM) - _mean_return(frozen, LEARN_FROM)
     print("return gain over the initial policy per seed:", gain)
     assert (gain > LEARN_MIN_GAIN_PER_SEED).all() and gain.mean() > LEARN_MIN_MEAN_GAIN, gain

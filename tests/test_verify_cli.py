@@ -1,4 +1,5 @@
 """`alem-eval verify`: one line per cell, exit 0/1/2, never a traceback."""
+
 import json
 import shutil
 
@@ -7,8 +8,10 @@ from .conftest import TINY_CELLS
 
 
 def test_verify_fixture_cells_prints_five_ok_lines_with_counts(tmp_path, fixtures_root):
-    proc = run_cli(["verify", "tiny/*/*/*", "--source", str(fixtures_root)],
-                   cli_env(tmp_path, closed_port_url()))
+    proc = run_cli(
+        ["verify", "tiny/*/*/*", "--source", str(fixtures_root)],
+        cli_env(tmp_path, closed_port_url()),
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == len(TINY_CELLS)
@@ -26,8 +29,10 @@ def test_verify_reports_a_contradicting_config_and_exits_1(tmp_path, fixtures_ro
     cfg = json.loads(cfg_path.read_text())
     cfg["reload_overrides"]["HYPERNET_HIDDEN_DIMS"] = [32]
     cfg_path.write_text(json.dumps(cfg))
-    proc = run_cli(["verify", "tiny", "--source", str(src), "--format", "json"],
-                   cli_env(tmp_path, closed_port_url()))
+    proc = run_cli(
+        ["verify", "tiny", "--source", str(src), "--format", "json"],
+        cli_env(tmp_path, closed_port_url()),
+    )
     assert proc.returncode == 1, proc.stderr
     rows = {r["cell"]: r for r in json.loads(proc.stdout)}
     assert rows["tiny/ippo-rnn/easy/seed0"]["status"] == "OK"

@@ -5,6 +5,7 @@ trainer replaced by the fake (for the subprocess signal tests).
 The fake update is deterministic per seed (a random walk of 4 weights driven by the
 state's key), so resumed and uninterrupted runs must end bit-identical.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,9 +27,16 @@ SLEEP_ENV = "ALEM_EVAL_FAKE_UPDATE_S"  # seconds each compiled call takes (subpr
 
 
 def runs_of(seeds, updates, **overrides):
-    runs = [training_run_config(ALGO, difficulty="easy", seed=s,
-                                total_timesteps=updates * STEPS_PER_UPDATE,
-                                overrides={**SIZES, **overrides}) for s in seeds]
+    runs = [
+        training_run_config(
+            ALGO,
+            difficulty="easy",
+            seed=s,
+            total_timesteps=updates * STEPS_PER_UPDATE,
+            overrides={**SIZES, **overrides},
+        )
+        for s in seeds
+    ]
     return runs, [build_train_config(r) for r in runs]
 
 
@@ -63,17 +71,32 @@ def make_fake(run, tcfg, *, sleep_s: float = 0.0) -> SlowTrainer:
         w = 0.9 * state.learner["w"] + jax.random.normal(k, (4,))
         learner = {"w": w, "step": state.learner["step"] + 1}
         ret = w.sum()
-        totals = {"env_steps": jnp.float32(tcfg.steps_per_update), "reward": ret,
-                  "episodes": jnp.float32(1.0), "return": ret, "length": jnp.float32(10.0),
-                  "achievement_pct": jnp.float32(0.5), "normal_achievement_pct": jnp.float32(0.5),
-                  "coordination_achievement_pct": jnp.float32(0.0), "loss/total": w[0]}
+        totals = {
+            "env_steps": jnp.float32(tcfg.steps_per_update),
+            "reward": ret,
+            "episodes": jnp.float32(1.0),
+            "return": ret,
+            "length": jnp.float32(10.0),
+            "achievement_pct": jnp.float32(0.5),
+            "normal_achievement_pct": jnp.float32(0.5),
+            "coordination_achievement_pct": jnp.float32(0.0),
+            "loss/total": w[0],
+        }
         return state.replace(learner=learner, key=key, updates=state.updates + 1), totals
 
     spec = SimpleNamespace(num_params=lambda: 4)
     tenv = SimpleNamespace(env_version="fake", coord_params={}, num_agents=3)
-    return SlowTrainer(run.algorithm, run, tcfg, spec, tenv, init, update,
-                       released=lambda s: {"w": s.learner["w"], "step": s.learner["step"]},
-                       sleep_s=sleep_s)
+    return SlowTrainer(
+        run.algorithm,
+        run,
+        tcfg,
+        spec,
+        tenv,
+        init,
+        update,
+        released=lambda s: {"w": s.learner["w"], "step": s.learner["step"]},
+        sleep_s=sleep_s,
+    )
 
 
 def main(argv: list[str]) -> None:

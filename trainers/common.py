@@ -11,10 +11,11 @@ and jits them once per compile key, running ``n`` updates per call (``n`` is tra
 any chunk size reuses one executable). The driver (``trainers/driver.py``, reached as
 :meth:`Trainer.train_cells`) runs them; the resume store is ``trainers/resume.py``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Self
 from collections.abc import Callable, Mapping
 
 import flax
@@ -24,8 +25,9 @@ import numpy as np
 import optax
 
 from alem_eval.algorithms import get_algorithm
-from alem_eval.config import RunConfig, TrainConfig
+from alem_eval.config import PPOTrainConfig, RunConfig, TrainConfig
 from alem_eval.policies import MASK_PENALTY
+
 
 # ========================================================================================
 # 1. Maths (time-major arrays: [T, ...])
@@ -45,8 +47,9 @@ def gae(reward, value, done, last_value, *, gamma: float, lam: float):
         adv = delta + gamma * lam * live * adv_next
         return (adv, v), adv
 
-    _, adv = jax.lax.scan(back, (jnp.zeros_like(last_value), last_value), (reward, value, done),
-                          reverse=True)
+    _, adv = jax.lax.scan(
+        back, (jnp.zeros_like(last_value), last_value), (reward, value, done), reverse=True
+    )
     return adv, adv + value
 
 
@@ -111,20 +114,25 @@ def ppo_learning_rate(count, *, lr: float, num_updates, grads_per_update: int, w
     return jnp.where(update < warm, warm_lr, decay_lr)
 
 
-def ppo_optimizer(tcfg: TrainConfig, plan: Mapping[str, Any]) -> optax.GradientTransformation:
+def ppo_optimizer(tcfg: PPOTrainConfig, plan: Mapping[str, Any]) -> optax.GradientTransformation:
     """chain(clip_by_global_norm, adam(eps=1e-5)): opt_state[1] = (Adam, schedule) like
     upstream. The LR and the horizon come from the (traced) ``plan``."""
     if tcfg.lr_decay:
         lr = lambda count: ppo_learning_rate(
-            count, lr=plan["lr"], num_updates=plan["num_updates"],
-            grads_per_update=tcfg.num_minibatches * tcfg.num_epochs, warmup=tcfg.lr_warmup)
+            count,
+            lr=plan["lr"],
+            num_updates=plan["num_updates"],
+            grads_per_update=tcfg.num_minibatches * tcfg.num_epochs,
+            warmup=tcfg.lr_warmup,
+        )
     else:
         lr = plan["lr"]
     return optax.chain(optax.clip_by_global_norm(tcfg.max_grad_norm), optax.adam(lr, eps=1e-5))
 
 
-def epochs_over_minibatches(key, carry, batches, num_items: int, *, num_epochs: int,
-                            num_minibatches: int, step: Callable):
+def epochs_over_minibatches(
+    key, carry, batches, num_items: int, *, num_epochs: int, num_minibatches: int, step: Callable
+):
     """``num_epochs`` passes over shuffled minibatches: each epoch permutes ``num_items``
     (actors for PPO, envs for PQN), cuts the permutation into ``num_minibatches`` equal
     parts and scans ``step(carry, minibatch) -> (carry, metrics)`` over them. ``batches``
@@ -136,8 +144,10 @@ def epochs_over_minibatches(key, carry, batches, num_items: int, *, num_epochs: 
         parts = jax.random.permutation(k, num_items).reshape(num_minibatches, -1)
 
         def minibatch_step(c, idx):
-            mb = tuple(jax.tree_util.tree_map(lambda x, a=axis: jnp.take(x, idx, axis=a), tree)
-                       for tree, axis in batches)
+            mb = tuple(
+                jax.tree_util.tree_map(lambda x, a=axis: jnp.take(x, idx, axis=a), tree)
+                for tree, axis in batches
+            )
             return step(c, mb)
 
         return jax.lax.scan(minibatch_step, c, parts)
@@ -208,12 +218,19 @@ class EpisodeLog(NamedTuple):
 
     @classmethod
     def zeros(cls, num_envs: int, num_agents: int) -> EpisodeLog:
-        return cls(jnp.zeros((num_envs, num_agents), jnp.float32),
-                   jnp.zeros((num_envs,), jnp.int32))
+        return cls(
+            jnp.zeros((num_envs, num_agents), jnp.float32), jnp.zeros((num_envs,), jnp.int32)
+        )
 
 
-EPISODE_KEYS = ("episodes", "return", "length", "achievement_pct", "normal_achievement_pct",
-                "coordination_achievement_pct")
+EPISODE_KEYS = (
+    "episodes",
+    "return",
+    "length",
+    "achievement_pct",
+    "normal_achievement_pct",
+    "coordination_achievement_pct",
+)
 
 
 def log_episodes(log: EpisodeLog, reward, done, info):
@@ -256,10 +273,13 @@ class Learner:
     def create(cls, params, tx: optax.GradientTransformation) -> Learner:
         return cls(jnp.zeros((), jnp.int32), params, tx.init(params))
 
-    def apply_gradients(self, grads, tx: optax.GradientTransformation) -> Learner:
+    def apply_gradients(self, grads, tx: optax.GradientTransformation) -> Self:
         updates, opt_state = tx.update(grads, self.opt_state, self.params)
-        return self.replace(step=self.step + 1, params=optax.apply_updates(self.params, updates),
-                            opt_state=opt_state)
+        return self.replace(
+            step=self.step + 1,
+            params=optax.apply_updates(self.params, updates),
+            opt_state=opt_state,
+        )
 
 
 @flax.struct.dataclass
@@ -273,8 +293,12 @@ class QLearner(Learner):
 
     def extras(self) -> dict[str, Any]:
         """The leaves PQN saves beside its TrainState (see ``alem_eval.released``)."""
-        return {"batch_stats": self.batch_stats, "timesteps": self.timesteps,
-                "n_updates": self.n_updates, "grad_steps": self.grad_steps}
+        return {
+            "batch_stats": self.batch_stats,
+            "timesteps": self.timesteps,
+            "n_updates": self.n_updates,
+            "grad_steps": self.grad_steps,
+        }
 
 
 # ========================================================================================
@@ -302,7 +326,7 @@ class Trainer:
     warmup: bool = False
     _jitted: dict = field(default_factory=dict, repr=False)
 
-    def plan(self, tcfg: TrainConfig) -> dict[str, np.ndarray]:
+    def plan(self, tcfg: TrainConfig) -> dict[str, Any]:
         """The run's values that enter the program as arrays (LR, and the horizons of the
         LR / epsilon schedules): changing them needs no recompilation."""
         p = {"num_updates": np.int32(tcfg.num_updates), "lr": np.float32(tcfg.lr)}
@@ -339,8 +363,12 @@ class Trainer:
             else:
                 self._jitted[key] = (
                     jax.jit(init, out_shardings=shardings),
-                    jax.jit(vupdate, in_shardings=(shardings, None, None),
-                            out_shardings=(shardings, None), donate_argnums=0),
+                    jax.jit(
+                        vupdate,
+                        in_shardings=(shardings, None, None),
+                        out_shardings=(shardings, None),
+                        donate_argnums=0,
+                    ),
                 )
         return self._jitted[key]
 
@@ -360,8 +388,9 @@ class RunnerState:
 _TRAINERS: dict[tuple, Trainer] = {}
 
 
-def cached_trainer(run: RunConfig, tcfg: TrainConfig,
-                   build: Callable[[RunConfig, TrainConfig], Trainer]) -> Trainer:
+def cached_trainer(
+    run: RunConfig, tcfg: TrainConfig, build: Callable[[RunConfig, Any], Trainer]
+) -> Trainer:
     """One :class:`Trainer` (and one compilation) per network, env and compile key."""
     key = (run.algorithm, run.network_key, run.env, tcfg.compile_key)
     if key not in _TRAINERS:
@@ -426,11 +455,13 @@ def training_env(run: RunConfig):
 
     algo = get_algorithm(run.algorithm)
     shared = bool(run.env.shared_reward) and algo.trains_with_shared_reward_key
-    return make_training_env(run.env, label=algo.name, shared_reward=shared,
-                             env_overrides=algo.trains_with_env_overrides)
+    return make_training_env(
+        run.env, label=algo.name, shared_reward=shared, env_overrides=algo.trains_with_env_overrides
+    )
 
 
-def released_tree(run: RunConfig, learners: Mapping[str, Any],
-                  extras: Mapping[str, Any] | None = None) -> Any:
+def released_tree(
+    run: RunConfig, learners: Mapping[str, Any], extras: Mapping[str, Any] | None = None
+) -> Any:
     """The saved pytree of one seed, packed by the algorithm's released layout."""
     return get_algorithm(run.algorithm).saved_layout.resolve().pack(learners, extras or {})

@@ -13,6 +13,7 @@ program, in four named steps (:func:`train_cells` strings them together):
 4. :func:`finish_cells`: each cell's released layout (``alem_eval.released``) and
    ``config.json``, then its resume state is removed.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,8 +36,14 @@ from alem_eval.algorithms import get_algorithm
 from alem_eval.config import RunConfig, TrainConfig
 from alem_eval.errors import ConfigError
 from alem_eval.released import write_released_cell
-from alem_eval.training import (METRICS_LOG, CellResult, Progress, TrainingStopped,
-                                config_identity, training_settings)
+from alem_eval.training import (
+    METRICS_LOG,
+    CellResult,
+    Progress,
+    TrainingStopped,
+    config_identity,
+    training_settings,
+)
 
 from .common import EPISODE_KEYS, Trainer, device_owned, device_shardings, seed_key
 from .resume import ResumeStore
@@ -74,13 +81,25 @@ def train_cells(
     report = Reporter(group, on_progress)
     with StopSignals() as stop:
         run = restore_or_init(group, fresh=fresh, report=report)
-        stop_at = group.num_updates if max_updates is None else min(
-            group.num_updates, run.updates + max_updates)
+        stop_at = (
+            group.num_updates
+            if max_updates is None
+            else min(group.num_updates, run.updates + max_updates)
+        )
         with MetricsLog(group, run) as log:
-            run_chunks(group, run, stop_at=stop_at, stop=stop, report=report, log=log,
-                       chunk_seconds=chunk_seconds, chunk_updates=chunk_updates,
-                       save_every_updates=save_every_updates,
-                       save_every_seconds=save_every_seconds, history=history)
+            run_chunks(
+                group,
+                run,
+                stop_at=stop_at,
+                stop=stop,
+                report=report,
+                log=log,
+                chunk_seconds=chunk_seconds,
+                chunk_updates=chunk_updates,
+                save_every_updates=save_every_updates,
+                save_every_seconds=save_every_seconds,
+                history=history,
+            )
             if run.updates < group.num_updates:  # stopped early on purpose (max_updates)
                 if run.updates > run.saved_at:
                     save(group, run, report, log)
@@ -122,8 +141,13 @@ class Group:
         return self.tcfgs[0].steps_per_update
 
 
-def plan_group(trainer: Trainer, runs: Sequence[RunConfig], tcfgs: Sequence[TrainConfig],
-               cell_dirs: Sequence[Path], cell_ids: Sequence[str] | None = None) -> Group:
+def plan_group(
+    trainer: Trainer,
+    runs: Sequence[RunConfig],
+    tcfgs: Sequence[TrainConfig],
+    cell_dirs: Sequence[Path],
+    cell_ids: Sequence[str] | None = None,
+) -> Group:
     tcfgs = list(tcfgs)
     base = tcfgs[0]
     if len(tcfgs) != len(runs) or len(cell_dirs) != len(runs):
@@ -132,15 +156,32 @@ def plan_group(trainer: Trainer, runs: Sequence[RunConfig], tcfgs: Sequence[Trai
         raise ConfigError("cells trained together must share every setting but the seed")
     cell_dirs = [Path(d) for d in cell_dirs]
     ids = tuple(cell_ids or [str(d) for d in cell_dirs])
-    store = ResumeStore(cell_dirs, ids, identity=config_identity(runs[0], base),
-                        settings=training_settings(runs[0], base))
+    store = ResumeStore(
+        cell_dirs,
+        ids,
+        identity=config_identity(runs[0], base),
+        settings=training_settings(runs[0], base),
+    )
     keys = jnp.stack([seed_key(t.seed) for t in tcfgs])
     plan = {k: np.full((len(runs),), v) for k, v in trainer.plan(base).items()}
     shape = jax.eval_shape(jax.vmap(trainer.init), keys, plan)
     shardings, note = device_shardings(shape, len(runs), base.num_envs)
     init, update_n = trainer.compiled(shardings, None if shardings is None else note)
-    return Group(trainer, list(runs), tcfgs, cell_dirs, ids, store, keys, plan, shape,
-                 shardings, note, init, update_n)
+    return Group(
+        trainer,
+        list(runs),
+        tcfgs,
+        cell_dirs,
+        ids,
+        store,
+        keys,
+        plan,
+        shape,
+        shardings,
+        note,
+        init,
+        update_n,
+    )
 
 
 # ========================================================================================
@@ -210,10 +251,20 @@ def restore_or_init(group: Group, *, fresh: bool, report: Reporter) -> RunState:
 # ========================================================================================
 # 3. Run chunks
 # ========================================================================================
-def run_chunks(group: Group, run: RunState, *, stop_at: int, stop: StopSignals,
-               report: Reporter, log: MetricsLog, chunk_seconds: float,
-               chunk_updates: int | None, save_every_updates: int | None,
-               save_every_seconds: float, history: list | None) -> None:
+def run_chunks(
+    group: Group,
+    run: RunState,
+    *,
+    stop_at: int,
+    stop: StopSignals,
+    report: Reporter,
+    log: MetricsLog,
+    chunk_seconds: float,
+    chunk_updates: int | None,
+    save_every_updates: int | None,
+    save_every_seconds: float,
+    history: list | None,
+) -> None:
     """Train until ``run.updates == stop_at``; raises TrainingStopped on a signal."""
     n = chunk_updates or 1
     last_save_t = time.perf_counter()
@@ -240,14 +291,18 @@ def run_chunks(group: Group, run: RunState, *, stop_at: int, stop: StopSignals,
         if history is not None:
             history.append((run.updates, totals))
         log.chunk(run, n, dt, totals, compiling=first_call)
-        report("training", run.updates, run.window, group.num_seeds * n * spu / dt,
-               None if first_call else (stop_at - run.updates) * dt / n)
+        report(
+            "training",
+            run.updates,
+            run.window,
+            group.num_seeds * n * spu / dt,
+            None if first_call else (stop_at - run.updates) * dt / n,
+        )
         if run.updates >= stop_at:
             break
         if chunk_updates is None and not first_call:  # about chunk_seconds per call
             n = max(1, int(n * min(4.0, chunk_seconds / max(dt, 1e-3))))
-        due = (save_every_updates is not None
-               and run.updates - run.saved_at >= save_every_updates)
+        due = save_every_updates is not None and run.updates - run.saved_at >= save_every_updates
         if due or time.perf_counter() - last_save_t >= save_every_seconds:
             save(group, run, report, log)
             last_save_t = time.perf_counter()
@@ -257,8 +312,9 @@ def run_chunks(group: Group, run: RunState, *, stop_at: int, stop: StopSignals,
 
 def save(group: Group, run: RunState, report: Reporter, log: MetricsLog) -> None:
     report("saving", run.updates, run.window)
-    group.store.save(run.state, {"updates": run.updates, "num_updates": group.num_updates,
-                                 **run.clock.meta()})
+    group.store.save(
+        run.state, {"updates": run.updates, "num_updates": group.num_updates, **run.clock.meta()}
+    )
     run.saved_at = run.updates
     log.event("saved", run)
 
@@ -295,8 +351,9 @@ class StopSignals:
 # ========================================================================================
 # 4. Finish cells
 # ========================================================================================
-def finish_cells(group: Group, run: RunState, report: Reporter, log: MetricsLog
-                 ) -> list[CellResult]:
+def finish_cells(
+    group: Group, run: RunState, report: Reporter, log: MetricsLog
+) -> list[CellResult]:
     report("saving", run.updates, run.window)
     host = jax.device_get(run.state)
     clock, spu = run.clock, group.steps_per_update
@@ -311,18 +368,23 @@ def finish_cells(group: Group, run: RunState, report: Reporter, log: MetricsLog
             "wall_time_s": round(clock.elapsed, 3),
             "compile_time_s": round(clock.compile_s or 0.0, 3),
             # throughput after compilation (the first, compiling call is not timed)
-            "steps_per_second": (round(group.num_seeds * clock.timed * spu / clock.wall, 1)
-                                 if clock.wall > 0 else None),
-            "steps_per_second_per_cell": (round(clock.timed * spu / clock.wall, 1)
-                                          if clock.wall > 0 else None),
+            "steps_per_second": (
+                round(group.num_seeds * clock.timed * spu / clock.wall, 1)
+                if clock.wall > 0
+                else None
+            ),
+            "steps_per_second_per_cell": (
+                round(clock.timed * spu / clock.wall, 1) if clock.wall > 0 else None
+            ),
             "cells_trained_together": list(group.ids),
             "resumed_from_update": run.resumed_from or None,
             "devices": group.device_note,
             "platform": jax.devices()[0].platform,
             "final_metrics": run.window.means(i),
         }
-        write_released_cell(cell_dir, group.trainer.released(one),
-                            config_json(group.trainer, r, summary))
+        write_released_cell(
+            cell_dir, group.trainer.released(one), config_json(group.trainer, r, summary)
+        )
         group.store.remove(cell_dir)
         results.append(CellResult(cell_dir, summary))
     log.event("done", run)
@@ -342,15 +404,20 @@ def config_json(trainer: Trainer, run: RunConfig, summary: dict) -> dict:
     algo = get_algorithm(run.algorithm)
     tenv = trainer.tenv
     env = run.env
-    full = {"ALG_NAME": run.algorithm,
-            **{k: v for k, v in values.items() if k not in algo.not_logged_keys},
-            "env_version": tenv.env_version}
+    full = {
+        "ALG_NAME": run.algorithm,
+        **{k: v for k, v in values.items() if k not in algo.not_logged_keys},
+        "env_version": tenv.env_version,
+    }
     full["coord_alpha"] = {"easy": 0.3, "medium": 0.6, "hard": 0.9}.get(env.training_difficulty)
     for k, v in tenv.coord_params.items():
         full[f"coord_{k}"] = _plain(v)
     final = summary.get("final_metrics") or {}
-    wandb = {"num_params": trainer.spec.num_params(), "env_step": summary["total_timesteps"],
-             "sps": summary.get("steps_per_second_per_cell")}
+    wandb = {
+        "num_params": trainer.spec.num_params(),
+        "env_step": summary["total_timesteps"],
+        "sps": summary.get("steps_per_second_per_cell"),
+    }
     for k in ("mean_episode_return", "mean_episode_length", "achievement_pct"):
         if final.get(k) is not None:
             wandb[k] = final[k]
@@ -363,8 +430,9 @@ def config_json(trainer: Trainer, run: RunConfig, summary: dict) -> dict:
             "num_comm_channels": env.num_comm_channels,
             "coordination_difficulty": env.training_difficulty,
             "shared_reward": bool(env.shared_reward),
-            "soft_specialization": bool(tenv.coord_params.get("soft_specialization",
-                                                              env.soft_specialization)),
+            "soft_specialization": bool(
+                tenv.coord_params.get("soft_specialization", env.soft_specialization)
+            ),
             "action_masking": bool(env.action_masking),
         },
         "reload_overrides": {k: values[k] for k in algo.reload_keys},
@@ -387,10 +455,12 @@ def summarise(n_updates: int, tot: dict[str, float]) -> dict[str, Any]:
     ep = tot.get("episodes", 0.0)
     out: dict[str, Any] = {
         "episodes": ep,
-        "reward_per_step": tot["reward"] / tot["env_steps"] if tot.get("env_steps") else None}
+        "reward_per_step": tot["reward"] / tot["env_steps"] if tot.get("env_steps") else None,
+    }
     for k in EPISODE_KEYS[1:]:
         out[f"mean_episode_{k}" if k in ("return", "length") else k] = (
-            tot[k] / ep if ep > 0 else None)
+            tot[k] / ep if ep > 0 else None
+        )
     for k, v in tot.items():
         if k.startswith(("loss/", "sched/")):
             out[k] = v / max(1, n_updates)
@@ -407,8 +477,9 @@ class Window:
     def add(self, n: int, totals: dict[str, np.ndarray]) -> None:
         self.chunks.append((n, totals))
         # drop the oldest call while the others still cover the window
-        while (len(self.chunks) > 1
-               and sum(c[0] for c in self.chunks) - self.chunks[0][0] >= self.size):
+        while (
+            len(self.chunks) > 1 and sum(c[0] for c in self.chunks) - self.chunks[0][0] >= self.size
+        ):
             self.chunks.popleft()
 
     def means(self, i: int) -> dict[str, Any]:
@@ -430,16 +501,27 @@ class Reporter:
     def __init__(self, group: Group, on_progress: Callable[[Progress], None] | None):
         self.group, self.on_progress = group, on_progress
 
-    def __call__(self, phase: str, updates: int, window: Window, sps: float = 0.0,
-                 eta: float | None = None) -> None:
+    def __call__(
+        self, phase: str, updates: int, window: Window, sps: float = 0.0, eta: float | None = None
+    ) -> None:
         if self.on_progress is None:
             return
         g = self.group
         spu = g.steps_per_update
-        self.on_progress(Progress(
-            phase, g.ids, updates, g.num_updates, updates * spu, g.num_updates * spu, sps,
-            window.mean_over_seeds(g.num_seeds, "mean_episode_return"),
-            window.mean_over_seeds(g.num_seeds, "achievement_pct"), eta))
+        self.on_progress(
+            Progress(
+                phase,
+                g.ids,
+                updates,
+                g.num_updates,
+                updates * spu,
+                g.num_updates * spu,
+                sps,
+                window.mean_over_seeds(g.num_seeds, "mean_episode_return"),
+                window.mean_over_seeds(g.num_seeds, "achievement_pct"),
+                eta,
+            )
+        )
 
 
 class MetricsLog:
@@ -469,22 +551,38 @@ class MetricsLog:
             f.flush()
 
     def _common(self, event: str, run: RunState) -> dict:
-        return {"event": event, "time": round(time.time(), 3), "update": run.updates,
-                "num_updates": self.group.num_updates,
-                "env_steps": run.updates * self.group.steps_per_update}
+        return {
+            "event": event,
+            "time": round(time.time(), 3),
+            "update": run.updates,
+            "num_updates": self.group.num_updates,
+            "env_steps": run.updates * self.group.steps_per_update,
+        }
 
     def start(self, run: RunState) -> None:
-        line = {**self._common("start", run), "resumed_from": run.resumed_from,
-                "cells": list(self.group.ids), "devices": self.group.device_note}
+        line = {
+            **self._common("start", run),
+            "resumed_from": run.resumed_from,
+            "cells": list(self.group.ids),
+            "devices": self.group.device_note,
+        }
         self._write([{**line, "seed": t.seed} for t in self.group.tcfgs])
 
     def chunk(self, run: RunState, n: int, dt: float, totals: dict, *, compiling: bool) -> None:
         """``compiling``: this call's time includes compilation."""
-        base = {**self._common("chunk", run), "wall_s": round(dt, 4),
-                "env_steps_per_s": round(n * self.group.steps_per_update / dt, 2),
-                "updates_in_call": n, "compiling": compiling}
-        self._write([{**base, **summarise(n, {k: float(v[i]) for k, v in totals.items()})}
-                     for i in range(self.group.num_seeds)])
+        base = {
+            **self._common("chunk", run),
+            "wall_s": round(dt, 4),
+            "env_steps_per_s": round(n * self.group.steps_per_update / dt, 2),
+            "updates_in_call": n,
+            "compiling": compiling,
+        }
+        self._write(
+            [
+                {**base, **summarise(n, {k: float(v[i]) for k, v in totals.items()})}
+                for i in range(self.group.num_seeds)
+            ]
+        )
 
     def event(self, event: str, run: RunState, **extra: Any) -> None:
         line = {**self._common(event, run), **extra}

@@ -21,6 +21,7 @@ loss regenerates them, so gradients flow into the hypernetworks).
 
 Sections: 1. config  2. maths  3. rollout  4. update  5. make_train  6. entry point.
 """
+
 from __future__ import annotations
 
 # ========================================================================================
@@ -41,8 +42,15 @@ ALGORITHM = "hypermarl-rnn"
 # ========================================================================================
 from .ippo_rnn import Transition, ppo_loss  # noqa: E402
 
-__all__ = ["ALGORITHM", "gae", "ppo_actor_loss", "ppo_value_loss", "ppo_loss", "Transition",
-           "make_train"]
+__all__ = [
+    "ALGORITHM",
+    "gae",
+    "ppo_actor_loss",
+    "ppo_value_loss",
+    "ppo_loss",
+    "Transition",
+    "make_train",
+]
 
 # ========================================================================================
 # 3. Rollout: IPPO's (the id one-hot and the generated heads come from the network spec)

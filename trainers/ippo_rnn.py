@@ -18,6 +18,7 @@ Algorithm facts kept from upstream (``baselines/ippo_rnn.py``, spec §1.1, §5):
 
 Sections: 1. config  2. maths  3. rollout  4. update  5. make_train  6. entry point.
 """
+
 from __future__ import annotations
 
 # ========================================================================================
@@ -32,11 +33,31 @@ import jax.numpy as jnp
 from alem_eval.config import PPOTrainConfig, RunConfig
 from alem_eval.networks import build_network
 
-from .common import (EpisodeLog, Learner, RunnerState, Trainer, action_masks, append_agent_id,
-                     begin_rollout, cached_trainer, entropy_of, epochs_over_minibatches, gae,
-                     log_episodes, log_prob_of, mask_logits, normalize_advantages,
-                     placeholder_worlds, ppo_actor_loss, ppo_optimizer, ppo_value_loss,
-                     released_tree, step_envs, sum_totals, training_env)
+from .common import (
+    EpisodeLog,
+    Learner,
+    RunnerState,
+    Trainer,
+    action_masks,
+    append_agent_id,
+    begin_rollout,
+    cached_trainer,
+    entropy_of,
+    epochs_over_minibatches,
+    gae,
+    log_episodes,
+    log_prob_of,
+    mask_logits,
+    normalize_advantages,
+    placeholder_worlds,
+    ppo_actor_loss,
+    ppo_optimizer,
+    ppo_value_loss,
+    released_tree,
+    step_envs,
+    sum_totals,
+    training_env,
+)
 
 ALGORITHM = "ippo-rnn"
 # Hyperparameters: alem_eval.config.PPOTrainConfig, built by build_train_config() from the
@@ -65,14 +86,20 @@ def ppo_loss(logits, value, tr: Transition, advantages, targets, tcfg: PPOTrainC
     """Total PPO loss of one minibatch (shared actor-critic) and its parts."""
     logits = mask_logits(logits, tr.mask)
     log_prob = log_prob_of(logits, tr.action)
-    actor, aux = ppo_actor_loss(log_prob, tr.log_prob, normalize_advantages(advantages),
-                                clip_eps=tcfg.clip_eps)
+    actor, aux = ppo_actor_loss(
+        log_prob, tr.log_prob, normalize_advantages(advantages), clip_eps=tcfg.clip_eps
+    )
     critic = ppo_value_loss(value, tr.value, targets, clip_eps=tcfg.clip_eps)
     entropy = entropy_of(logits).mean()
     total = actor + tcfg.vf_coef * critic - tcfg.ent_coef * entropy
-    return total, {"loss/total": total, "loss/actor": actor, "loss/value": critic,
-                   "loss/entropy": entropy, "loss/approx_kl": aux["approx_kl"],
-                   "loss/clip_frac": aux["clip_frac"]}
+    return total, {
+        "loss/total": total,
+        "loss/actor": actor,
+        "loss/value": critic,
+        "loss/entropy": entropy,
+        "loss/approx_kl": aux["approx_kl"],
+        "loss/clip_frac": aux["clip_frac"],
+    }
 
 
 # ========================================================================================
@@ -105,24 +132,38 @@ def make_rollout(spec, tenv, tcfg: PPOTrainConfig):
             envs, key = carry
             key, k_act, k_env = jax.random.split(key, 3)
             obs, reset = policy_input(envs.obs), envs.done.reshape(N)
-            hidden, logits, value = spec.module.apply(params, envs.hidden.reshape(N, -1),
-                                                      obs[None], reset[None], **consts)
+            hidden, logits, value = spec.module.apply(
+                params, envs.hidden.reshape(N, -1), obs[None], reset[None], **consts
+            )
             mask = action_masks(tenv, envs.state).reshape(N, -1)
             logits = mask_logits(logits[0], mask)
             action = jax.random.categorical(k_act, logits)
-            obs2, state2, reward, done, info = step_envs(tenv, k_env, envs.state,
-                                                         action.reshape(E, A), fresh)
+            obs2, state2, reward, done, info = step_envs(
+                tenv, k_env, envs.state, action.reshape(E, A), fresh
+            )
             log, totals = log_episodes(envs.log, reward, done, info)
-            tr = Transition(obs, reset, action, log_prob_of(logits, action), value[0],
-                            reward.reshape(N), jnp.repeat(done, A), mask)
+            tr = Transition(
+                obs,
+                reset,
+                action,
+                log_prob_of(logits, action),
+                value[0],
+                reward.reshape(N),
+                jnp.repeat(done, A),
+                mask,
+            )
             done_agents = jnp.broadcast_to(done[:, None], (E, A))
             envs = Envs(state2, obs2, done_agents, hidden.reshape(E, A, -1), log)
             return (envs, key), (tr, totals)
 
         (envs, key), (traj, totals) = jax.lax.scan(step, (envs, key), None, tcfg.num_steps)
-        _, _, last_value = spec.module.apply(params, envs.hidden.reshape(N, -1),
-                                             policy_input(envs.obs)[None],
-                                             envs.done.reshape(N)[None], **consts)
+        _, _, last_value = spec.module.apply(
+            params,
+            envs.hidden.reshape(N, -1),
+            policy_input(envs.obs)[None],
+            envs.done.reshape(N)[None],
+            **consts,
+        )
         return envs, key, traj, last_value[0], sum_totals(totals)
 
     return rollout
@@ -138,10 +179,12 @@ def make_update(spec, tenv, tcfg: PPOTrainConfig):
     def update(state: RunnerState, warm=False):  # no warm-up in PPO
         learner, key = state.learner, state.key
         h0 = state.envs.hidden.reshape(N, -1)
-        envs, key, traj, last_value, totals = rollout(learner.params, state.envs, key,
-                                                      state.updates == 0)
-        adv, targets = gae(traj.reward, traj.value, traj.done, last_value,
-                           gamma=tcfg.gamma, lam=tcfg.gae_lambda)
+        envs, key, traj, last_value, totals = rollout(
+            learner.params, state.envs, key, state.updates == 0
+        )
+        adv, targets = gae(
+            traj.reward, traj.value, traj.done, last_value, gamma=tcfg.gamma, lam=tcfg.gae_lambda
+        )
         tx = ppo_optimizer(tcfg, state.plan)
 
         def minibatch_step(learner: Learner, mb):
@@ -156,8 +199,14 @@ def make_update(spec, tenv, tcfg: PPOTrainConfig):
 
         key, k_upd = jax.random.split(key)
         learner, losses = epochs_over_minibatches(
-            k_upd, learner, ((h0, 0), ((traj, adv, targets), 1)), N,
-            num_epochs=tcfg.num_epochs, num_minibatches=tcfg.num_minibatches, step=minibatch_step)
+            k_upd,
+            learner,
+            ((h0, 0), ((traj, adv, targets), 1)),
+            N,
+            num_epochs=tcfg.num_epochs,
+            num_minibatches=tcfg.num_minibatches,
+            step=minibatch_step,
+        )
         state = state.replace(learner=learner, envs=envs, key=key, updates=state.updates + 1)
         return state, {**totals, **losses}
 
@@ -177,13 +226,25 @@ def build_trainer(run: RunConfig, tcfg: PPOTrainConfig) -> Trainer:
         params = spec.init_variables(k_net)["params"]  # the variables dict {"params": ...}
         learner = Learner.create(params, ppo_optimizer(tcfg, plan))
         obs, states = placeholder_worlds(tenv, E)  # real worlds arrive with the first rollout
-        envs = Envs(states, obs, jnp.zeros((E, A), bool),
-                    jnp.zeros((E, A, spec.hidden), jnp.float32),
-                    EpisodeLog.zeros(E, A))
+        envs = Envs(
+            states,
+            obs,
+            jnp.zeros((E, A), bool),
+            jnp.zeros((E, A, spec.hidden), jnp.float32),
+            EpisodeLog.zeros(E, A),
+        )
         return RunnerState(learner, envs, k_run, jnp.zeros((), jnp.int32), plan)
 
-    return Trainer(run.algorithm, run, tcfg, spec, tenv, init, make_update(spec, tenv, tcfg),
-                   released=lambda s: released_tree(run, {"": s.learner}))
+    return Trainer(
+        run.algorithm,
+        run,
+        tcfg,
+        spec,
+        tenv,
+        init,
+        make_update(spec, tenv, tcfg),
+        released=lambda s: released_tree(run, {"": s.learner}),
+    )
 
 
 def make_train(run: RunConfig, tcfg: PPOTrainConfig) -> Trainer:

@@ -19,6 +19,7 @@ rebuild it from the stored observations of each actor's env.
 
 Sections: 1. config  2. maths  3. rollout  4. update  5. make_train  6. entry point.
 """
+
 from __future__ import annotations
 
 # ========================================================================================
@@ -33,11 +34,30 @@ import jax.numpy as jnp
 from alem_eval.config import PPOTrainConfig, RunConfig
 from alem_eval.networks import build_network
 
-from .common import (EpisodeLog, Learner, RunnerState, Trainer, action_masks, begin_rollout,
-                     cached_trainer, entropy_of, epochs_over_minibatches, gae, log_episodes,
-                     log_prob_of, mask_logits, normalize_advantages, placeholder_worlds,
-                     ppo_actor_loss, ppo_optimizer, ppo_value_loss, released_tree, step_envs,
-                     sum_totals, training_env)
+from .common import (
+    EpisodeLog,
+    Learner,
+    RunnerState,
+    Trainer,
+    action_masks,
+    begin_rollout,
+    cached_trainer,
+    entropy_of,
+    epochs_over_minibatches,
+    gae,
+    log_episodes,
+    log_prob_of,
+    mask_logits,
+    normalize_advantages,
+    placeholder_worlds,
+    ppo_actor_loss,
+    ppo_optimizer,
+    ppo_value_loss,
+    released_tree,
+    step_envs,
+    sum_totals,
+    training_env,
+)
 
 ALGORITHM = "mappo-rnn"
 # Hyperparameters: alem_eval.config.PPOTrainConfig (upstream mappo_rnn.yaml, spec §5).
@@ -69,12 +89,19 @@ class Transition(NamedTuple):
 
 def actor_loss(logits, tr: Transition, advantages, tcfg: PPOTrainConfig):
     logits = mask_logits(logits, tr.mask)
-    loss, aux = ppo_actor_loss(log_prob_of(logits, tr.action), tr.log_prob,
-                               normalize_advantages(advantages), clip_eps=tcfg.clip_eps)
+    loss, aux = ppo_actor_loss(
+        log_prob_of(logits, tr.action),
+        tr.log_prob,
+        normalize_advantages(advantages),
+        clip_eps=tcfg.clip_eps,
+    )
     entropy = entropy_of(logits).mean()
-    return loss - tcfg.ent_coef * entropy, {"loss/actor": loss, "loss/entropy": entropy,
-                                            "loss/approx_kl": aux["approx_kl"],
-                                            "loss/clip_frac": aux["clip_frac"]}
+    return loss - tcfg.ent_coef * entropy, {
+        "loss/actor": loss,
+        "loss/entropy": entropy,
+        "loss/approx_kl": aux["approx_kl"],
+        "loss/clip_frac": aux["clip_frac"],
+    }
 
 
 def critic_loss(value, tr: Transition, targets, tcfg: PPOTrainConfig):
@@ -107,25 +134,49 @@ def make_rollout(spec, tenv, tcfg: PPOTrainConfig):
             envs, key = carry
             key, k_act, k_env = jax.random.split(key, 3)
             obs, reset = envs.obs.reshape(N, -1), envs.done.reshape(N)
-            a_hidden, logits = spec.module.apply(actor_params, envs.actor_hidden.reshape(N, -1),
-                                                 obs[None], reset[None])
-            c_hidden, value = spec.critic.apply(critic_params, envs.critic_hidden.reshape(N, -1),
-                                                world_state(envs.obs)[None], reset[None])
+            a_hidden, logits = spec.module.apply(
+                actor_params, envs.actor_hidden.reshape(N, -1), obs[None], reset[None]
+            )
+            c_hidden, value = spec.critic.apply(
+                critic_params,
+                envs.critic_hidden.reshape(N, -1),
+                world_state(envs.obs)[None],
+                reset[None],
+            )
             mask = action_masks(tenv, envs.state).reshape(N, -1)
             logits = mask_logits(logits[0], mask)
             action = jax.random.categorical(k_act, logits)
-            obs2, state2, reward, done, info = step_envs(tenv, k_env, envs.state,
-                                                         action.reshape(E, A), fresh)
+            obs2, state2, reward, done, info = step_envs(
+                tenv, k_env, envs.state, action.reshape(E, A), fresh
+            )
             log, totals = log_episodes(envs.log, reward, done, info)
-            tr = Transition(obs, reset, action, log_prob_of(logits, action), value[0],
-                            reward.reshape(N), jnp.repeat(done, A), mask)
-            envs = Envs(state2, obs2, jnp.broadcast_to(done[:, None], (E, A)),
-                        a_hidden.reshape(E, A, -1), c_hidden.reshape(E, A, -1), log)
+            tr = Transition(
+                obs,
+                reset,
+                action,
+                log_prob_of(logits, action),
+                value[0],
+                reward.reshape(N),
+                jnp.repeat(done, A),
+                mask,
+            )
+            envs = Envs(
+                state2,
+                obs2,
+                jnp.broadcast_to(done[:, None], (E, A)),
+                a_hidden.reshape(E, A, -1),
+                c_hidden.reshape(E, A, -1),
+                log,
+            )
             return (envs, key), (tr, totals)
 
         (envs, key), (traj, totals) = jax.lax.scan(step, (envs, key), None, tcfg.num_steps)
-        _, last_value = spec.critic.apply(critic_params, envs.critic_hidden.reshape(N, -1),
-                                          world_state(envs.obs)[None], envs.done.reshape(N)[None])
+        _, last_value = spec.critic.apply(
+            critic_params,
+            envs.critic_hidden.reshape(N, -1),
+            world_state(envs.obs)[None],
+            envs.done.reshape(N)[None],
+        )
         return envs, key, traj, last_value[0], sum_totals(totals)
 
     return rollout
@@ -142,10 +193,12 @@ def make_update(spec, tenv, tcfg: PPOTrainConfig):
     def update(state: RunnerState, warm=False):  # no warm-up in PPO
         (actor, critic), key = state.learner, state.key
         h0 = (state.envs.actor_hidden.reshape(N, -1), state.envs.critic_hidden.reshape(N, -1))
-        envs, key, traj, last_value, totals = rollout(actor.params, critic.params, state.envs,
-                                                      key, state.updates == 0)
-        adv, targets = gae(traj.reward, traj.value, traj.done, last_value,
-                           gamma=tcfg.gamma, lam=tcfg.gae_lambda)
+        envs, key, traj, last_value, totals = rollout(
+            actor.params, critic.params, state.envs, key, state.updates == 0
+        )
+        adv, targets = gae(
+            traj.reward, traj.value, traj.done, last_value, gamma=tcfg.gamma, lam=tcfg.gae_lambda
+        )
         tx = ppo_optimizer(tcfg, state.plan)
         # [T, E, A*D]: each env's joint observation, indexed by actor // A in minibatches
         joint_obs = traj.obs.reshape(tcfg.num_steps, E, -1)
@@ -170,8 +223,14 @@ def make_update(spec, tenv, tcfg: PPOTrainConfig):
 
         key, k_upd = jax.random.split(key)
         learners, losses = epochs_over_minibatches(
-            k_upd, (actor, critic), (((*h0, jnp.arange(N)), 0), ((traj, adv, targets), 1)), N,
-            num_epochs=tcfg.num_epochs, num_minibatches=tcfg.num_minibatches, step=minibatch_step)
+            k_upd,
+            (actor, critic),
+            (((*h0, jnp.arange(N)), 0), ((traj, adv, targets), 1)),
+            N,
+            num_epochs=tcfg.num_epochs,
+            num_minibatches=tcfg.num_minibatches,
+            step=minibatch_step,
+        )
         state = state.replace(learner=learners, envs=envs, key=key, updates=state.updates + 1)
         return state, {**totals, **losses}
 
@@ -190,8 +249,10 @@ def build_trainer(run: RunConfig, tcfg: PPOTrainConfig) -> Trainer:
         k_net, k_run = jax.random.split(key)
         variables = spec.init_variables(k_net)  # {"actor": {"params": v}, "critic": {...}}
         tx = ppo_optimizer(tcfg, plan)
-        learners = (Learner.create(variables["actor"]["params"], tx),
-                    Learner.create(variables["critic"]["params"], tx))
+        learners = (
+            Learner.create(variables["actor"]["params"], tx),
+            Learner.create(variables["critic"]["params"], tx),
+        )
         obs, states = placeholder_worlds(tenv, E)
         zeros_h = jnp.zeros((E, A, spec.hidden), jnp.float32)
         envs = Envs(states, obs, jnp.zeros((E, A), bool), zeros_h, zeros_h, EpisodeLog.zeros(E, A))

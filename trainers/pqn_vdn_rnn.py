@@ -30,6 +30,7 @@ CTRolloutManager, spec §1.5, §5):
 
 Sections: 1. config  2. maths  3. rollout  4. update  5. make_train  6. entry point.
 """
+
 from __future__ import annotations
 
 # ========================================================================================
@@ -42,13 +43,28 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from alem_eval.config import PQNTrainConfig, RunConfig
+from alem_eval.config import PQNNetConfig, PQNTrainConfig, RunConfig
 from alem_eval.networks import QNetwork, build_network
 
-from .common import (MASK_PENALTY, EpisodeLog, QLearner, RunnerState, Trainer, action_masks,
-                     append_agent_id, begin_rollout, cached_trainer, epochs_over_minibatches,
-                     linear_schedule, log_episodes, placeholder_worlds, released_tree, step_envs,
-                     sum_totals, training_env)
+from .common import (
+    MASK_PENALTY,
+    EpisodeLog,
+    QLearner,
+    RunnerState,
+    Trainer,
+    action_masks,
+    append_agent_id,
+    begin_rollout,
+    cached_trainer,
+    epochs_over_minibatches,
+    linear_schedule,
+    log_episodes,
+    placeholder_worlds,
+    released_tree,
+    step_envs,
+    sum_totals,
+    training_env,
+)
 
 ALGORITHM = "pqn-vdn-rnn"
 # Hyperparameters: alem_eval.config.PQNTrainConfig (upstream pqn_vdn_rnn.yaml, spec §5).
@@ -147,16 +163,18 @@ def make_rollout(net, tenv, tcfg: PQNTrainConfig):
             key, k_explore, k_random, k_uniform, k_env = jax.random.split(key, 5)
             x = network_input(envs)
             hidden = jax.tree_util.tree_map(lambda h: h.reshape(N, -1), envs.hidden)
-            hidden, q = net.apply(variables, hidden, x.reshape(N, -1)[None],
-                                  envs.done.reshape(N)[None], train=False)
+            hidden, q = net.apply(
+                variables, hidden, x.reshape(N, -1)[None], envs.done.reshape(N)[None], train=False
+            )
             q = q[0].reshape(E, A, -1)
             mask = action_masks(tenv, envs.state)
             greedy = masked_greedy(q, mask)
             random_valid = jax.random.categorical(k_random, jnp.where(mask, 0.0, -jnp.inf))
             explore = jax.random.uniform(k_explore, (E, A)) < eps
             action = jnp.where(explore, random_valid, greedy)
-            action = jnp.where(uniform, jax.random.randint(k_uniform, (E, A), 0, tenv.num_actions),
-                               action)
+            action = jnp.where(
+                uniform, jax.random.randint(k_uniform, (E, A), 0, tenv.num_actions), action
+            )
             obs2, state2, reward, done, info = step_envs(tenv, k_env, envs.state, action, fresh)
             log, totals = log_episodes(envs.log, reward, done, info)
             tr = Transition(x, envs.done, action, tcfg.rew_scale * reward.sum(-1), done, mask)
@@ -199,10 +217,14 @@ def make_update(net, tenv, tcfg: PQNTrainConfig):
                 (_, q), updates = net.apply(
                     {"params": params, "batch_stats": learner.batch_stats},
                     jax.tree_util.tree_map(lambda h: h.reshape(b * A, -1), hidden),
-                    tr.obs.reshape(T, b * A, -1), tr.reset.reshape(T, b * A),
-                    train=True, mutable=["batch_stats"])
-                loss, q_mean = pqn_loss(q.reshape(T, b, A, -1), tr, gamma=tcfg.gamma,
-                                        lam=tcfg.q_lambda)
+                    tr.obs.reshape(T, b * A, -1),
+                    tr.reset.reshape(T, b * A),
+                    train=True,
+                    mutable=["batch_stats"],
+                )
+                loss, q_mean = pqn_loss(
+                    q.reshape(T, b, A, -1), tr, gamma=tcfg.gamma, lam=tcfg.q_lambda
+                )
                 return loss, (updates["batch_stats"], q_mean)
 
             grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
@@ -213,28 +235,42 @@ def make_update(net, tenv, tcfg: PQNTrainConfig):
 
         learner = learner.replace(timesteps=learner.timesteps + T * E)
         learner, losses = epochs_over_minibatches(
-            key, learner, ((hidden0, 0), (traj, 1)), E,
-            num_epochs=tcfg.num_epochs, num_minibatches=tcfg.num_minibatches, step=minibatch_step)
+            key,
+            learner,
+            ((hidden0, 0), (traj, 1)),
+            E,
+            num_epochs=tcfg.num_epochs,
+            num_minibatches=tcfg.num_minibatches,
+            step=minibatch_step,
+        )
         return learner.replace(n_updates=learner.n_updates + 1), losses
 
     def update(state: RunnerState, warm):
         """One update; with ``warm`` (the run's warm-up call, see the module docstring) the
         rollout takes uniformly random actions and nothing is learned or counted."""
         learner = state.learner
-        eps = linear_schedule(learner.n_updates, init=tcfg.eps_start, end=tcfg.eps_finish,
-                              steps=tcfg.eps_decay * state.plan["num_updates_decay"])
+        eps = linear_schedule(
+            learner.n_updates,
+            init=tcfg.eps_start,
+            end=tcfg.eps_finish,
+            steps=tcfg.eps_decay * state.plan["num_updates_decay"],
+        )
         variables = {"params": learner.params, "batch_stats": learner.batch_stats}
         hidden0 = state.envs.hidden
-        envs, key, traj, totals = rollout(variables, state.envs, state.key, swap_in=warm,
-                                          uniform=warm, eps=eps)
+        envs, key, traj, totals = rollout(
+            variables, state.envs, state.key, swap_in=warm, uniform=warm, eps=eps
+        )
         key, k_upd = jax.random.split(key)
         zero_losses = {"loss/total": jnp.zeros(()), "loss/q_mean": jnp.zeros(())}
         learner, losses = jax.lax.cond(
-            warm, lambda: (learner, zero_losses),
-            lambda: learn(learner, traj, hidden0, k_upd, state.plan))
+            warm,
+            lambda: (learner, zero_losses),
+            lambda: learn(learner, traj, hidden0, k_upd, state.plan),
+        )
         totals = jax.tree_util.tree_map(lambda t: jnp.where(warm, 0.0, t), totals)
-        state = state.replace(learner=learner, envs=envs, key=key,
-                              updates=state.updates + 1 - warm.astype(jnp.int32))
+        state = state.replace(
+            learner=learner, envs=envs, key=key, updates=state.updates + 1 - warm.astype(jnp.int32)
+        )
         return state, {**totals, **losses, "sched/eps": eps}
 
     return update
@@ -245,6 +281,7 @@ def make_update(net, tenv, tcfg: PQNTrainConfig):
 # ========================================================================================
 def build_trainer(run: RunConfig, tcfg: PQNTrainConfig) -> Trainer:
     spec = build_network(run)
+    assert isinstance(run.network, PQNNetConfig)
     # The same module as the released one; NORM_INPUT only changes training's forward pass.
     net = QNetwork(spec.num_actions, run.network, norm_input=run.network.norm_input)
     tenv = training_env(run)
@@ -255,16 +292,25 @@ def build_trainer(run: RunConfig, tcfg: PQNTrainConfig) -> Trainer:
         v = spec.init_variables(k_net)  # {"params": ..., "batch_stats": ...}
         zero = jnp.zeros((), jnp.int32)
         base = QLearner.create(v["params"], pqn_optimizer(tcfg, plan))
-        learner = QLearner(base.step, base.params, base.opt_state, v["batch_stats"],
-                           zero, zero, zero)
+        learner = QLearner(
+            base.step, base.params, base.opt_state, v["batch_stats"], zero, zero, zero
+        )
         obs, states = placeholder_worlds(tenv, E)
         hidden = tuple(jnp.zeros((E, A, spec.hidden), jnp.float32) for _ in range(2))
         envs = Envs(states, obs, jnp.zeros((E, A), bool), hidden, EpisodeLog.zeros(E, A))
         return RunnerState(learner, envs, k_run, zero, plan)
 
-    return Trainer(ALGORITHM, run, tcfg, spec, tenv, init, make_update(net, tenv, tcfg),
-                   released=lambda s: released_tree(run, {"": s.learner}, s.learner.extras()),
-                   warmup=True)
+    return Trainer(
+        ALGORITHM,
+        run,
+        tcfg,
+        spec,
+        tenv,
+        init,
+        make_update(net, tenv, tcfg),
+        released=lambda s: released_tree(run, {"": s.learner}, s.learner.extras()),
+        warmup=True,
+    )
 
 
 def make_train(run: RunConfig, tcfg: PQNTrainConfig) -> Trainer:

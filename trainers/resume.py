@@ -12,6 +12,7 @@ scratch; anything else is a one-line :class:`~alem_eval.errors.ConfigError` that
 differs, and nothing is deleted. ``--fresh`` skips the check (the first save then replaces the
 old state).
 """
+
 from __future__ import annotations
 
 import json
@@ -52,8 +53,14 @@ class Saved:
 class ResumeStore:
     """The resume state of a group of cells trained side by side (one slice per cell)."""
 
-    def __init__(self, cell_dirs: Sequence[Path], cell_ids: Sequence[str], *, identity: str,
-                 settings: Mapping[str, Any]):
+    def __init__(
+        self,
+        cell_dirs: Sequence[Path],
+        cell_ids: Sequence[str],
+        *,
+        identity: str,
+        settings: Mapping[str, Any],
+    ):
         self.cell_dirs = [Path(d) for d in cell_dirs]
         self.cell_ids = list(cell_ids)
         self.identity = identity
@@ -75,11 +82,15 @@ class ResumeStore:
                 saved = Saved(cid, d, meta)
                 ok = saved.updates >= 0 and saved.state_dir.is_dir()
             except (OSError, ValueError, KeyError, TypeError) as exc:
-                raise CheckpointError(f"{path}: unreadable resume state ({exc}); move it away to "
-                                      "start over, or pass --fresh") from None
+                raise CheckpointError(
+                    f"{path}: unreadable resume state ({exc}); move it away to "
+                    "start over, or pass --fresh"
+                ) from None
             if not ok:
-                raise CheckpointError(f"{path}: names {meta.get('state')!r}, which is missing; "
-                                      "move the resume state away to start over, or pass --fresh")
+                raise CheckpointError(
+                    f"{path}: names {meta.get('state')!r}, which is missing; "
+                    "move the resume state away to start over, or pass --fresh"
+                )
             out.append(saved)
         return out
 
@@ -96,7 +107,8 @@ class ResumeStore:
                 raise ConfigError(
                     f"{s.cell_id}: resume state at update {s.updates} in {s.cell_dir / RESUME_DIR} "
                     f"was trained with other settings ({diff or 'details not recorded'}); rerun "
-                    "with those settings, or pass --fresh to discard it")
+                    "with those settings, or pass --fresh to discard it"
+                )
         missing = [cid for cid, s in zip(self.cell_ids, saved, strict=True) if s is None]
         if missing:
             verb = lambda names: f"{', '.join(names)} {'has' if len(names) == 1 else 'have'}"
@@ -104,13 +116,16 @@ class ResumeStore:
                 f"{verb([s.cell_id for s in have])} resume state (update {have[0].updates}) but "
                 f"{verb(missing)} none, and one program would train them together; train them "
                 "separately (select the seeds apart, or --group-size), or pass --fresh to "
-                "start all from scratch")
+                "start all from scratch"
+            )
         at = {s.updates for s in have}
         if len(at) > 1:
             where = ", ".join(f"{s.cell_id} at {s.updates}" for s in have)
-            raise ConfigError(f"resume states at different updates ({where}) cannot continue in "
-                              "one program; train them separately (select the seeds apart, or "
-                              "--group-size 1), or pass --fresh")
+            raise ConfigError(
+                f"resume states at different updates ({where}) cannot continue in "
+                "one program; train them separately (select the seeds apart, or "
+                "--group-size 1), or pass --fresh"
+            )
         return have
 
     def load(self, state_shape: Any, saved: Sequence[Saved]) -> Any:
@@ -122,18 +137,23 @@ class ResumeStore:
         ckptr = ocp.PyTreeCheckpointer()
         for s in saved:
             path = s.state_dir.absolute()
-            args = jax.tree_util.tree_map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray),
-                                          ckptr.metadata(path))
+            args = jax.tree_util.tree_map(
+                lambda _: ocp.RestoreArgs(restore_type=np.ndarray), ckptr.metadata(path)
+            )
             tree = ckptr.restore(path, restore_args=args)
             leaves = [tree.get(f"{j:05d}") for j in range(len(leaves_shape))]
             if len(tree) != len(leaves_shape) or any(
-                    x is None or np.shape(x) != sh.shape[1:]
-                    for x, sh in zip(leaves, leaves_shape, strict=True)):
-                raise CheckpointError(f"{path}: resume state does not match this trainer's "
-                                      "state (another version?); move it away or pass --fresh")
+                x is None or np.shape(x) != sh.shape[1:]
+                for x, sh in zip(leaves, leaves_shape, strict=True)
+            ):
+                raise CheckpointError(
+                    f"{path}: resume state does not match this trainer's "
+                    "state (another version?); move it away or pass --fresh"
+                )
             per_cell.append(leaves)
-        stacked = [np.stack([c[j] for c in per_cell]).astype(sh.dtype)
-                   for j, sh in enumerate(leaves_shape)]
+        stacked = [
+            np.stack([c[j] for c in per_cell]).astype(sh.dtype) for j, sh in enumerate(leaves_shape)
+        ]
         return jax.tree_util.tree_unflatten(treedef, stacked)
 
     # -- writing ---------------------------------------------------------------------------
@@ -151,9 +171,17 @@ class ResumeStore:
             if (root / name).exists():
                 shutil.rmtree(root / name)
             ckptr.save((root / name).absolute(), tree)
-            write_json_atomic(root / META_FILE, {
-                **meta, "identity": self.identity, "settings": self.settings, "state": name,
-                "seed_index": i, "cells": self.cell_ids})
+            write_json_atomic(
+                root / META_FILE,
+                {
+                    **meta,
+                    "identity": self.identity,
+                    "settings": self.settings,
+                    "state": name,
+                    "seed_index": i,
+                    "cells": self.cell_ids,
+                },
+            )
             for old in root.glob("state_*"):
                 if old.name != name:
                     shutil.rmtree(old, ignore_errors=True)

@@ -3,6 +3,7 @@
 ``alem-eval compare 1B/ippo-rnn/hard --source hub --source runs``: parses, calls
 :func:`alem_eval.compare.compare_sources` and prints its rows.
 """
+
 from __future__ import annotations
 
 from typing import Annotated
@@ -10,8 +11,12 @@ from typing import Annotated
 import typer
 
 from ..cli import app
-from ..compare import (DEFAULT_COMPARE_EPISODES, DEFAULT_COMPARE_METRIC, DEFAULT_COMPARE_REPS,
-                       compare_scores)
+from ..compare import (
+    DEFAULT_COMPARE_EPISODES,
+    DEFAULT_COMPARE_METRIC,
+    DEFAULT_COMPARE_REPS,
+    compare_scores,
+)
 from ..console import OutputFormat, emit_records, err_console
 from ..options import FormatOpt, Protocol, ProtocolOpt, RepsOpt, SeedOpt, SourcePairOpt
 
@@ -20,19 +25,29 @@ __all__ = ["compare", "compare_scores"]  # compare_scores: the library's, kept i
 
 @app.command("compare")
 def compare(
-    selectors: Annotated[list[str], typer.Argument(
-        help="Cell(s) or selector(s) present in both sources.")],
+    selectors: Annotated[
+        list[str], typer.Argument(help="Cell(s) or selector(s) present in both sources.")
+    ],
     sources: SourcePairOpt,
-    metric: Annotated[str, typer.Option(
-        "--metric", help="Per-episode metric (a compute_score key, episode_return, ...).")
+    metric: Annotated[
+        str,
+        typer.Option(
+            "--metric", help="Per-episode metric (a compute_score key, episode_return, ...)."
+        ),
     ] = DEFAULT_COMPARE_METRIC,
-    difficulty: Annotated[str | None, typer.Option(
-        "--difficulty", help="Eval difficulty (default: each cell's training difficulty).")
+    difficulty: Annotated[
+        str | None,
+        typer.Option(
+            "--difficulty", help="Eval difficulty (default: each cell's training difficulty)."
+        ),
     ] = None,
-    episodes: Annotated[int | None, typer.Option("--episodes", help="Episodes per cell.")
-                        ] = DEFAULT_COMPARE_EPISODES,
-    max_steps: Annotated[int | None, typer.Option(
-        "--max-steps", help="Step cap per episode (default: the protocol's).")] = None,
+    episodes: Annotated[
+        int | None, typer.Option("--episodes", help="Episodes per cell.")
+    ] = DEFAULT_COMPARE_EPISODES,
+    max_steps: Annotated[
+        int | None,
+        typer.Option("--max-steps", help="Step cap per episode (default: the protocol's)."),
+    ] = None,
     protocol: ProtocolOpt = Protocol.fast,
     reps: RepsOpt = DEFAULT_COMPARE_REPS,
     seed: SeedOpt = 0,
@@ -47,9 +62,17 @@ def compare(
     from ..evaluate import enable_compilation_cache
 
     enable_compilation_cache()
-    rows = compare_sources(sources, selectors, metric=metric, eval_difficulty=difficulty,
-                           protocol=protocol.value, episodes=episodes, max_steps=max_steps,
-                           reps=reps, seed=seed)
+    rows = compare_sources(
+        sources,
+        selectors,
+        metric=metric,
+        eval_difficulty=difficulty,
+        protocol=protocol.value,
+        episodes=episodes,
+        max_steps=max_steps,
+        reps=reps,
+        seed=seed,
+    )
     if fmt == OutputFormat.table:
         for r in rows:
             err_console.print(
@@ -57,5 +80,6 @@ def compare(
                 f"[{r['p_lo']:.2f}, {r['p_hi']:.2f}] on {metric} (A = {r['A']}, B = {r['B']}; "
                 f"runs = {r['runs']}, {r['n_A']} vs {r['n_B']}; 95% bootstrap CI) "
                 f"-> {r['verdict']}",
-                highlight=False)
+                highlight=False,
+            )
     emit_records(rows, fmt, title="compare: probability of improvement P(A > B)")

@@ -3,6 +3,7 @@
 Parses, calls :func:`alem_eval.crossplay.run_crossplay`, writes its figure and files
 (:func:`alem_eval.crossplay.write_outputs`) and prints the result.
 """
+
 from __future__ import annotations
 
 from enum import StrEnum
@@ -14,8 +15,19 @@ import typer
 from ..cli import app
 from ..console import OutputFormat, emit_records, err_console
 from ..crossplay import DEFAULT_MAX_TEAMS, DEFAULT_REPS
-from ..options import (CacheDirOpt, EnvMismatch, EnvMismatchOpt, FormatOpt, RepoOpt, RepsOpt,
-                       ResultsOpt, RevisionOpt, SeedOpt, SourceOpt, choice)
+from ..options import (
+    CacheDirOpt,
+    EnvMismatch,
+    EnvMismatchOpt,
+    FormatOpt,
+    RepoOpt,
+    RepsOpt,
+    ResultsOpt,
+    RevisionOpt,
+    SeedOpt,
+    SourceOpt,
+    choice,
+)
 
 
 class Scheme(StrEnum):
@@ -37,36 +49,60 @@ class CrossRuns(StrEnum):
 
 @app.command("crossplay")
 def crossplay(
-    selectors: Annotated[list[str], typer.Argument(
-        help="Cells to put in teams together, e.g. '1B/*/hard'.")],
+    selectors: Annotated[
+        list[str], typer.Argument(help="Cells to put in teams together, e.g. '1B/*/hard'.")
+    ],
     source: SourceOpt = "hub",
     repo: RepoOpt = None,
     revision: RevisionOpt = None,
     cache_dir: CacheDirOpt = None,
-    difficulty: Annotated[str | None, typer.Option(
-        "--difficulty", help="Eval difficulty (default: the cells' training difficulty, "
-        "which they must then share).")] = None,
-    episodes: Annotated[int | None, typer.Option(
-        "--episodes", help="Episodes per team (default 20, the paper protocol).")] = None,
-    max_steps: Annotated[int | None, typer.Option(
-        "--max-steps", help="Step cap per episode (default 10000).")] = None,
-    scheme: Annotated[Scheme, typer.Option(
-        "--scheme", help="pairs: every 'two agents of A + one of B' in every slot position; "
-        "distinct: each slot a different cell (sampled); mixed: distinct teams spanning "
-        "more than one algorithm (sampled); all: the three. Each cell's self-play is always "
-        "included.", **choice(Scheme, "--scheme", "scheme"))] = Scheme.pairs,
-    max_teams: Annotated[int, typer.Option(
-        "--max-teams", help="Teams sampled for distinct / mixed (pairs is complete).")
+    difficulty: Annotated[
+        str | None,
+        typer.Option(
+            "--difficulty",
+            help="Eval difficulty (default: the cells' training difficulty, "
+            "which they must then share).",
+        ),
+    ] = None,
+    episodes: Annotated[
+        int | None,
+        typer.Option("--episodes", help="Episodes per team (default 20, the paper protocol)."),
+    ] = None,
+    max_steps: Annotated[
+        int | None, typer.Option("--max-steps", help="Step cap per episode (default 10000).")
+    ] = None,
+    scheme: Annotated[
+        Scheme,
+        typer.Option(
+            "--scheme",
+            help="pairs: every 'two agents of A + one of B' in every slot position; "
+            "distinct: each slot a different cell (sampled); mixed: distinct teams spanning "
+            "more than one algorithm (sampled); all: the three. Each cell's self-play is always "
+            "included.",
+            **choice(Scheme, "--scheme", "scheme"),
+        ),
+    ] = Scheme.pairs,
+    max_teams: Annotated[
+        int,
+        typer.Option("--max-teams", help="Teams sampled for distinct / mixed (pairs is complete)."),
     ] = DEFAULT_MAX_TEAMS,
     seed: SeedOpt = 0,
     reps: RepsOpt = DEFAULT_REPS,
-    runs: Annotated[CrossRuns, typer.Option(
-        "--runs", help="teams: each cross-play team's mean gap is a run; episodes: every "
-        "(team, episode) is a run.", **choice(CrossRuns, "--runs", "run unit"))
+    runs: Annotated[
+        CrossRuns,
+        typer.Option(
+            "--runs",
+            help="teams: each cross-play team's mean gap is a run; episodes: every "
+            "(team, episode) is a run.",
+            **choice(CrossRuns, "--runs", "run unit"),
+        ),
     ] = CrossRuns.teams,
     results: ResultsOpt = None,
-    out: Annotated[Path, typer.Option(
-        "--out", help="Output directory (pair_matrix.png/.pdf, teams.csv, crossplay.json).")
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out", help="Output directory (pair_matrix.png/.pdf, teams.csv, crossplay.json)."
+        ),
     ] = Path("alem-eval-crossplay"),
     on_env_mismatch: EnvMismatchOpt = EnvMismatch.error,
     fmt: FormatOpt = OutputFormat.table,
@@ -94,11 +130,21 @@ def crossplay(
         err_console.print(message, highlight=False)
 
     with collect_warnings() as notes:
-        result = run_crossplay(src, cells, scheme=scheme.value, eval_difficulty=difficulty,
-                               num_episodes=episodes, max_steps=max_steps, max_teams=max_teams,
-                               seed=seed, reps=reps, runs=runs.value,
-                               store=CrossplayStore.for_results(results),
-                               on_env_mismatch=on_env_mismatch.value, on_progress=progress)
+        result = run_crossplay(
+            src,
+            cells,
+            scheme=scheme.value,
+            eval_difficulty=difficulty,
+            num_episodes=episodes,
+            max_steps=max_steps,
+            max_teams=max_teams,
+            seed=seed,
+            reps=reps,
+            runs=runs.value,
+            store=CrossplayStore.for_results(results),
+            on_env_mismatch=on_env_mismatch.value,
+            on_progress=progress,
+        )
     for note in notes:
         err_console.print(f"[yellow]warning[/yellow] {note}", highlight=False)
     paths = write_outputs(result, out)
@@ -108,15 +154,27 @@ def crossplay(
         rows = result.team_rows()
         emit_records(rows, fmt, columns=list(dict.fromkeys(k for r in rows for k in r)))
     else:
-        emit_records(result.gap_rows(), fmt, title=(
-            f"cross-play gap on {result.eval_difficulty} ({result.scheme}; runs = "
-            f"{result.bootstrap['runs']}; {result.bootstrap['confidence']:.0%} CI)"))
-        emit_records(result.matrix_rows(), fmt, title=(
-            f"{result.matrix.as_json()['label']}: A in two slots + B in one (diagonal: "
-            "self-play)"))
-    err_console.print(f"{len(result.teams)} teams ({result.teams_scored} scored, "
-                      f"{result.teams_reused} read back); figure and tables in {out}",
-                      highlight=False)
+        emit_records(
+            result.gap_rows(),
+            fmt,
+            title=(
+                f"cross-play gap on {result.eval_difficulty} ({result.scheme}; runs = "
+                f"{result.bootstrap['runs']}; {result.bootstrap['confidence']:.0%} CI)"
+            ),
+        )
+        emit_records(
+            result.matrix_rows(),
+            fmt,
+            title=(
+                f"{result.matrix.as_json()['label']}: A in two slots + B in one (diagonal: "
+                "self-play)"
+            ),
+        )
+    err_console.print(
+        f"{len(result.teams)} teams ({result.teams_scored} scored, "
+        f"{result.teams_reused} read back); figure and tables in {out}",
+        highlight=False,
+    )
 
 
 def emit_json(doc: dict) -> None:

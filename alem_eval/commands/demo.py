@@ -1,4 +1,5 @@
 """``alem-eval demo``: the whole pipeline offline, on the embedded UNTRAINED demo cells."""
+
 from __future__ import annotations
 
 import sys
@@ -33,19 +34,24 @@ def demo(
     cells = src.select([])
     checks = verify_cells(src, cells)
     for r in checks:
-        err_console.print(("OK    " if r.ok else "FAIL  ") + f"{r.cell}  {r.message}",
-                          highlight=False)
+        err_console.print(
+            ("OK    " if r.ok else "FAIL  ") + f"{r.cell}  {r.message}", highlight=False
+        )
     if not all(r.ok for r in checks):
         sys.exit(1)
     enable_compilation_cache()
-    scores = score_cells(src, cells,
-                         options=ScoreOptions(num_episodes=episodes, max_steps=max_steps),
-                         store=open_store(results),
-                         on_progress=lambda m, d, t: err_console.print(f"[{d}/{t}] {m}",
-                                                                       highlight=False))
+    scores = score_cells(
+        src,
+        cells,
+        options=ScoreOptions(num_episodes=episodes, max_steps=max_steps),
+        store=open_store(results),
+        on_progress=lambda m, d, t: err_console.print(f"[{d}/{t}] {m}", highlight=False),
+    )
     if fmt == OutputFormat.json:
         emit_records([s.as_record() for s in scores], fmt)
     else:
-        emit_records([s.summary_row() for s in scores], fmt,
-                     title=f"UNTRAINED demo cells, fast protocol, {episodes} episodes "
-                           f"≤ {max_steps} steps")
+        emit_records(
+            [s.summary_row() for s in scores],
+            fmt,
+            title=f"UNTRAINED demo cells, fast protocol, {episodes} episodes ≤ {max_steps} steps",
+        )

@@ -1,4 +1,5 @@
 """``alem-eval export`` (marl-eval JSON) and ``alem-eval merge`` (import another results dir)."""
+
 from __future__ import annotations
 
 import sys
@@ -9,21 +10,33 @@ import typer
 
 from ..cli import app
 from ..console import OutputFormat, emit_records, err_console
-from ..options import (ExportFormat, ExportFormatOpt, FormatOpt, Prefer, PreferOpt, ResultsOpt,
-                       ResultsProtocolOpt)
+from ..options import (
+    ExportFormat,
+    ExportFormatOpt,
+    FormatOpt,
+    Prefer,
+    PreferOpt,
+    ResultsOpt,
+    ResultsProtocolOpt,
+)
 
 
 @app.command("export")
 def export(
-    selectors: Annotated[list[str] | None, typer.Argument(
-        help="Scored cells to export (default: all).")] = None,
+    selectors: Annotated[
+        list[str] | None, typer.Argument(help="Scored cells to export (default: all).")
+    ] = None,
     results: ResultsOpt = None,
     fmt: ExportFormatOpt = ExportFormat.marl_eval,
-    metric: Annotated[list[str] | None, typer.Option(
-        "--metric", help="Metric(s) to export (default: the headline metrics). Repeatable.")
+    metric: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--metric", help="Metric(s) to export (default: the headline metrics). Repeatable."
+        ),
     ] = None,
-    out: Annotated[Path | None, typer.Option(
-        "--out", help="Write to this file instead of stdout.")] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write to this file instead of stdout.")
+    ] = None,
     protocol: ResultsProtocolOpt = None,
 ) -> None:
     """Per-episode scores in marl-eval's layout: alem -> difficulty -> <algorithm>_<budget>
@@ -31,9 +44,13 @@ def export(
     from ..interop import export_marl_eval
     from ..results import open_store
 
-    text, prepared = export_marl_eval(open_store(results), out, selectors=selectors or None,
-                                      metrics=metric or (),
-                                      protocol=protocol and protocol.value)
+    text, prepared = export_marl_eval(
+        open_store(results),
+        out,
+        selectors=selectors or None,
+        metrics=metric or (),
+        protocol=protocol and protocol.value,
+    )
     for note in prepared.notes:
         err_console.print(f"[yellow]note[/yellow] {note}", highlight=False)
     if out is None:
@@ -44,14 +61,15 @@ def export(
 
 @app.command("merge")
 def merge(
-    source: Annotated[Path, typer.Argument(
-        help="Another alem-eval results directory to import.")],
-    selectors: Annotated[list[str] | None, typer.Argument(
-        help="Cells to import (default: all).")] = None,
+    source: Annotated[Path, typer.Argument(help="Another alem-eval results directory to import.")],
+    selectors: Annotated[
+        list[str] | None, typer.Argument(help="Cells to import (default: all).")
+    ] = None,
     results: ResultsOpt = None,
     prefer: PreferOpt = Prefer.ours,
-    dry_run: Annotated[bool, typer.Option(
-        "--dry-run", help="Report what would happen; write nothing.")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Report what would happen; write nothing.")
+    ] = False,
     fmt: FormatOpt = OutputFormat.table,
 ) -> None:
     """Import scored cells from another results directory into --results; provenance
@@ -59,13 +77,20 @@ def merge(
     from ..interop import merge_results
     from ..results import ResultsStore, open_store
 
-    rep = merge_results(open_store(results), ResultsStore(source), selectors=selectors or None,
-                        prefer=prefer.value, dry_run=dry_run)
+    rep = merge_results(
+        open_store(results),
+        ResultsStore(source),
+        selectors=selectors or None,
+        prefer=prefer.value,
+        dry_run=dry_run,
+    )
     for note in rep.notes:
         err_console.print(f"[yellow]note[/yellow] {note}", highlight=False)
     if rep.conflicts or fmt != OutputFormat.table:
-        emit_records([c.as_record() for c in rep.conflicts], fmt,
-                     columns=["cell", "eval_difficulty", "protocol", "kind", "detail",
-                              "resolution"],
-                     title=f"{len(rep.conflicts)} conflict(s)")
+        emit_records(
+            [c.as_record() for c in rep.conflicts],
+            fmt,
+            columns=["cell", "eval_difficulty", "protocol", "kind", "detail", "resolution"],
+            title=f"{len(rep.conflicts)} conflict(s)",
+        )
     err_console.print(f"merge {rep.source} -> {rep.dest}: {rep.summary()}", highlight=False)

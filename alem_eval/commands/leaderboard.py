@@ -1,4 +1,5 @@
 """``alem-eval leaderboard``: Base% / Coord% / Total% per difficulty as csv, md, LaTeX or JSON."""
+
 from __future__ import annotations
 
 import sys
@@ -9,18 +10,26 @@ import typer
 
 from ..cli import app
 from ..console import err_console
-from ..options import (LeaderboardFormat, LeaderboardFormatOpt, RepsOpt, ResultsOpt,
-                       ResultsProtocolOpt, SeedOpt)
+from ..options import (
+    LeaderboardFormat,
+    LeaderboardFormatOpt,
+    RepsOpt,
+    ResultsOpt,
+    ResultsProtocolOpt,
+    SeedOpt,
+)
 
 
 @app.command("leaderboard")
 def leaderboard(
-    selectors: Annotated[list[str] | None, typer.Argument(
-        help="Scored cells to include (default: all).")] = None,
+    selectors: Annotated[
+        list[str] | None, typer.Argument(help="Scored cells to include (default: all).")
+    ] = None,
     results: ResultsOpt = None,
     fmt: LeaderboardFormatOpt = LeaderboardFormat.md,
-    out: Annotated[Path | None, typer.Option(
-        "--out", help="Write to this file instead of stdout.")] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write to this file instead of stdout.")
+    ] = None,
     reps: RepsOpt = 50_000,
     seed: SeedOpt = 0,
     protocol: ResultsProtocolOpt = None,
@@ -32,9 +41,12 @@ def leaderboard(
     from ..leaderboard import build_leaderboard, render
     from ..results import open_store
 
-    lb = build_leaderboard(open_store(results), selectors or None,
-                           settings=BootstrapSettings(reps=reps, seed=seed),
-                           protocol=protocol and protocol.value)
+    lb = build_leaderboard(
+        open_store(results),
+        selectors or None,
+        settings=BootstrapSettings(reps=reps, seed=seed),
+        protocol=protocol and protocol.value,
+    )
     text = render(lb, fmt.value)
     for note in lb.notes:
         err_console.print(f"[yellow]note[/yellow] {note}", highlight=False)

@@ -1,22 +1,41 @@
 """``alem-eval list``: the cells of a source with their local state."""
+
 from __future__ import annotations
 
-from typing import List, Optional
 
 import typer
 
 from ..cli import app
 from ..console import OutputFormat, emit_records, err_console
-from ..options import (AlgorithmFilterOpt, BudgetFilterOpt, CacheDirOpt, DifficultyFilterOpt,
-                       FormatOpt, RepoOpt, RevisionOpt, SourceOpt)
+from ..options import (
+    AlgorithmFilterOpt,
+    BudgetFilterOpt,
+    CacheDirOpt,
+    DifficultyFilterOpt,
+    FormatOpt,
+    RepoOpt,
+    RevisionOpt,
+    SourceOpt,
+)
 
-COLUMNS = ["cell", "budget", "algorithm", "difficulty", "seed", "state", "expected_params", "size_mb",
-           "commit"]
+COLUMNS = [
+    "cell",
+    "budget",
+    "algorithm",
+    "difficulty",
+    "seed",
+    "state",
+    "expected_params",
+    "size_mb",
+    "commit",
+]
 
 
 @app.command("list")
 def list_cells(
-    selectors: Optional[List[str]] = typer.Argument(None, help="Cells (default: all), e.g. '1B/*/hard'."),
+    selectors: list[str] | None = typer.Argument(
+        None, help="Cells (default: all), e.g. '1B/*/hard'."
+    ),
     budget: BudgetFilterOpt = None,
     algorithm: AlgorithmFilterOpt = None,
     difficulty: DifficultyFilterOpt = None,
@@ -34,9 +53,12 @@ def list_cells(
     from ..sources import open_source
 
     src = open_source(source, repo=repo, revision=revision, cache_dir=cache_dir)
-    cells = src.select(list(selectors or []), budgets=budget, algorithms=algorithm,
-                       difficulties=difficulty)
+    cells = src.select(
+        list(selectors or []), budgets=budget, algorithms=algorithm, difficulties=difficulty
+    )
     records = src.records(cells)
     for w in src.warnings:
         err_console.print(f"[yellow]warning[/yellow] {w}", highlight=False)
-    emit_records(records, fmt, columns=COLUMNS, title=f"{len(records)} cell(s) in {src.description}")
+    emit_records(
+        records, fmt, columns=COLUMNS, title=f"{len(records)} cell(s) in {src.description}"
+    )

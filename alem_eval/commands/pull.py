@@ -1,7 +1,7 @@
 """``alem-eval pull``: download the selected cells from the Hub into the local cache."""
+
 from __future__ import annotations
 
-from typing import List
 
 import typer
 
@@ -12,7 +12,9 @@ from ..options import CacheDirOpt, RepoOpt, RevisionOpt, SourceOpt
 
 @app.command("pull")
 def pull(
-    selectors: List[str] = typer.Argument(..., help="Cells, e.g. 1B/ippo-rnn/hard or '*/*/hard/seed0,seed3'."),
+    selectors: list[str] = typer.Argument(
+        ..., help="Cells, e.g. 1B/ippo-rnn/hard or '*/*/hard/seed0,seed3'."
+    ),
     source: SourceOpt = "hub",
     repo: RepoOpt = None,
     revision: RevisionOpt = None,

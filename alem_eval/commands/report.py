@@ -1,4 +1,5 @@
 """``alem-eval report``: Markdown report with figures (PNG + PDF) from the results store."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,15 +14,22 @@ from ..options import ResultsOpt, ResultsProtocolOpt, RepsOpt, Runs, RunsOpt, Se
 
 @app.command("report")
 def report(
-    selectors: Annotated[list[str] | None, typer.Argument(
-        help="Scored cells to include (default: all), e.g. '1B/*/hard'.")] = None,
+    selectors: Annotated[
+        list[str] | None,
+        typer.Argument(help="Scored cells to include (default: all), e.g. '1B/*/hard'."),
+    ] = None,
     results: ResultsOpt = None,
-    metric: Annotated[list[str] | None, typer.Option(
-        "--metric", help="Metric(s) to analyse: a column such as Team/achievement_pct, or "
-        "total | base | coord | achievement (default: total = Team/reward_pct_of_max). "
-        "Repeatable.")] = None,
-    out: Annotated[Path, typer.Option(
-        "--out", help="Output directory (report.md, stats.json, figures/).")
+    metric: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--metric",
+            help="Metric(s) to analyse: a column such as Team/achievement_pct, or "
+            "total | base | coord | achievement (default: total = Team/reward_pct_of_max). "
+            "Repeatable.",
+        ),
+    ] = None,
+    out: Annotated[
+        Path, typer.Option("--out", help="Output directory (report.md, stats.json, figures/).")
     ] = Path("alem-eval-report"),
     reps: RepsOpt = 50_000,
     seed: SeedOpt = 0,
@@ -39,13 +47,20 @@ def report(
     from ..results import open_store
 
     settings = BootstrapSettings(reps=reps, seed=seed, runs=runs.value)
-    res = build_report(open_store(results), out, selectors=selectors or None,
-                       metrics=tuple(metric or (DEFAULT_METRIC,)), settings=settings,
-                       protocol=protocol and protocol.value)
+    res = build_report(
+        open_store(results),
+        out,
+        selectors=selectors or None,
+        metrics=tuple(metric or (DEFAULT_METRIC,)),
+        settings=settings,
+        protocol=protocol and protocol.value,
+    )
     for note in res.notes:
         err_console.print(f"[yellow]note[/yellow] {note}", highlight=False)
-    err_console.print(f"report for {', '.join(res.metrics)} (protocol {res.protocol}, "
-                      f"{settings.runs} as runs, {settings.reps:,} bootstrap reps): "
-                      f"{len(res.figures)} figure files in {res.out_dir / 'figures'}",
-                      highlight=False)
+    err_console.print(
+        f"report for {', '.join(res.metrics)} (protocol {res.protocol}, "
+        f"{settings.runs} as runs, {settings.reps:,} bootstrap reps): "
+        f"{len(res.figures)} figure files in {res.out_dir / 'figures'}",
+        highlight=False,
+    )
     print(res.markdown)

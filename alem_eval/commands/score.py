@@ -2,6 +2,7 @@
 
 Parses, calls :func:`alem_eval.scoring.score_cells` and prints its scores.
 """
+
 from __future__ import annotations
 
 import time
@@ -11,23 +12,43 @@ import typer
 
 from ..cli import app
 from ..console import OutputFormat, emit_records, err_console
-from ..options import (AlgorithmFilterOpt, BudgetFilterOpt, CacheDirOpt, DifficultyFilterOpt,
-                       EnvMismatch, EnvMismatchOpt, FormatOpt, Protocol, ProtocolOpt, RepoOpt,
-                       ResultsOpt, RevisionOpt, SourceOpt, split_commas)
+from ..options import (
+    AlgorithmFilterOpt,
+    BudgetFilterOpt,
+    CacheDirOpt,
+    DifficultyFilterOpt,
+    EnvMismatch,
+    EnvMismatchOpt,
+    FormatOpt,
+    Protocol,
+    ProtocolOpt,
+    RepoOpt,
+    ResultsOpt,
+    RevisionOpt,
+    SourceOpt,
+    split_commas,
+)
 
 
 @app.command("score")
 def score(
-    selectors: Annotated[list[str] | None, typer.Argument(
-        help="Cells (default: all in the source).")] = None,
+    selectors: Annotated[
+        list[str] | None, typer.Argument(help="Cells (default: all in the source).")
+    ] = None,
     budget: BudgetFilterOpt = None,
     algorithm: AlgorithmFilterOpt = None,
     difficulty: DifficultyFilterOpt = None,
-    episodes: Annotated[int | None, typer.Option(
-        "--episodes", help="Episodes per cell (fast: 20; reference: TEST_NUM_EPISODES).")
+    episodes: Annotated[
+        int | None,
+        typer.Option(
+            "--episodes", help="Episodes per cell (fast: 20; reference: TEST_NUM_EPISODES)."
+        ),
     ] = None,
-    max_steps: Annotated[int | None, typer.Option(
-        "--max-steps", help="Step cap per episode (fast: 10000; reference: TEST_MAX_STEPS).")
+    max_steps: Annotated[
+        int | None,
+        typer.Option(
+            "--max-steps", help="Step cap per episode (fast: 10000; reference: TEST_MAX_STEPS)."
+        ),
     ] = None,
     protocol: ProtocolOpt = Protocol.fast,
     source: SourceOpt = "hub",
@@ -35,14 +56,42 @@ def score(
     revision: RevisionOpt = None,
     cache_dir: CacheDirOpt = None,
     results: ResultsOpt = None,
-    stack: Annotated[int, typer.Option(
-        "--stack", help="Checkpoints evaluated together in one compiled call.")] = 5,
+    stack: Annotated[
+        int,
+        typer.Option(
+            "--stack",
+            help="Checkpoints evaluated together in one call (results are stored "
+            "call by call, so a killed run keeps every finished stack). Every stack of a "
+            "selection has the same mix of network shapes: one compiled program serves all.",
+        ),
+    ] = 5,
+    shard: Annotated[
+        str | None,
+        typer.Option(
+            "--shard",
+            help="i/N: score only the i-th (0-based) of N contiguous shares of the "
+            "selected cells (a SLURM array task each; combine the stores with 'alem-eval merge').",
+        ),
+    ] = None,
+    batch: Annotated[
+        int | None,
+        typer.Option(
+            "--batch",
+            help="Batch slots of the compiled rollout (default: every episode at "
+            "once up to 256 on a CPU, 4096 on a GPU). A slot whose episode ended takes the next "
+            "one inside the compiled loop; fewer slots bound memory.",
+        ),
+    ] = None,
     on_env_mismatch: EnvMismatchOpt = EnvMismatch.error,
-    devices: Annotated[str | None, typer.Option(
-        "--devices", help="CPU: split the batch over N host devices, one per core with "
-        "'auto' (the Alem step is single-threaded, so this scales with cores). 'reference' "
-        "numbers are identical however they are split; 'fast' ones may differ in rare "
-        "near-ties, so leave it unset for numbers that must not depend on the core count.")
+    devices: Annotated[
+        str | None,
+        typer.Option(
+            "--devices",
+            help="CPU: split the batch over N host devices, one per core with "
+            "'auto' (the Alem step is single-threaded, so this scales with cores). 'reference' "
+            "numbers are identical however they are split; 'fast' ones may differ in rare "
+            "near-ties, so leave it unset for numbers that must not depend on the core count.",
+        ),
     ] = None,
     fmt: FormatOpt = OutputFormat.table,
 ) -> None:
@@ -54,25 +103,43 @@ def score(
     from ..evaluate import enable_compilation_cache, parse_devices, use_host_devices
     from ..results import open_store
     from ..scoring import ScoreOptions, env_steps, episode_rows, score_cells
+    from ..selectors import parse_shard, shard_cells
     from ..sources import open_source
 
     n_devices = parse_devices(devices)
     if n_devices is not None and use_host_devices(n_devices):  # before JAX starts its backends
         err_console.print(f"splitting the work over {n_devices} CPU devices", highlight=False)
     difficulties = split_commas(difficulty)
-    options = ScoreOptions(protocol=protocol.value, num_episodes=episodes, max_steps=max_steps,
-                           eval_difficulties=tuple(difficulties or ()) or None,
-                           max_stack=stack, on_env_mismatch=on_env_mismatch.value)
+    options = ScoreOptions(
+        protocol=protocol.value,
+        num_episodes=episodes,
+        max_steps=max_steps,
+        eval_difficulties=tuple(difficulties or ()) or None,
+        max_stack=stack,
+        batch=batch,
+        on_env_mismatch=on_env_mismatch.value,
+    )
     src = open_source(source, repo=repo, revision=revision, cache_dir=cache_dir)
-    cells = src.select(list(selectors or []), budgets=split_commas(budget),
-                       algorithms=split_commas(algorithm), difficulties=difficulties)
+    selected = src.select(
+        list(selectors or []),
+        budgets=split_commas(budget),
+        algorithms=split_commas(algorithm),
+        difficulties=difficulties,
+    )
+    cells = shard_cells(selected, parse_shard(shard))
+    if not cells:
+        err_console.print(
+            f"shard {shard}: no cells in this share of {len(selected)}", highlight=False
+        )
+        return
     store = open_store(results)
     enable_compilation_cache()
     t0 = time.perf_counter()
 
     def progress(message: str, done: int, total: int) -> None:
-        err_console.print(f"[{done}/{total}] {message} ({time.perf_counter() - t0:.0f}s)",
-                          highlight=False)
+        err_console.print(
+            f"[{done}/{total}] {message} ({time.perf_counter() - t0:.0f}s)", highlight=False
+        )
 
     scores = score_cells(src, cells, options=options, store=store, on_progress=progress)
     if fmt == OutputFormat.json:
@@ -81,10 +148,15 @@ def score(
         rows = episode_rows(scores)
         emit_records(rows, fmt, columns=list(dict.fromkeys(k for r in rows for k in r)))
     else:
-        emit_records([s.summary_row() for s in scores], fmt,
-                     title=f"protocol={options.protocol}; mean ± s.e. over episodes")
+        emit_records(
+            [s.summary_row() for s in scores],
+            fmt,
+            title=f"protocol={options.protocol}; mean ± s.e. over episodes",
+        )
     steps = env_steps(scores)
     elapsed = time.perf_counter() - t0
-    err_console.print(f"{len(scores)} cell-difficulties, {steps:,.0f} env steps in {elapsed:.1f}s"
-                      f" ({steps / max(elapsed, 1e-9):,.0f} env-steps/s); results in {store.root}",
-                      highlight=False)
+    err_console.print(
+        f"{len(scores)} cell-difficulties, {steps:,.0f} env steps in {elapsed:.1f}s"
+        f" ({steps / max(elapsed, 1e-9):,.0f} env-steps/s); results in {store.root}",
+        highlight=False,
+    )

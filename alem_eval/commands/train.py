@@ -3,6 +3,7 @@
 Parses the options, calls :func:`alem_eval.training.train` and renders what it reports: the
 plan, progress (a bar on a terminal; dated lines in batch logs), and each cell's result.
 """
+
 from __future__ import annotations
 
 import sys
@@ -48,8 +49,10 @@ def describe(p: Progress) -> str:
         return f"{steps}  done"
     ret = "-" if p.mean_return is None else f"{p.mean_return:.2f}"
     ach = "-" if p.achievement_pct is None else f"{100 * p.achievement_pct:.1f}%"
-    return (f"update {p.updates:,}/{p.num_updates:,}  {steps}  {p.steps_per_s:,.0f} steps/s  "
-            f"return {ret}  ach {ach}  ETA {_fmt_time(p.eta_s)}")
+    return (
+        f"update {p.updates:,}/{p.num_updates:,}  {steps}  {p.steps_per_s:,.0f} steps/s  "
+        f"return {ret}  ach {ach}  ETA {_fmt_time(p.eta_s)}"
+    )
 
 
 class BarView:
@@ -59,8 +62,12 @@ class BarView:
         from rich.progress import BarColumn, TaskID, TextColumn
         from rich.progress import Progress as RichProgress
 
-        self.bars = RichProgress(TextColumn("{task.description}"), BarColumn(),
-                                 TextColumn("{task.fields[info]}"), console=err_console)
+        self.bars = RichProgress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.fields[info]}"),
+            console=err_console,
+        )
         self.tasks: dict[str, TaskID] = {}
 
     def __enter__(self) -> BarView:
@@ -93,12 +100,14 @@ class LineView:
     def update(self, label: str, p: Progress) -> None:
         if p.phase == "training":
             now = time.monotonic()
-            if (p.updates < p.num_updates
-                    and now - self.last.get(label, -float("inf")) < self.every):
+            if p.updates < p.num_updates and now - self.last.get(label, -float("inf")) < self.every:
                 return
             self.last[label] = now
-        print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {label}: {describe(p)}", file=sys.stderr,
-              flush=True)
+        print(
+            f"{time.strftime('%Y-%m-%d %H:%M:%S')} {label}: {describe(p)}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 class Render(TrainEvents):
@@ -109,8 +118,9 @@ class Render(TrainEvents):
         if not plan.chosen:
             err_console.print(f"no cells in this share of {plan.selected}", highlight=False)
         for cell, where in plan.skipped:
-            err_console.print(f"{cell.id}: already trained in {where} (--force retrains)",
-                              highlight=False)
+            err_console.print(
+                f"{cell.id}: already trained in {where} (--force retrains)", highlight=False
+            )
         for g in plan.groups:
             err_console.print(g.describe(), highlight=False, soft_wrap=True)
 
@@ -119,8 +129,10 @@ class Render(TrainEvents):
 
     def finished(self, outcome: GroupOutcome) -> None:
         if outcome.results is None:
-            err_console.print(f"{outcome.group.label}: stopped after --max-updates; rerun to "
-                              "continue", highlight=False)
+            err_console.print(
+                f"{outcome.group.label}: stopped after --max-updates; rerun to continue",
+                highlight=False,
+            )
             return
         for c, r in zip(outcome.group.cells, outcome.results, strict=True):
             s = r.summary
@@ -129,7 +141,9 @@ class Render(TrainEvents):
                 f"{c.id}: {s['total_timesteps']:,} steps in {_fmt_time(s['wall_time_s'])} "
                 f"(+{s['compile_time_s']:.0f}s compile), {s['steps_per_second'] or 0:,.0f} "
                 f"steps/s; final return {'-' if ret is None else f'{ret:.2f}'} -> {r.cell_dir}",
-                highlight=False, soft_wrap=True)
+                highlight=False,
+                soft_wrap=True,
+            )
 
 
 # ----------------------------------------------------------------------------------------
@@ -138,40 +152,57 @@ class Render(TrainEvents):
 @app.command("train")
 def train(
     cells: list[str] = typer.Argument(
-        ..., help="Cell(s) or selector(s), e.g. 1B/ippo-rnn/hard/seed3."),
+        ..., help="Cell(s) or selector(s), e.g. 1B/ippo-rnn/hard/seed3."
+    ),
     total_timesteps: int | None = typer.Option(
-        None, "--total-timesteps",
-        help="Env steps per cell (default: the cell's config.json, else the budget label)."),
+        None,
+        "--total-timesteps",
+        help="Env steps per cell (default: the cell's config.json, else the budget label).",
+    ),
     num_envs: int | None = typer.Option(
-        None, "--num-envs", help="Parallel envs per cell (NUM_ENVS)."),
-    num_steps: int | None = typer.Option(
-        None, "--num-steps", help="Rollout length (NUM_STEPS)."),
+        None, "--num-envs", help="Parallel envs per cell (NUM_ENVS)."
+    ),
+    num_steps: int | None = typer.Option(None, "--num-steps", help="Rollout length (NUM_STEPS)."),
     sets: list[str] | None = typer.Option(
-        None, "--set", help="Trainer key override KEY=VALUE (repeatable), e.g. --set LR=1e-4."),
+        None, "--set", help="Trainer key override KEY=VALUE (repeatable), e.g. --set LR=1e-4."
+    ),
     from_config: Path | None = typer.Option(
-        None, "--from-config",
+        None,
+        "--from-config",
         help="A released config.json (or its cell directory): every hyperparameter comes "
-        "from it; seed, difficulty and budget come from the cell."),
+        "from it; seed, difficulty and budget come from the cell.",
+    ),
     source: OptionalSourceOpt = None,
     out: Path = typer.Option(
-        Path("runs"), "--out",
-        help="Output root: cells go to <out>/<budget>/<algorithm>/<difficulty>/seed<N>/."),
+        Path("runs"),
+        "--out",
+        help="Output root: cells go to <out>/<budget>/<algorithm>/<difficulty>/seed<N>/.",
+    ),
     shard: str | None = typer.Option(
-        None, "--shard",
-        help="i/N: train only the i-th (0-based) of N shares of the selected cells."),
+        None,
+        "--shard",
+        help="i/N: train only the i-th (0-based) of N shares of the selected cells.",
+    ),
     group_size: int | None = typer.Option(
-        None, "--group-size",
+        None,
+        "--group-size",
         help="At most N seeds per compiled program (memory grows with N; default: all the "
-        "seeds of a cell)."),
+        "seeds of a cell).",
+    ),
     checkpoint_every: float = typer.Option(
-        600.0, "--checkpoint-every", help="Seconds between resume checkpoints."),
+        600.0, "--checkpoint-every", help="Seconds between resume checkpoints."
+    ),
     log_every: float = typer.Option(
-        60.0, "--log-every",
-        help="Off a terminal: seconds between progress lines (0: one per compiled call)."),
+        60.0,
+        "--log-every",
+        help="Off a terminal: seconds between progress lines (0: one per compiled call).",
+    ),
     max_updates: int | None = typer.Option(
-        None, "--max-updates", help="Stop (resumably) after this many updates in this call."),
+        None, "--max-updates", help="Stop (resumably) after this many updates in this call."
+    ),
     fresh: bool = typer.Option(
-        False, "--fresh", help="Start from scratch; resume state is replaced at the first save."),
+        False, "--fresh", help="Start from scratch; resume state is replaced at the first save."
+    ),
     force: bool = typer.Option(False, "--force", help="Retrain cells that are already complete."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the plan and exit."),
 ) -> None:
@@ -184,7 +215,8 @@ def train(
 
     Metrics of every compiled call go to <cell>/train_log.jsonl.
     """
-    from ..training import TrainingStopped, TrainOptions, parse_sets, parse_shard
+    from ..selectors import parse_shard
+    from ..training import TrainingStopped, TrainOptions, parse_sets
     from ..training import train as train_cells
 
     overrides = parse_sets(sets)
@@ -192,10 +224,19 @@ def train(
         if value is not None:
             overrides[key] = str(value)
     options = TrainOptions(
-        out=out, total_timesteps=total_timesteps, overrides=overrides, shard=parse_shard(shard),
-        group_size=group_size, from_config=from_config, source=source,
-        checkpoint_every=checkpoint_every, max_updates=max_updates, fresh=fresh, force=force,
-        dry_run=dry_run)
+        out=out,
+        total_timesteps=total_timesteps,
+        overrides=overrides,
+        shard=parse_shard(shard),
+        group_size=group_size,
+        from_config=from_config,
+        source=source,
+        checkpoint_every=checkpoint_every,
+        max_updates=max_updates,
+        fresh=fresh,
+        force=force,
+        dry_run=dry_run,
+    )
     if not dry_run:
         from ..runtime import enable_compilation_cache
 
@@ -207,10 +248,13 @@ def train(
     except TrainingStopped as stop:
         if stop.updates:
             more = f" (and {len(stop.cell_dirs) - 1} more)" if len(stop.cell_dirs) > 1 else ""
-            saved = (f"resume state at update {stop.updates:,} is in {stop.cell_dirs[0]}/_resume"
-                     f"{more}; rerun the same command to continue")
+            saved = (
+                f"resume state at update {stop.updates:,} is in {stop.cell_dirs[0]}/_resume"
+                f"{more}; rerun the same command to continue"
+            )
         else:
             saved = "stopped before the first update, nothing to resume"
-        err_console.print(f"alem-eval: {stop.signal_name}: {saved}", highlight=False,
-                          soft_wrap=True)
+        err_console.print(
+            f"alem-eval: {stop.signal_name}: {saved}", highlight=False, soft_wrap=True
+        )
         raise typer.Exit(128 + stop.signum) from None

@@ -1,4 +1,5 @@
 """``alem-eval verify``: resolve config, validate shapes, restore — one line per cell."""
+
 from __future__ import annotations
 
 import sys
@@ -13,8 +14,9 @@ from ..options import CacheDirOpt, FormatOpt, RepoOpt, RevisionOpt, SourceOpt
 
 @app.command("verify")
 def verify(
-    selectors: Annotated[list[str], typer.Argument(
-        help="Cells, e.g. 1B/ippo-rnn/hard or 'tiny/*/*/*'.")],
+    selectors: Annotated[
+        list[str], typer.Argument(help="Cells, e.g. 1B/ippo-rnn/hard or 'tiny/*/*/*'.")
+    ],
     source: SourceOpt = "hub",
     repo: RepoOpt = None,
     revision: RevisionOpt = None,
@@ -32,13 +34,19 @@ def verify(
     results = verify_cells(src, src.select(selectors))
     if fmt == OutputFormat.table:
         for r in results:
-            print(f"OK    {r.cell}  {r.num_params:,} params" if r.ok else
-                  f"FAIL  {r.cell}  {r.message}")
+            print(
+                f"OK    {r.cell}  {r.num_params:,} params"
+                if r.ok
+                else f"FAIL  {r.cell}  {r.message}"
+            )
             for w in r.warnings:
                 err_console.print(f"[yellow]warning[/yellow] {r.cell}: {w}", highlight=False)
     else:
-        emit_records([r.as_record() for r in results], fmt,
-                     columns=["cell", "status", "num_params", "message"])
+        emit_records(
+            [r.as_record() for r in results],
+            fmt,
+            columns=["cell", "status", "num_params", "message"],
+        )
     bad = sum(not r.ok for r in results)
     err_console.print(f"{len(results) - bad}/{len(results)} cells verified", highlight=False)
     if bad:

@@ -1,0 +1,104 @@
+"""THE ALGORITHM REGISTRY: one record per algorithm, asked by every other module."""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import numpy as np
+import optax
+import pytest
+
+from alem_eval.algorithms import (
+    ALGORITHMS,
+    algorithm_rank,
+    all_algorithms,
+    canonical_algorithm,
+    get_algorithm,
+)
+from alem_eval.config import build_run_config, key_table, resolve_values
+from alem_eval.errors import ConfigError
+from alem_eval.networks import build_network
+from tests.conftest import REPO
+
+RECORDS = [pytest.param(a, id=a.name) for a in all_algorithms()]
+
+
+def test_names_aliases_and_order():
+    assert ALGORITHMS == ("ippo-rnn", "mappo-rnn", "hypermarl-rnn", "pqn-vdn-rnn")
+    for algo in all_algorithms():
+        for spelling in (algo.name, algo.name.upper().replace("-", "_"), *algo.aliases):
+            assert canonical_algorithm(spelling) == algo.name
+    assert [algorithm_rank(a) for a in ALGORITHMS] == [0, 1, 2, 3]
+    assert algorithm_rank("my-own-algo") == len(ALGORITHMS)
+
+
+def test_an_unknown_algorithm_is_one_clear_error_never_a_fall_through():
+    assert canonical_algorithm("sac") is None
+    with pytest.raises(ConfigError, match=r"unknown algorithm 'sac' \(one of ippo-rnn, "):
+        get_algorithm("sac")
+    with pytest.raises(ConfigError, match="unknown algorithm"):
+        key_table("sac")
+
+
+@pytest.mark.parametrize("algo", RECORDS)
+def test_each_record_builds_its_network_policy_and_released_tree(algo):
+    values, _ = resolve_values(algo.name, overrides={"NUM_COMM_CHANNELS": 4, **algo.demo_overrides})
+    cfg = build_run_config(algo.name, values)
+    spec = build_network(cfg)
+    assert spec.algorithm == algo.name
+    assert spec.appends_agent_id == algo.appends_agent_id(cfg.eval.append_agent_id)
+    assert algo.greedy_policy.resolve().init_carry(spec) is not None
+    weights = spec.init_variables(jax.random.PRNGKey(0))
+    # The released tree packs every trained group with its optimiser state.
+    tree = algo.saved_layout.resolve().fresh(weights, optax.adam(1e-3))
+    leaves = {jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(tree)[0]}
+    assert any("opt_state" in k for k in leaves)
+    policy = spec.policy_variables(weights)
+    assert jax.tree_util.tree_leaves(policy)
+    for key in (*algo.reload_keys, algo.input_layer_key, algo.recurrent_key):
+        assert key in algo.key_table, key
+    assert algo.trainer_module.startswith("trainers.")
+
+
+@pytest.mark.parametrize("algo", RECORDS)
+def test_released_parameter_counts(algo):
+    """The registry's builders give the released networks (spec §1.6 counts)."""
+    counts = {
+        "ippo-rnn": 2_589_885,
+        "mappo-rnn": 7_508_797,
+        "hypermarl-rnn": 25_614_013,
+        "pqn-vdn-rnn": 18_462_800,
+    }
+    values, _ = resolve_values(algo.name, overrides={"NUM_COMM_CHANNELS": 4})
+    assert build_network(build_run_config(algo.name, values)).num_params() == counts[algo.name]
+
+
+def test_no_module_outside_the_registry_spells_an_algorithm_name():
+    """Only the registry, the network builders and each algorithm's own trainer file may
+    name an algorithm: everything else asks the registry (docstrings excepted)."""
+    allowed = {"alem_eval/algorithms.py", "alem_eval/networks.py"}
+    names = "|".join(re.escape(n) for a in all_algorithms() for n in (a.name, *a.aliases))
+    pattern = re.compile(rf"""["']({names})["']""")
+    offenders = []
+    for path in (
+        sorted((REPO / "alem_eval").rglob("*.py"))
+        + sorted((REPO / "alem_env").rglob("*.py"))
+        + sorted((REPO / "trainers").glob("*.py"))
+    ):
+        rel = path.relative_to(REPO).as_posix()
+        text = path.read_text()
+        own = rel.startswith("trainers/") and re.search(rf'ALGORITHM = "({names})"', text)
+        for m in pattern.finditer(text):
+            line = text[: m.start()].count("\n") + 1
+            src = text.splitlines()[line - 1].strip()
+            if (
+                rel in allowed
+                or (own and src.startswith("ALGORITHM ="))
+                or src.startswith('"""')
+                or "``" in src
+            ):
+                continue
+            offenders.append(f"{rel}:{line}: {src}")
+    assert not offenders, "\n".join(offenders)
+    assert np.all([get_algorithm(a).name == a for a in ALGORITHMS])

@@ -1,0 +1,86 @@
+"""CONTINUOUS BATCHING: batch slots fed from per-team episode queues inside the compiled loop."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from alem_eval import evaluate as ev
+from alem_eval.errors import UsageError
+from tests.eval_support import EVALUATOR_GROUP, FAST_EPISODES, diff_records, load
+
+pytestmark = pytest.mark.xdist_group(EVALUATOR_GROUP)
+
+IPPO = "tiny/ippo-rnn/easy/seed0"
+PQN = "tiny/pqn-vdn-rnn/easy/seed0"
+STEPS = 1000  # the cap of the shared fast-protocol tests: these near-untrained teams die early
+
+
+def _run(cell_ids, teams, batch):
+    cells = [load(c) for c in cell_ids]
+    return ev.run_teams(
+        [c.cfg for c in cells],
+        [c.weights for c in cells],
+        teams,
+        protocol="fast",
+        eval_difficulty="easy",
+        num_episodes=FAST_EPISODES,
+        max_steps=STEPS,
+        batch=batch,
+    )
+
+
+def test_slots_per_team_shares_the_batch_and_never_exceeds_the_episodes():
+    assert ev.slots_per_team(1, 20, 5) == 5
+    assert ev.slots_per_team(3, 20, 8) == 3  # ceil(8 / 3)
+    assert ev.slots_per_team(2, 4, 1000) == 4  # at most every episode at once
+    assert ev.slots_per_team(200, 20, 16) == 1  # at least one slot per team
+    assert ev.slots_per_team(5, 20, None) == min(20, math.ceil(ev.default_batch() / 5))
+
+
+def test_a_queue_longer_than_the_batch_runs_every_episode_once_with_the_same_records():
+    """Two slots for four episodes: episodes 2 and 3 start as refills after 0 and 1 end,
+    beside whatever the other slot runs; their records equal those of a batch that runs
+    all four at once, and of a batch shared with another team."""
+    all_at_once = _run([IPPO], [(0, 0, 0)], batch=None)
+    queued = _run([IPPO], [(0, 0, 0)], batch=2)
+    beside = _run([IPPO, PQN], [(0, 0, 0), (1, 1, 1)], batch=4)  # 2 slots per team
+    assert len(queued.records[0]) == FAST_EPISODES
+    for i, (a, b, c) in enumerate(
+        zip(all_at_once.records[0], queued.records[0], beside.records[0], strict=True)
+    ):
+        assert not diff_records(b, a), f"episode {i}: {diff_records(b, a)[:5]}"
+        assert not diff_records(c, a), f"episode {i}: {diff_records(c, a)[:5]}"
+    # Each episode started at a chunk boundary, so its chunk count is ceil(length / chunk).
+    for rec, chunks in zip(queued.records[0], queued.chunks[0], strict=True):
+        assert chunks == math.ceil(rec["episode_length"] / queued.chunk)
+    # The slots ran exactly the schedule of a two-slot queue refilled at chunk boundaries.
+    lengths = [r["episode_length"] for r in queued.records[0]]
+    assert queued.live_steps == sum(lengths)
+    assert queued.slot_steps == _makespan(list(queued.chunks[0]), slots=2) * queued.chunk * 2
+    assert 0 < queued.utilisation <= 1
+
+
+def _makespan(chunks: list[int], *, slots: int) -> int:
+    """Loops a queue of episodes (in order) takes through ``slots`` slots when a free slot
+    takes the next episode at each loop boundary."""
+    free_at = [0] * slots
+    for c in chunks:
+        s = min(range(slots), key=lambda i: (free_at[i], i))
+        free_at[s] += int(c)
+    return max(free_at)
+
+
+def test_batch_must_be_a_positive_count():
+    c = load(IPPO)
+    with pytest.raises(UsageError, match="--batch"):
+        ev.run_stack(
+            [c.cfg],
+            [c.weights],
+            protocol="fast",
+            eval_difficulty="easy",
+            num_episodes=1,
+            max_steps=4,
+            batch=0,
+        )
