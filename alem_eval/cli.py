@@ -13,6 +13,8 @@ import importlib
 import os
 import sys
 
+from typing import Annotated
+
 import typer
 
 from .errors import AlemEvalError
@@ -21,9 +23,28 @@ app = typer.Typer(
     name="alem-eval",
     help="Get, verify, score and compare the released Alem RL baselines.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion
     pretty_exceptions_enable=False,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from . import __version__
+
+        print(f"alem-eval {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
+) -> None:
+    """Get, verify, score and compare the released Alem RL baselines."""
+
 
 # Command modules register themselves on `app` when imported.
 COMMAND_MODULES = (

@@ -1,0 +1,29 @@
+"""The command line's root: --version, and every command's --help renders."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from alem_eval import __version__
+from alem_eval.cli import COMMAND_MODULES, _register, app
+
+_register()
+COMMANDS = sorted(c.name or c.callback.__name__ for c in app.registered_commands)
+
+
+def test_version_prints_the_package_version():
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.stdout.strip() == f"alem-eval {__version__}"
+
+
+def test_every_command_module_registers_a_command():
+    assert len(COMMANDS) >= len(COMMAND_MODULES)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_help_renders(command):
+    result = CliRunner().invoke(app, [command, "--help"])
+    assert result.exit_code == 0, result.output
+    assert "Usage:" in result.output and command in result.output
