@@ -656,53 +656,79 @@ class _Compiled:
             TRACE_COUNTS[f"{kind}:traced"] += 1
             return _timed_compile(self._jitted, args, self.label)
         import hashlib
-        import pickle
 
-        from jax import export
-
-        # Exported with flat leaves in and out (jax.export cannot serialise alem's state
-        # classes); the output tree structure is pickled beside it.
-        name = hashlib.sha256(repr((self.identity, sig, _code_identity())).encode()).hexdigest()
+        # The device context and the inputs' shardings shape the exported program too.
+        shardings = tuple(
+            str(getattr(x, "sharding", None)) for x in jax.tree_util.tree_leaves(args)
+        )
+        context = (self.identity, sig, shardings, jax.local_device_count(), _code_identity())
+        name = hashlib.sha256(repr(context).encode()).hexdigest()
         path = store / f"{name[:40]}.jaxexport"
-        in_tree = jax.tree_util.tree_structure(args)
         t0 = time.perf_counter()
-        loaded = None
-        if path.is_file():
+        compiled = None
+        loaded = _load_exported(path)
+        if loaded is not None:
             try:
-                blob = pickle.loads(path.read_bytes())
-                loaded = (export.deserialize(bytearray(blob["exported"])), blob["out_tree"])
+                compiled = self._compile_exported(loaded, args)
                 TRACE_COUNTS[f"{kind}:loaded"] += 1
             except Exception:
-                loaded = None
-        if loaded is None:
+                compiled = None
+        if compiled is None:
             TRACE_COUNTS[f"{kind}:traced"] += 1
-            out_tree: list[Any] = []
-
-            def flat_fn(*leaves):
-                out = self._jitted(*jax.tree_util.tree_unflatten(in_tree, leaves))
-                out_leaves, tree = jax.tree_util.tree_flatten(out)
-                out_tree.append(tree)
-                return out_leaves
-
-            exported = export.export(jax.jit(flat_fn))(*jax.tree_util.tree_leaves(args))
-            loaded = (exported, out_tree[0])
-            try:
-                _write_bytes_atomic(
-                    path, pickle.dumps({"exported": exported.serialize(), "out_tree": out_tree[0]})
-                )
-            except (ImportError, OSError, pickle.PicklingError) as exc:  # no warm start
-                warnings.warn(f"traced program not saved for a warm start ({exc})", stacklevel=2)
-        exported, tree = loaded
-        compiled = _timed_compile(
-            jax.jit(exported.call), jax.tree_util.tree_leaves(args), self.label
-        )
+            loaded = self._export(args, path)
+            compiled = self._compile_exported(loaded, args)
         stat = COMPILE_STATS[-1]  # "trace": everything before the XLA compile
         COMPILE_STATS[-1] = dataclasses.replace(
             stat, trace_s=time.perf_counter() - t0 - stat.compile_s
         )
+        return compiled
+
+    def _export(self, args, path: Path) -> tuple[Any, Any]:
+        """Trace ``fn`` (flat leaves in and out: jax.export cannot serialise alem's state
+        classes) and save it with the output tree structure beside it."""
+        import pickle
+
+        from jax import export
+
+        in_tree = jax.tree_util.tree_structure(args)
+        out_tree: list[Any] = []
+
+        def flat_fn(*leaves):
+            out = self._jitted(*jax.tree_util.tree_unflatten(in_tree, leaves))
+            out_leaves, tree = jax.tree_util.tree_flatten(out)
+            out_tree.append(tree)
+            return out_leaves
+
+        exported = export.export(jax.jit(flat_fn))(*jax.tree_util.tree_leaves(args))
+        try:
+            blob = pickle.dumps({"exported": exported.serialize(), "out_tree": out_tree[0]})
+            _write_bytes_atomic(path, blob)
+        except (ImportError, OSError, pickle.PicklingError) as exc:  # no warm start
+            warnings.warn(f"traced program not saved for a warm start ({exc})", stacklevel=2)
+        return exported, out_tree[0]
+
+    def _compile_exported(self, loaded: tuple[Any, Any], args) -> Callable:
+        exported, tree = loaded
+        leaves = jax.tree_util.tree_leaves(args)
+        compiled = _timed_compile(jax.jit(exported.call), leaves, self.label)
         return lambda *a: jax.tree_util.tree_unflatten(
             tree, compiled(*jax.tree_util.tree_leaves(a))
         )
+
+
+def _load_exported(path: Path) -> tuple[Any, Any] | None:
+    """A saved ``(Exported, output tree)``, or None when absent or unreadable."""
+    import pickle
+
+    from jax import export
+
+    if not path.is_file():
+        return None
+    try:
+        blob = pickle.loads(path.read_bytes())
+        return export.deserialize(bytearray(blob["exported"])), blob["out_tree"]
+    except Exception:
+        return None
 
 
 def _write_bytes_atomic(path: Path, data: bytes) -> None:
