@@ -755,10 +755,7 @@ def _world_programs(world: Any) -> tuple[_Compiled, _Compiled]:
 
     def score(snapshot: tuple, template: Any) -> dict[str, jax.Array]:
         """compute_score of ``template`` with the leaves it reads replaced by ``snapshot``."""
-        leaves, treedef = jax.tree_util.tree_flatten(template)
-        for i, leaf in zip(env.score_leaf_indices(template), snapshot, strict=True):
-            leaves[i] = leaf
-        return env.score(jax.tree_util.tree_unflatten(treedef, leaves))
+        return env.score(terminal_state(template, snapshot, env.score_leaf_indices(template)))
 
     ident = repr(world)
     return (
@@ -1010,13 +1007,12 @@ def run_teams(
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
         raise UsageError(f"chunk must be a positive integer, got {chunk!r}")
     _check_count("--batch", batch)
-    if protocol == "reference" and (
-        jax.config.jax_threefry_partitionable or jax.config.jax_enable_x64  # type: ignore[attr-defined]
-    ):
+    # Both protocols: the PRNG mode draws the worlds (PRNGKey(9999 + i)) and the step keys.
+    if jax.config.jax_threefry_partitionable or jax.config.jax_enable_x64:  # type: ignore[attr-defined]
         raise EvaluationError(
-            "protocol 'reference' needs jax_threefry_partitionable=False and "
+            f"protocol {protocol!r} needs jax_threefry_partitionable=False and "
             "jax_enable_x64=False (the PRNG mode and precision the released "
-            "numbers were produced with)"
+            "numbers were produced with: other worlds and key chains otherwise)"
         )
     from alem_env.loader import installed_env_version
 
@@ -1139,6 +1135,34 @@ def _scores(world, snapshot: tuple, template: Any, k: int, e: int) -> dict[str, 
     return {name: np.asarray(v)[:n].reshape((k, e) + np.shape(v)[1:]) for name, v in out.items()}
 
 
+def terminal_state(template: Any, snapshot: Sequence[Any], score_idx: Sequence[int]) -> Any:
+    """``template`` with the leaves ``compute_score`` reads replaced by ``snapshot``."""
+    leaves, treedef = jax.tree_util.tree_flatten(template)
+    for i, leaf in zip(score_idx, snapshot, strict=True):
+        leaves[i] = leaf
+    return jax.tree_util.tree_unflatten(treedef, leaves)
+
+
+def _scores_eager(world, snapshot: tuple, template: Any, k: int, e: int) -> dict[str, np.ndarray]:
+    """As :func:`_scores`, but ``compute_score`` runs eagerly on each terminal state, as
+    upstream's evaluation runs it: inside a compiled program XLA rewrites divisions by
+    constants (``x / 376.0`` -> ``x * (1 / 376.0)``), which changes the last bit of the
+    reward percentages for 162 of the 377 possible numerators. ``reference`` uses this."""
+    from alem_env.eval_env import get_eval_env
+
+    env = get_eval_env(world)
+    host = [np.asarray(x) for x in snapshot]
+    idx = env.score_leaf_indices(template)
+    out: dict[str, list[np.ndarray]] = {}
+    with jax.disable_jit():
+        for i in range(k):
+            for j in range(e):
+                state = terminal_state(template, [jnp.asarray(x[i, j]) for x in host], idx)
+                for name, v in env.score(state).items():
+                    out.setdefault(name, []).append(np.asarray(v))
+    return {name: np.stack(vs).reshape((k, e) + vs[0].shape) for name, vs in out.items()}
+
+
 def _batch_structure(teams, cfgs, specs):
     """Network groups, team classes (role structure) and the batch order of the teams."""
     keys = list(dict.fromkeys(cfgs[m].network_key for team in teams for m in team))
@@ -1233,7 +1257,8 @@ def _run_group(
     res = jax.tree_util.tree_map(lambda x: x[:t, :num_episodes], jax.block_until_ready(res))
     t_roll = time.perf_counter()
     template = jax.tree_util.tree_map(lambda x: x[0], state0)
-    scores = _scores(world, res.snapshot, template, t, num_episodes)
+    exact = _scores_eager if protocol == "reference" else _scores
+    scores = exact(world, res.snapshot, template, t, num_episodes)
     t_score = time.perf_counter()
     small = jax.device_get(res._replace(snapshot=()))
     records = _records(small, scores)
