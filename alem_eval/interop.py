@@ -59,14 +59,94 @@ def marl_eval_algorithm_name(algorithm: str, budget: str) -> str:
     return f"{algorithm}_{budget}".lower()
 
 
+Grid = tuple[tuple[str, ...], tuple[tuple[str, str], ...], tuple[int, ...]]
+
+
+def _grid_cells(df: pd.DataFrame) -> set[tuple[str, tuple[str, str], int]]:
+    """(eval difficulty, (budget, algorithm), seed) of every scored run."""
+    rows = df[["eval_difficulty", "budget", "algorithm", "seed"]].drop_duplicates()
+    return {(str(d), (str(b), str(a)), int(s)) for d, b, a, s in rows.itertuples(index=False)}
+
+
+def largest_complete_grid(present: set[tuple[str, tuple[str, str], int]]) -> Grid:
+    """A large difficulties x entries x seeds grid whose every run is present (greedy:
+    drop the difficulty or entry whose removal gives the largest complete grid, while that
+    grows it; the seeds are those every kept (difficulty, entry) has)."""
+
+    def seeds(ds, es):
+        sets = [{s for d2, e2, s in present if d2 == d and e2 == e} for d in ds for e in es]
+        return tuple(sorted(set.intersection(*sets))) if sets else ()
+
+    ds = tuple(sorted({d for d, _, _ in present}))
+    es = tuple(sorted({e for _, e, _ in present}))
+    best = (ds, es, seeds(ds, es))
+    while True:
+        options = [(tuple(x for x in ds if x != d), es) for d in ds if len(ds) > 1] + [
+            (ds, tuple(x for x in es if x != e)) for e in es if len(es) > 1
+        ]
+        scored = [(len(o[0]) * len(o[1]) * len(sv), o, sv) for o in options for sv in [seeds(*o)]]
+        size = len(best[0]) * len(best[1]) * len(best[2])
+        top = max(scored, default=None, key=lambda x: x[0])
+        if top is None or top[0] <= size:
+            return best
+        ds, es = top[1]
+        best = (ds, es, top[2])
+
+
+def rectangular(
+    prepared: PreparedResults, *, complete_subgrid: bool = False
+) -> tuple[pd.DataFrame, str | None]:
+    """The rows of a complete difficulties x (budget, algorithm) x seeds grid.
+
+    marl-eval indexes every algorithm by the first algorithm's run names, so a grid with a
+    missing run breaks it or silently misaligns. Missing runs are a one-line
+    :class:`UsageError` naming them, unless ``complete_subgrid`` (then the largest complete
+    sub-grid found by :func:`largest_complete_grid` is kept; the note says what was left
+    out)."""
+    df = prepared.frame
+    present = _grid_cells(df)
+    ds = sorted({d for d, _, _ in present})
+    es = sorted({e for _, e, _ in present})
+    ss = sorted({s for _, _, s in present})
+    missing = [(d, e, s) for d in ds for e in es for s in ss if (d, e, s) not in present]
+    if not missing:
+        return df, None
+    if not complete_subgrid:
+        names = [f"{b}/{a}/{d}/seed{s}" for d, (b, a), s in missing]
+        shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+        raise UsageError(
+            f"marl-eval needs a complete grid (every algorithm with the same seeds on every "
+            f"difficulty); missing: {shown} (score them, narrow the selection, or pass "
+            "--complete-subgrid)"
+        )
+    kd, ke, ks = largest_complete_grid(present)
+    if not ks:
+        raise UsageError("no complete sub-grid of difficulties x algorithms x seeds exists")
+    keep = df.apply(
+        lambda r: (
+            str(r["eval_difficulty"]) in kd
+            and (str(r["budget"]), str(r["algorithm"])) in ke
+            and int(r["seed"]) in ks
+        ),
+        axis=1,
+    )
+    dropped = len(present) - len(kd) * len(ke) * len(ks)
+    note = (
+        f"exported the complete sub-grid {len(kd)} difficulties x {len(ke)} algorithms x "
+        f"{len(ks)} seeds; {dropped} scored runs left out"
+    )
+    return df[keep], note
+
+
 def to_marl_eval(
     prepared: PreparedResults,
     metrics: Sequence[str] | None = None,
     *,
     environment: str = MARL_EVAL_ENVIRONMENT,
 ) -> dict[str, Any]:
-    """The prepared rows in marl-eval's raw-data layout (see the module docstring)."""
-    df = prepared.frame
+    """The prepared rows in marl-eval's raw-data layout (see the module docstring); a
+    complete grid only (see :func:`rectangular`)."""
+    df, _ = rectangular(prepared)
     keys = list(metrics) if metrics else [m for m in df.columns if m not in NON_METRIC_COLUMNS]
     names = {k: marl_eval_metric_name(k) for k in keys}
     clash = len(set(names.values())) != len(names) or "step_count" in names.values()
@@ -97,6 +177,7 @@ def export_marl_eval(
     selectors: Sequence[str] | None = None,
     metrics: Sequence[str] = (),
     protocol: str | None = None,
+    complete_subgrid: bool = False,
 ) -> tuple[str, PreparedResults]:
     """Write (or, with ``out=None``, just return) the marl-eval JSON of the selection.
 
@@ -114,7 +195,11 @@ def export_marl_eval(
     )
     if not keys:
         raise UsageError("no metric to export: name one with --metric")
-    text = json.dumps(to_marl_eval(prepared, keys), indent=1, allow_nan=False) + "\n"
+    frame, note = rectangular(prepared, complete_subgrid=complete_subgrid)
+    if note:
+        prepared = dataclasses.replace(prepared, frame=frame, notes=(*prepared.notes, note))
+    data = to_marl_eval(prepared, keys)
+    text = json.dumps(data, indent=1, allow_nan=False) + "\n"
     if out is not None:
         write_text_atomic(out, text)
     return text, prepared

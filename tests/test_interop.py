@@ -131,3 +131,44 @@ def test_export_and_merge_commands(tmp_path, capsys):
     }
     code, out, err = run(["merge", str(tmp_path / "none"), "--results", str(dst.root)], capsys)
     assert code == 1 and "no results directory" in err
+
+
+def test_marl_eval_export_refuses_a_grid_with_missing_runs(tmp_path):
+    """marl-eval indexes every algorithm by the first one's run names: a missing seed
+    would break it or misalign silently, so it is a one-line error naming the gap."""
+    store = ResultsStore(tmp_path / "res")
+    fill_store(
+        store,
+        budgets=["1B"],
+        algorithms=["ippo-rnn"],
+        difficulties=["hard"],
+        seeds=range(3),
+        num_episodes=2,
+    )
+    fill_store(
+        store,
+        budgets=["1B"],
+        algorithms=["mappo-rnn"],
+        difficulties=["hard"],
+        seeds=range(2),
+        num_episodes=2,
+    )
+    with pytest.raises(UsageError, match=r"missing: 1B/mappo-rnn/hard/seed2 \(") as err:
+        export_marl_eval(store, None)
+    assert "\n" not in str(err.value)
+    text, prepared = export_marl_eval(store, None, complete_subgrid=True)
+    task = json.loads(text)["alem"]["hard"]
+    assert {a: sorted(runs) for a, runs in task.items()} == {
+        "ippo-rnn_1b": ["seed0", "seed1"],
+        "mappo-rnn_1b": ["seed0", "seed1"],
+    }
+    assert any("1 scored runs left out" in n for n in prepared.notes)
+
+
+def test_largest_complete_grid_drops_what_costs_least():
+    from alem_eval.interop import largest_complete_grid
+
+    a, b = ("1B", "ippo-rnn"), ("1B", "mappo-rnn")
+    present = {("hard", a, s) for s in range(5)} | {("hard", b, 0)}
+    # keeping both entries leaves 1 seed (2 runs); dropping b keeps 5 seeds (5 runs)
+    assert largest_complete_grid(present) == (("hard",), (a,), (0, 1, 2, 3, 4))

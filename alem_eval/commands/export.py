@@ -38,6 +38,14 @@ def export(
         Path | None, typer.Option("--out", help="Write to this file instead of stdout.")
     ] = None,
     protocol: ResultsProtocolOpt = None,
+    complete_subgrid: Annotated[
+        bool,
+        typer.Option(
+            "--complete-subgrid",
+            help="When runs are missing, export the largest complete grid of difficulties x "
+            "algorithms x seeds instead of failing (marl-eval needs a complete grid).",
+        ),
+    ] = False,
 ) -> None:
     """Per-episode scores in marl-eval's layout: alem -> difficulty -> <algorithm>_<budget>
     -> seed<N> -> step_0 / absolute_metrics (metric names lower-cased, '/' -> '_')."""
@@ -50,6 +58,7 @@ def export(
         selectors=selectors or None,
         metrics=metric or (),
         protocol=protocol and protocol.value,
+        complete_subgrid=complete_subgrid,
     )
     for note in prepared.notes:
         err_console.print(f"[yellow]note[/yellow] {note}", highlight=False)
