@@ -30,6 +30,8 @@ DIFFICULTIES: tuple[str, ...] = ("easy", "medium", "hard")
 ACTIVATIONS: tuple[str, ...] = ("tanh", "relu")
 NORM_TYPES: tuple[str, ...] = ("layer_norm", "batch_norm", "none")
 ENV_NAMES: tuple[str, ...] = ("Alem-Coop-Symbolic",)
+# The keys upstream's final evaluation derives its step-key chain from (spec §3.1).
+REFERENCE_CHAIN_KEYS: tuple[str, ...] = ("SEED", "VISUALIZE", "EVAL_DIFFICULTIES")
 # StaticEnvParams.version of alem-env 0.1.0, the paper's environment.
 PAPER_ENV_VERSION = "v0.13741-fix-construction-more-metrics"
 
@@ -323,6 +325,9 @@ class RunConfig:
     logged_num_params: int | None
     values: tuple[tuple[str, Any], ...]  # the merged, coerced UPPER_CASE mapping (sorted)
     warnings: tuple[str, ...] = field(default=(), compare=False)
+    # Keys that root the reference key chain but that config.json did not record (no full
+    # training config): the values are upstream's defaults / the layout's, an assumption.
+    assumed_keys: tuple[str, ...] = field(default=(), compare=False)
 
     def value(self, key: str) -> Any:
         """A merged upstream value by its UPPER_CASE name (for trainers and reports)."""
@@ -421,6 +426,7 @@ def build_run_config(
     env_version: str | None = None,
     logged_num_params: int | None = None,
     warnings: tuple[str, ...] = (),
+    assumed_keys: tuple[str, ...] = (),
     where: str = "config",
 ) -> RunConfig:
     """Typed records from a merged UPPER_CASE mapping (after :func:`resolve_values`)."""
@@ -465,6 +471,7 @@ def build_run_config(
         logged_num_params=logged_num_params,
         values=tuple(sorted((k, _freeze(x)) for k, x in v.items())),
         warnings=tuple(warnings),
+        assumed_keys=tuple(assumed_keys),
     )
 
 
@@ -526,6 +533,9 @@ def parse_config_json(
     if not recorded:
         merged["EVAL_DIFFICULTIES"] = (merged["TRAINING_COORDINATION_DIFFICULTY"],)
 
+    # Without the full training config, the keys that root upstream's eval key chain come
+    # from defaults (SEED from the layout): 'reference' then reproduces an assumption.
+    assumed = tuple(k for k in REFERENCE_CHAIN_KEYS if k not in overrides) if full is None else ()
     env_version = env_cfg.get("env_version") or (full or {}).get("env_version")
     logged = None
     summary = data.get("wandb_summary")
@@ -540,6 +550,7 @@ def parse_config_json(
         env_version=str(env_version) if env_version else None,
         logged_num_params=logged,
         warnings=tuple(warnings),
+        assumed_keys=assumed,
         where=where,
     )
 

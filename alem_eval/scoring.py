@@ -10,6 +10,7 @@ the same provenance is read back instead of recomputed.
 from __future__ import annotations
 
 import math
+import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -197,6 +198,8 @@ def score_cells(
     # warns here. The evaluator is then told not to check again.
     for job in {id(j.cfg): j for j in jobs}.values():
         check_env_version(job.cfg, on_mismatch=options.on_env_mismatch, where=job.cell.id)
+        if options.protocol == "reference" and job.cfg.assumed_keys:
+            warnings.warn(_assumed_message(job), ReferenceAssumptionWarning, stacklevel=2)
 
     hashes: dict[str, str] = {}
     done: dict[tuple[str, str], CellScore] = {}
@@ -258,7 +261,7 @@ def score_cells(
                     store.write(
                         build_rows(job.key, episodes),
                         job.key,
-                        extra={"num_params": job.spec.num_params()},
+                        extra=_extra(job, options.protocol),
                     )
                 done[(job.cell.id, job.eval_difficulty)] = CellScore(
                     job.cell,
@@ -270,6 +273,29 @@ def score_cells(
             if on_progress:
                 on_progress(f"scored {', '.join(j.cell.id for j in stack)}", len(done), total)
     return [done[(j.cell.id, j.eval_difficulty)] for j in jobs]
+
+
+class ReferenceAssumptionWarning(UserWarning):
+    """'reference' scored a cell whose config.json does not record what roots its key chain."""
+
+
+def _assumed_message(job: _Job) -> str:
+    keys = job.cfg.assumed_keys
+    values = ", ".join(f"{k}={job.cfg.value(k)!r}" for k in keys)
+    return (
+        f"{job.cell.id}: config.json has no full training config, so protocol 'reference' "
+        f"assumes {values} (upstream's defaults; SEED from the cell's seed); every episode's "
+        "key chain depends on them, so these numbers reproduce upstream only if it ran with "
+        "them (recorded with the results)"
+    )
+
+
+def _extra(job: _Job, protocol: str) -> dict[str, Any]:
+    """Per-result metadata: the parameter count, and what 'reference' had to assume."""
+    extra: dict[str, Any] = {"num_params": job.spec.num_params()}
+    if protocol == "reference" and job.cfg.assumed_keys:
+        extra["reference_assumed"] = {k: job.cfg.value(k) for k in job.cfg.assumed_keys}
+    return extra
 
 
 def _stacks(jobs: Sequence[_Job], max_stack: int) -> list[tuple[list[_Job], list[_Job]]]:

@@ -200,3 +200,36 @@ def test_every_stack_of_a_selection_has_one_structure_so_one_program_scores_them
     assert [len(p) for _, p in _stacks(jobs, max_stack=6)] == [6, 6]
     assert [len(p) for _, p in _stacks(jobs[:3], max_stack=2)] == [2, 2]
     assert [len(p) for _, p in _stacks(jobs[:1], max_stack=5)] == [1]  # never padded alone
+
+
+def test_reference_warns_and_records_what_it_assumed_without_a_full_config(
+    cell_copy, fake_evaluator, tmp_path
+):
+    """Without the full training config, SEED / VISUALIZE / EVAL_DIFFICULTIES come from
+    defaults, and every key chain with them: 'reference' says so and stores it."""
+    import json
+
+    from alem_eval.results import ResultsStore
+    from alem_eval.scoring import ReferenceAssumptionWarning
+
+    src, d = _source(cell_copy)
+    config = json.loads((d / "config.json").read_text())
+    config.pop("config", None)
+    (d / "config.json").write_text(json.dumps(config))
+    store = ResultsStore(tmp_path / "res")
+    options = ScoreOptions(protocol="reference", num_episodes=2, max_steps=4)
+    with pytest.warns(ReferenceAssumptionWarning, match=rf"^{CELL}: .*assumes SEED=0, VISUALIZE"):
+        score_cells(src, src.select([CELL]), options=options, store=store)
+    (entry,) = store.entries()
+    assert entry.extra["reference_assumed"] == {
+        "SEED": 0,
+        "VISUALIZE": True,
+        "EVAL_DIFFICULTIES": ["easy"],
+    }
+    # With the full training config nothing is assumed: no warning.
+    from tests.conftest import FIXTURES
+
+    src2 = open_source(FIXTURES)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ReferenceAssumptionWarning)
+        score_cells(src2, src2.select([CELL]), options=options)
