@@ -73,6 +73,7 @@ import numpy as np
 
 from .config import DIFFICULTIES, RunConfig
 from .errors import EvaluationError, UsageError
+from .fsutil import write_bytes_atomic
 from .networks import NetworkSpec, build_network
 from .policies import GreedyPolicy, make_policy
 
@@ -702,7 +703,7 @@ class _Compiled:
         exported = export.export(jax.jit(flat_fn))(*jax.tree_util.tree_leaves(args))
         try:
             blob = pickle.dumps({"exported": exported.serialize(), "out_tree": out_tree[0]})
-            _write_bytes_atomic(path, blob)
+            write_bytes_atomic(path, blob)
         except (ImportError, OSError, pickle.PicklingError) as exc:  # no warm start
             warnings.warn(f"traced program not saved for a warm start ({exc})", stacklevel=2)
         return exported, out_tree[0]
@@ -729,13 +730,6 @@ def _load_exported(path: Path) -> tuple[Any, Any] | None:
         return export.deserialize(bytearray(blob["exported"])), blob["out_tree"]
     except Exception:
         return None
-
-
-def _write_bytes_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def _shape_summary(args) -> str:

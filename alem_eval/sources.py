@@ -31,7 +31,6 @@ import json
 import logging
 import os
 import re
-import tempfile
 import threading
 from abc import ABC, abstractmethod
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
@@ -42,6 +41,7 @@ from typing import Any, ClassVar, Literal
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from . import __version__
+from .fsutil import atomic_write
 from .errors import DownloadError, SelectorError, SourceError, UsageError
 from .manifest import DEFAULT_REVISION, HUB_REPO, Cell, load_manifest, parse_seed_dir, sort_cells
 from .selectors import select_cells
@@ -149,15 +149,10 @@ class _JsonStore:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+    """The one atomic writer (:mod:`alem_eval.fsutil`), temp files named ``.NAME.*.tmp``."""
+    atomic_write(
+        path, lambda fh: fh.write(text), binary=False, prefix=f".{path.name}.", suffix=".tmp"
+    )
 
 
 def _os_reason(exc: OSError) -> str:
