@@ -30,7 +30,7 @@ from .algorithms import algorithm_rank
 from .bootstrap import AGGREGATES, RUNS_MODES, BootstrapSettings, Interval, StratifiedBootstrap
 from .config import DIFFICULTIES
 from .errors import UsageError
-from .manifest import budget_sort_key
+from .layout import budget_sort_key, budget_steps  # noqa: F401 (budget_steps re-exported)
 from .metrics import MetricInfo, metric_info, resolve_metric
 from .results import ResultsError
 
@@ -38,12 +38,6 @@ from .results import ResultsError
 # ----------------------------------------------------------------------------------------
 # Ordering and groups
 # ----------------------------------------------------------------------------------------
-def budget_steps(budget: str) -> int | None:
-    """'100M' -> 100_000_000, '1B' -> 1_000_000_000; None for free-form labels ('tiny')."""
-    numeric, steps, _ = budget_sort_key(str(budget))
-    return int(steps) if numeric == 0 else None
-
-
 def budget_order(budget: str) -> tuple:
     return budget_sort_key(str(budget))
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from . import checkpoint as ckpt
 from .config import RunConfig, load_config_file
+from .layout import config_path
 from .errors import AlemEvalError, CheckpointError
 from .networks import NetworkSpec, build_network
 
@@ -46,7 +47,7 @@ def resolve_cell(
 ) -> tuple[RunConfig, NetworkSpec]:
     """The typed config and network of a cell directory (reads ``config.json`` only)."""
     d = Path(cell_dir)
-    cfg = load_config_file(d / "config.json", algorithm=algorithm, difficulty=difficulty, seed=seed)
+    cfg = load_config_file(config_path(d), algorithm=algorithm, difficulty=difficulty, seed=seed)
     return cfg, build_network(cfg)
 
 

@@ -13,7 +13,6 @@ Only JSON is read here; nothing imports JAX.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 from collections.abc import Iterable, Mapping
 
 from .config import ALGORITHMS, DIFFICULTIES
+from .layout import budget_sort_key, parse_seed_dir
 from .errors import ConfigError, SelectorError
 
 HUB_REPO = "alem-world/alem-rl-baselines"
@@ -29,10 +29,6 @@ MANIFEST_NAME = "alem-rl-baselines.json"
 # Package data: present in a checkout, an editable install and a wheel alike.
 MANIFEST_PATH = Path(__file__).resolve().parent / "data" / MANIFEST_NAME
 MANIFEST_SCHEMA_VERSION = 1
-
-_SEED_DIR = re.compile(r"^seed(\d+)$")
-_BUDGET = re.compile(r"^(\d+(?:\.\d+)?)([kmbt]?)$", re.IGNORECASE)
-_SCALE = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "t": 10**12}
 
 
 @dataclass(frozen=True)
@@ -55,12 +51,12 @@ class Cell:
     def from_id(cls, cell_id: str) -> Cell:
         """``"1B/ippo-rnn/hard/seed0"`` -> Cell (exact form only; see selectors for patterns)."""
         parts = str(cell_id).strip("/").split("/")
-        m = _SEED_DIR.match(parts[-1]) if len(parts) == 4 else None
-        if m is None or not all(parts[:3]):
+        seed = parse_seed_dir(parts[-1]) if len(parts) == 4 else None
+        if seed is None or not all(parts[:3]):
             raise SelectorError(
                 f"not a cell id: {cell_id!r} (expected BUDGET/ALGORITHM/DIFFICULTY/seedN)"
             )
-        return cls(parts[0], parts[1], parts[2], int(m.group(1)))
+        return cls(parts[0], parts[1], parts[2], seed)
 
     @property
     def sort_key(self) -> tuple:
@@ -76,23 +72,9 @@ def _rank(order: tuple[str, ...], value: str) -> tuple[int, str]:
     return (order.index(value), "") if value in order else (len(order), value)
 
 
-def budget_sort_key(label: str) -> tuple[int, float, str]:
-    """Numeric budgets in size order ("100M" < "1B"), then other labels alphabetically."""
-    m = _BUDGET.match(label)
-    if m is None:
-        return (1, 0.0, label.lower())
-    return (0, float(m.group(1)) * _SCALE[m.group(2).lower()], label.lower())
-
-
 def sort_cells(cells: Iterable[Cell]) -> list[Cell]:
     """Unique cells in canonical order (budget size, algorithm, difficulty, seed)."""
     return sorted(set(cells), key=lambda c: c.sort_key)
-
-
-def parse_seed_dir(name: str) -> int | None:
-    """``"seed3"`` -> 3; None for anything else."""
-    m = _SEED_DIR.match(name)
-    return int(m.group(1)) if m else None
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,7 @@ from collections.abc import Callable, Mapping
 
 from flax.training.train_state import TrainState
 
-CHECKPOINT_DIR = "checkpoint"
-CONFIG_FILE = "config.json"
+from .layout import CHECKPOINT_DIR, CONFIG_FILE
 
 
 class PQNTrainState(TrainState):

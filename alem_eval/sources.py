@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from . import __version__
 from .fsutil import atomic_write
+from .layout import is_cell_dir
 from .errors import DownloadError, SelectorError, SourceError, UsageError
 from .manifest import DEFAULT_REVISION, HUB_REPO, Cell, load_manifest, parse_seed_dir, sort_cells
 from .selectors import select_cells
@@ -326,8 +327,7 @@ def open_source(
 # ----------------------------------------------------------------------------------------
 # Local directory
 # ----------------------------------------------------------------------------------------
-def _is_cell_dir(p: Path) -> bool:
-    return (p / "config.json").is_file() and (p / "checkpoint").is_dir()
+_is_cell_dir = is_cell_dir  # the layout module's test
 
 
 class LocalSource(Source):

@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 
 from .algorithms import ALGORITHMS, get_algorithm
 from .config import DIFFICULTIES, RunConfig, TrainConfig, build_train_config, training_run_config
+from .layout import checkpoint_path, config_path
 from .selectors import shard_cells
 from .errors import ConfigError, UsageError
 from .manifest import Cell, sort_cells
@@ -122,10 +123,10 @@ def is_complete(cell_dir: Path, run: RunConfig, tcfg: TrainConfig) -> bool | Non
     False: another checkpoint is there (other settings, or another tool's, e.g. a download);
     None: none, or training is in progress (``_resume/``: the resume rules decide)."""
     cell_dir = Path(cell_dir)
-    if not (cell_dir / "checkpoint").is_dir():
+    if not checkpoint_path(cell_dir).is_dir():
         return None
     try:
-        summ = json.loads((cell_dir / "config.json").read_text()).get("training_summary") or {}
+        summ = json.loads(config_path(cell_dir).read_text()).get("training_summary") or {}
     except (OSError, ValueError, AttributeError):
         summ = {}
     if summ.get("complete") and summ.get("identity") == config_identity(run, tcfg):
@@ -329,7 +330,7 @@ def released_configs(
     if from_config is not None:
         path = Path(from_config)
         if path.is_dir():
-            path = path / "config.json"
+            path = config_path(path)
         data = read_released_config(path)
         return {c: (str(path), data) for c in cells}
     if source is None:
@@ -340,7 +341,7 @@ def released_configs(
     out = {}
     for c in cells:
         src.select([c.id])  # SelectorError (one line) if the source lacks the cell
-        path = src.local_dir(c) / "config.json"
+        path = config_path(src.local_dir(c))
         out[c] = (f"{source}:{c.id}/config.json", read_released_config(path))
     return out
 

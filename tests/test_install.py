@@ -40,6 +40,7 @@ def _requirements(specs: list[str]) -> dict[str, list[Requirement]]:
 def _imported_top_levels(roots: list[Path]) -> set[str]:
     """Top-level module names imported (absolutely) anywhere under ``roots``."""
     names: set[str] = set()
+    local = {f.stem for root in roots for f in root.glob("*.py")}  # scripts' sibling modules
     for root in roots:
         for f in root.rglob("*.py"):
             for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
@@ -47,7 +48,7 @@ def _imported_top_levels(roots: list[Path]) -> set[str]:
                     names.update(a.name.split(".")[0] for a in node.names)
                 elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                     names.add(node.module.split(".")[0])
-    return names - set(sys.stdlib_module_names) - set(PACKAGES) - {"tests", "__future__"}
+    return names - set(sys.stdlib_module_names) - set(PACKAGES) - local - {"tests", "__future__"}
 
 
 def _distributions(modules: set[str]) -> set[str]:
