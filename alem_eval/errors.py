@@ -37,6 +37,11 @@ class DownloadError(SourceError):
     """A transfer from the Hub failed or produced a file that does not match the listing."""
 
 
+class DatasetError(AlemEvalError):
+    """A recording or dataset that cannot be written or read (full or unwritable disk, a
+    damaged or foreign directory)."""
+
+
 class CheckpointError(AlemEvalError):
     """A checkpoint directory that is missing, unreadable or corrupt."""
 
