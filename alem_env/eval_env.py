@@ -229,6 +229,10 @@ class EvalEnv:
         _flatten("", tree, out)
         return out
 
+    def team_achievements(self, state: Any) -> jax.Array:
+        """[] int32: how many distinct achievements any agent of the team has unlocked."""
+        return jnp.sum(jnp.any(state.achievements, axis=0), dtype=jnp.int32)
+
     def score_leaf_indices(self, state_like: Any) -> tuple[int, ...]:
         """Indices (in ``tree_leaves`` order) of the state leaves ``compute_score`` reads.
 

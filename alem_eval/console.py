@@ -75,3 +75,80 @@ def _json_default(o: Any) -> Any:
     if isinstance(o, (set, tuple)):
         return list(o)
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+class EpisodeBar:
+    """A live progress bar of evaluated episodes on stderr: episodes done / total, live
+    env-steps/s and ETA. ``update`` takes :class:`alem_eval.evaluate.RolloutProgress`
+    (anything with ``episodes_done``, ``episodes_total``, ``live_steps``, ``elapsed_s``).
+
+    On a terminal it redraws in place; otherwise (batch logs) it prints a line at most
+    every ``every_s`` seconds, and at the end. ``note`` prints a line above the bar.
+    """
+
+    def __init__(self, label: str = "score", *, every_s: float = 30.0, live: bool | None = None):
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self.live = err_console.is_terminal if live is None else live
+        self.every_s = every_s
+        self._last_line = float("-inf")
+        self._last: Any = None
+        self._progress = Progress(
+            TextColumn(f"[bold]{label}[/] episodes"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]}"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=err_console,
+            disable=not self.live,
+            transient=False,
+        )
+        self._task = self._progress.add_task(label, total=None, rate="")
+
+    def __enter__(self) -> EpisodeBar:
+        self._progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._progress.__exit__(*exc)
+        if not self.live and self._last is not None:
+            self._line(self._last)
+
+    def note(self, message: str) -> None:
+        err_console.print(message, highlight=False)
+
+    def update(self, p: Any) -> None:
+        self._last = p
+        rate = p.live_steps / p.elapsed_s if p.elapsed_s > 0 else 0.0
+        self._progress.update(
+            self._task,
+            completed=p.episodes_done,
+            total=p.episodes_total,
+            rate=f"{rate:,.0f} env-steps/s",
+        )
+        if not self.live and p.elapsed_s - self._last_line >= self.every_s:
+            self._line(p)
+
+    def _line(self, p: Any) -> None:
+        self._last_line = p.elapsed_s
+        rate = p.live_steps / p.elapsed_s if p.elapsed_s > 0 else 0.0
+        left = p.episodes_total - p.episodes_done
+        eta = (
+            f", ETA {p.elapsed_s / p.episodes_done * left:.0f}s"
+            if p.episodes_done and left > 0
+            else ""
+        )
+        err_console.print(
+            f"episodes {p.episodes_done}/{p.episodes_total}, {p.live_steps:,} env steps "
+            f"({rate:,.0f}/s), {p.elapsed_s:.0f}s{eta}",
+            highlight=False,
+        )

@@ -72,7 +72,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .config import DIFFICULTIES, RunConfig
-from .errors import EvaluationError, UsageError
+from .errors import AlemEvalError, EvaluationError, UsageError
 from .fsutil import write_bytes_atomic
 from .networks import NetworkSpec, build_network
 from .policies import GreedyPolicy, make_policy
@@ -86,6 +86,8 @@ FAST_WORLD_SEED = 9999
 FAST_NUM_EPISODES = 20
 FAST_MAX_STEPS = 10_000
 CHUNK = 64  # steps per lax.scan chunk: the early-exit granularity
+# Recording: the default batch keeps what one call hands the host near this size.
+RECORD_LOG_BYTES = 256 * 2**20
 CAPACITY_BUCKET = 1024  # the reward buffer is sized to max_steps rounded up to this
 # Batch slots when --batch is not given (continuous batching; see rollout()).
 DEFAULT_BATCH = {"cpu": 256, "gpu": 4096, "cuda": 4096, "rocm": 4096, "tpu": 4096}
@@ -266,6 +268,8 @@ class Schedule(NamedTuple):
 
     loops: jax.Array  # [] int32: chunks the loop ran
     next_episode: jax.Array  # [teams] int32: episodes started per team (== E at the end)
+    finished: jax.Array  # [] int32: episodes handed to the output buffer
+    live_steps: jax.Array  # [] int32: env steps that belonged to an episode
 
 
 # ----------------------------------------------------------------------------------------
@@ -373,35 +377,60 @@ def _select(pred: jax.Array, new: Any, old: Any) -> Any:
     )
 
 
-def rollout(
-    env,
-    mask_env,
-    policies: Sequence[GreedyPolicy],
-    classes: Sequence[TeamClass],
-    params: Any,
-    use_mask: Any,
-    dyn: Mapping[str, jax.Array],
-    world_obs: jax.Array,
-    world_states: Any,
-    episode_keys: jax.Array | None,
-    start_keys: jax.Array | None,
-    max_steps: jax.Array,
-    *,
-    slots: int,
-    chunk: int,
-    capacity: int,
-) -> tuple[EpisodeResult, Schedule]:
-    """Every team's ``E`` episodes, run through ``slots`` batch slots per team.
+class Loop(NamedTuple):
+    """Everything the rollout carries from one call to the next (it never leaves the
+    device): the batch slots, the output buffer and the schedule."""
+
+    slots: SlotCarry
+    done: EpisodeResult
+    sched: Schedule
+
+
+class Status(NamedTuple):
+    """What the host reads after each call (a few scalars): enough for a progress bar."""
+
+    running: jax.Array  # [] int32: slots with an episode in progress
+    finished: jax.Array  # [] int32: episodes handed to the output buffer so far
+    live_steps: jax.Array  # [] int32: env steps that belonged to an episode so far
+    loops: jax.Array  # [] int32: chunks run so far
+
+
+class StepLog(NamedTuple):
+    """Every step of one call, for recording (leading axes ``[steps, N]``). Step ``t`` of an
+    episode: the observation and legal actions the agents saw, the actions they took, and
+    the rewards, dones and team achievements that came back."""
+
+    live: jax.Array  # bool: the slot's step belonged to an episode
+    episode: jax.Array  # int32: that episode (queue index of the slot's team)
+    t: jax.Array  # int32: its step index
+    key: jax.Array  # [2] uint32: the slot's step key before the step
+    observations: jax.Array  # [P, obs_dim] float32, raw
+    legal_actions: jax.Array  # [P, A] bool
+    actions: jax.Array  # [P] int32
+    rewards: jax.Array  # [P] float32
+    dones: jax.Array  # [P] bool
+    team_achievements: jax.Array  # int32: distinct achievements the team holds after it
+    team_reward: jax.Array  # float32: mean over agents (what the episode return sums)
+    last: jax.Array  # bool: the episode's last step (the env ended it, or the cap)
+    terminated: jax.Array  # bool: the env reported ``__all__`` done
+
+
+@dataclass(frozen=True)
+class Machine:
+    """The continuous-batching rollout of one batch structure, as two pure functions:
+    :meth:`start` (slots take each team's first episodes) and :meth:`advance` (run up to
+    ``calls_chunks`` chunks of ``chunk`` steps, refilling slots at every chunk boundary).
+    The host calls ``advance`` until :class:`Status` says no slot runs: a call after that
+    changes nothing, so results never depend on how the loop was cut into calls.
 
     ``world_obs [E, P, obs_dim]`` / ``world_states [E, ...]`` are the reset worlds of the
     episodes (episode ``e`` of every team starts from world ``e``). The batch is
     ``N = sum(class sizes) x slots`` slots, laid out class by class, team by team. Each
     team has a queue (its episodes, in order); a slot whose episode has ended hands its
-    result to the output buffer and takes the team's next pending episode, inside the
-    compiled loop, at the next chunk boundary (every ``chunk`` steps); the loop ends when
-    every queue is empty and every slot idle. Step keys: ``fast`` -- episode ``e`` threads
-    its own chain from ``episode_keys[e]``, so its records do not depend on which slot ran
-    it or when; ``reference`` (``slots == 1``) -- each team's key chain starts at
+    result to the output buffer and takes the team's next pending episode at the next
+    chunk boundary, on the device. Step keys: ``fast`` -- episode ``e`` threads its own
+    chain from ``episode_keys[e]``, so its records do not depend on which slot ran it or
+    when; ``reference`` (``slots == 1``) -- each team's key chain starts at
     ``start_keys[team]`` and is carried from one episode to the next, as upstream's
     sequential evaluation does.
 
@@ -418,58 +447,206 @@ def rollout(
     slot is refilled (freezing all ~390 kB of it every step would cost 10-25% of the step).
     ``max_steps`` must be in ``[1, capacity]``.
     """
-    TRACE_COUNTS["rollout"] += 1
-    n_teams = sum(c.size for c in classes)
-    n = n_teams * slots
-    num_episodes, num_agents = world_obs.shape[:2]
-    num_actions = env.statics.num_actions
-    template = jax.tree_util.tree_map(lambda x: x[0], world_states)
-    score_idx = env.score_leaf_indices(template)
-    team_of = np.repeat(np.arange(n_teams), slots)  # static: slot -> team
 
-    def snapshot(state) -> tuple:
+    env: Any
+    mask_env: Any  # None: no member masks and nothing is recorded
+    policies: tuple[GreedyPolicy, ...]
+    classes: tuple[TeamClass, ...]
+    slots: int
+    chunk: int
+    calls_chunks: int
+    capacity: int
+    record: bool
+
+    @property
+    def num_teams(self) -> int:
+        return sum(c.size for c in self.classes)
+
+    def _snapshot(self, state, score_idx) -> tuple:
         leaves = jax.tree_util.tree_leaves(state)
         return tuple(leaves[i] for i in score_idx)
 
-    def step(c: SlotCarry, _):
+    def start(self, world_obs, world_states, episode_keys, start_keys, max_steps) -> Loop:
+        """Idle slots, empty buffers, then every slot takes its team's first episode."""
+        n = self.num_teams * self.slots
+        num_episodes, num_agents = world_obs.shape[:2]
+        score_idx = self.env.score_leaf_indices(
+            jax.tree_util.tree_map(lambda x: x[0], world_states)
+        )
+        zeros_n = jnp.zeros((n,), jnp.int32)
+        first = jax.tree_util.tree_map(
+            lambda x: jnp.broadcast_to(x[0], (n,) + x.shape[1:]), world_states
+        )
+        idle = SlotCarry(
+            episode=jnp.full((n,), num_episodes, jnp.int32),
+            t=zeros_n,
+            alive=jnp.zeros((n,), bool),
+            terminated=jnp.zeros((n,), bool),
+            chunks=zeros_n,
+            key=(
+                jnp.zeros((n, 2), jnp.uint32)
+                if start_keys is None
+                else jnp.repeat(start_keys, self.slots, axis=0)
+            ),
+            state=first,
+            snapshot=self._snapshot(first, score_idx),
+            obs=jnp.broadcast_to(world_obs[0], (n,) + world_obs.shape[1:]),
+            policy_carry=init_team_carries(self.policies, self.classes, self.slots),
+            dones=jnp.zeros((n, num_agents), bool),
+            rewards=jnp.zeros((n, self.capacity), jnp.float32),
+        )
+        te = (self.num_teams, num_episodes)
+        done = EpisodeResult(
+            length=jnp.zeros(te, jnp.int32),
+            terminated=jnp.zeros(te, bool),
+            chunks=jnp.zeros(te, jnp.int32),
+            rewards=jnp.zeros(te + (self.capacity,), jnp.float32),
+            snapshot=tuple(jnp.zeros(te + x.shape[1:], x.dtype) for x in idle.snapshot),
+            key=jnp.zeros(te + (2,), jnp.uint32),
+        )
+        zero = jnp.zeros((), jnp.int32)
+        sched = Schedule(zero, jnp.zeros((self.num_teams,), jnp.int32), zero, zero)
+        return self._refill(
+            Loop(idle, done, sched), world_obs, world_states, episode_keys, max_steps, score_idx
+        )
+
+    def advance(
+        self, loop: Loop, params, use_mask, dyn, world_obs, world_states, episode_keys, max_steps
+    ) -> tuple[Loop, Status, StepLog | None]:
+        """Up to ``calls_chunks`` chunks (fewer once every queue is empty)."""
+        TRACE_COUNTS["rollout"] += 1
+        score_idx = self.env.score_leaf_indices(
+            jax.tree_util.tree_map(lambda x: x[0], world_states)
+        )
+        static = (params, use_mask, dyn, world_obs, world_states, episode_keys, max_steps)
+
+        run = functools.partial(self._chunk, static=static, score_idx=score_idx, log=self.record)
+
+        def body(lp: Loop, _):
+            busy = jnp.any(lp.slots.alive)
+            if self.record:
+                return jax.lax.cond(busy, run, lambda x: (x, self._idle_log(x)), lp)
+            return jax.lax.cond(busy, lambda x: run(x)[0], lambda x: x, lp), None
+
+        loop, log = jax.lax.scan(body, loop, None, length=self.calls_chunks)
+        if log is not None:  # [calls, chunk, N, ...] -> [calls * chunk, N, ...]
+            log = jax.tree_util.tree_map(lambda x: x.reshape((-1,) + x.shape[2:]), log)
+        s = loop.sched
+        status = Status(
+            jnp.sum(loop.slots.alive, dtype=jnp.int32), s.finished, s.live_steps, s.loops
+        )
+        return loop, status, log
+
+    # -- one chunk ------------------------------------------------------------------------
+    def _chunk(self, lp: Loop, static, score_idx, log: bool = False):
+        """``chunk`` steps of every slot, then the refill -> (loop, per-step log or None)."""
+        params, use_mask, dyn, world_obs, world_states, episode_keys, max_steps = static
+        c0 = lp.slots
+        ran = c0.alive.astype(jnp.int32)
+
+        def step(c: SlotCarry, _):
+            return self._step(c, params, use_mask, dyn, max_steps, score_idx, log)
+
+        c, rows = jax.lax.scan(step, c0, None, length=self.chunk)
+        c = c._replace(chunks=c.chunks + ran)
+        s = lp.sched
+        sched = s._replace(
+            loops=s.loops + 1, live_steps=s.live_steps + jnp.sum(c.t - c0.t, dtype=jnp.int32)
+        )
+        loop = self._refill(
+            Loop(c, lp.done, sched), world_obs, world_states, episode_keys, max_steps, score_idx
+        )
+        return loop, rows
+
+    def _idle_log(self, lp: Loop) -> StepLog:
+        """The log of a chunk in which nothing runs (every row dead)."""
+        c = lp.slots
+        n, p = c.dones.shape
+        lead = (self.chunk, n)
+
+        def zeros(shape, dtype):
+            return jnp.zeros(lead + shape, dtype)
+
+        return StepLog(
+            live=zeros((), bool),
+            episode=zeros((), jnp.int32),
+            t=zeros((), jnp.int32),
+            key=zeros((2,), c.key.dtype),
+            observations=zeros(c.obs.shape[1:], c.obs.dtype),
+            legal_actions=zeros((p, self.env.statics.num_actions), bool),
+            actions=zeros((p,), jnp.int32),
+            rewards=zeros((p,), c.rewards.dtype),
+            dones=zeros((p,), bool),
+            team_achievements=zeros((), jnp.int32),
+            team_reward=zeros((), c.rewards.dtype),
+            last=zeros((), bool),
+            terminated=zeros((), bool),
+        )
+
+    def _step(self, c: SlotCarry, params, use_mask, dyn, max_steps, score_idx, log: bool):
+        env = self.env
+        n = self.num_teams * self.slots
         split = jax.vmap(lambda k: jax.random.split(k, 3))(c.key)  # act key unused: greedy
         key, env_key = split[:, 0], split[:, 2]
-        mask = None if mask_env is None else jax.vmap(mask_env.action_mask, (0, None))(c.state, dyn)
+        mask = (
+            None
+            if self.mask_env is None
+            else jax.vmap(self.mask_env.action_mask, (0, None))(c.state, dyn)
+        )
         pcarry, actions = team_actions(
-            policies,
-            classes,
+            self.policies,
+            self.classes,
             params,
             use_mask,
             c.policy_carry,
             c.obs,
             c.dones,
             mask,
-            episodes=slots,
-            num_actions=num_actions,
+            episodes=self.slots,
+            num_actions=env.statics.num_actions,
         )
         out = jax.vmap(env.step, (0, 0, 0, None))(env_key, c.state, actions, dyn)
         live = c.alive
         t = c.t + live.astype(jnp.int32)
-        at = jnp.where(live, c.t, capacity)  # out of bounds -> dropped
-        return c._replace(
+        at = jnp.where(live, c.t, self.capacity)  # out of bounds -> dropped
+        new = c._replace(
             t=t,
             alive=live & ~out.done & (t < max_steps),
             terminated=jnp.where(live, out.done, c.terminated),
             key=_select(live, key, c.key),
             state=out.state,
-            snapshot=_select(live, snapshot(out.state), c.snapshot),
+            snapshot=_select(live, self._snapshot(out.state, score_idx), c.snapshot),
             obs=out.obs,
             policy_carry=pcarry,
             dones=out.agent_dones,
             rewards=c.rewards.at[jnp.arange(n), at].set(jnp.mean(out.reward, axis=-1), mode="drop"),
-        ), None
+        )
+        if not log:
+            return new, None
+        row = StepLog(
+            live=live,
+            episode=c.episode,
+            t=c.t,
+            key=c.key,
+            observations=c.obs,
+            legal_actions=mask if mask is not None else jnp.ones(actions.shape + (1,), bool),
+            actions=actions,
+            rewards=out.reward,
+            dones=out.agent_dones,
+            team_achievements=jax.vmap(env.team_achievements)(out.state),
+            team_reward=jnp.mean(out.reward, axis=-1),
+            last=live & ~new.alive,
+            terminated=out.done,
+        )
+        return new, row
 
-    def reset_carries(carries, take: jax.Array):
+    # -- chunk boundaries -----------------------------------------------------------------
+    def _reset_carries(self, carries, take: jax.Array):
         """Zero the recurrent state of the roles of every slot that starts an episode."""
         out, start = [], 0
-        for cls, role_carries in zip(classes, carries, strict=True):
-            size = cls.size * slots
-            fresh = take[start : start + size].reshape(cls.size, slots)
+        for cls, role_carries in zip(self.classes, carries, strict=True):
+            size = cls.size * self.slots
+            fresh = take[start : start + size].reshape(cls.size, self.slots)
             out.append(
                 tuple(
                     jax.tree_util.tree_map(
@@ -484,8 +661,15 @@ def rollout(
             start += size
         return tuple(out)
 
-    def refill(c: SlotCarry, done: EpisodeResult, sched: Schedule):
+    def _refill(
+        self, lp: Loop, world_obs, world_states, episode_keys, max_steps, score_idx
+    ) -> Loop:
         """Hand finished episodes to the output buffer; start each team's next episodes."""
+        c, done, sched = lp
+        n_teams, slots = self.num_teams, self.slots
+        n = n_teams * slots
+        num_episodes = world_obs.shape[0]
+        team_of = np.repeat(np.arange(n_teams), slots)  # static: slot -> team
         finished = (c.episode < num_episodes) & ~c.alive
         ti = jnp.where(finished, team_of, n_teams)  # out of bounds -> dropped
         ei = c.episode
@@ -506,8 +690,9 @@ def rollout(
         start_at = sched.next_episode[:, None] + rank
         take = (free & (start_at < num_episodes)).reshape(n)
         episode = jnp.where(take, start_at.reshape(n), jnp.where(c.alive, c.episode, num_episodes))
-        sched = Schedule(
-            sched.loops, jnp.minimum(sched.next_episode + free.sum(axis=1), num_episodes)
+        sched = sched._replace(
+            next_episode=jnp.minimum(sched.next_episode + free.sum(axis=1), num_episodes),
+            finished=sched.finished + jnp.sum(finished, dtype=jnp.int32),
         )
         idx = jnp.clip(episode, 0, num_episodes - 1)
         state0 = jax.tree_util.tree_map(lambda w: w[idx], world_states)
@@ -520,56 +705,13 @@ def rollout(
             chunks=jnp.where(take, 0, c.chunks),
             key=_select(take, new_key, c.key),
             state=_select(take, state0, c.state),
-            snapshot=_select(take, snapshot(state0), c.snapshot),
+            snapshot=_select(take, self._snapshot(state0, score_idx), c.snapshot),
             obs=_select(take, world_obs[idx], c.obs),
-            policy_carry=reset_carries(c.policy_carry, take),
+            policy_carry=self._reset_carries(c.policy_carry, take),
             dones=jnp.where(take[:, None], False, c.dones),
             rewards=jnp.where(take[:, None], 0.0, c.rewards),
         )
-        return c, done, sched
-
-    def run_chunk(loop):
-        c, done, sched = loop
-        ran = c.alive.astype(jnp.int32)
-        c, _ = jax.lax.scan(step, c, None, length=chunk)
-        c = c._replace(chunks=c.chunks + ran)
-        return refill(c, done, sched._replace(loops=sched.loops + 1))
-
-    zeros_n = jnp.zeros((n,), jnp.int32)
-    first = jax.tree_util.tree_map(
-        lambda x: jnp.broadcast_to(x[0], (n,) + x.shape[1:]), world_states
-    )
-    idle = SlotCarry(
-        episode=jnp.full((n,), num_episodes, jnp.int32),
-        t=zeros_n,
-        alive=jnp.zeros((n,), bool),
-        terminated=jnp.zeros((n,), bool),
-        chunks=zeros_n,
-        key=(
-            jnp.zeros((n, 2), jnp.uint32)
-            if start_keys is None
-            else jnp.repeat(start_keys, slots, axis=0)
-        ),
-        state=first,
-        snapshot=snapshot(first),
-        obs=jnp.broadcast_to(world_obs[0], (n,) + world_obs.shape[1:]),
-        policy_carry=init_team_carries(policies, classes, slots),
-        dones=jnp.zeros((n, num_agents), bool),
-        rewards=jnp.zeros((n, capacity), jnp.float32),
-    )
-    te = (n_teams, num_episodes)
-    done = EpisodeResult(
-        length=jnp.zeros(te, jnp.int32),
-        terminated=jnp.zeros(te, bool),
-        chunks=jnp.zeros(te, jnp.int32),
-        rewards=jnp.zeros(te + (capacity,), jnp.float32),
-        snapshot=tuple(jnp.zeros(te + x.shape[1:], x.dtype) for x in idle.snapshot),
-        key=jnp.zeros(te + (2,), jnp.uint32),
-    )
-    sched = Schedule(jnp.zeros((), jnp.int32), jnp.zeros((n_teams,), jnp.int32))
-    loop = refill(idle, done, sched)
-    _, done, sched = jax.lax.while_loop(lambda lp: jnp.any(lp[0].alive), run_chunk, loop)
-    return done, sched
+        return Loop(c, done, sched)
 
 
 # ----------------------------------------------------------------------------------------
@@ -636,8 +778,10 @@ class _Compiled:
     compilation cache, the XLA compile too.
     """
 
-    def __init__(self, fn: Callable, label: str, identity: str | None = None):
-        self._jitted = jax.jit(fn)
+    def __init__(self, fn: Callable, label: str, identity: str | None = None, *, donate: int = 0):
+        self._fn = fn
+        self._donate = donate  # the first `donate` arguments' buffers are reused for outputs
+        self._jitted = jax.jit(fn, donate_argnums=tuple(range(donate)))
         self.label = label
         self.identity = identity
         self._executables: dict[Any, Any] = {}
@@ -695,7 +839,7 @@ class _Compiled:
         out_tree: list[Any] = []
 
         def flat_fn(*leaves):
-            out = self._jitted(*jax.tree_util.tree_unflatten(in_tree, leaves))
+            out = self._fn(*jax.tree_util.tree_unflatten(in_tree, leaves))
             out_leaves, tree = jax.tree_util.tree_flatten(out)
             out_tree.append(tree)
             return out_leaves
@@ -711,7 +855,10 @@ class _Compiled:
     def _compile_exported(self, loaded: tuple[Any, Any], args) -> Callable:
         exported, tree = loaded
         leaves = jax.tree_util.tree_leaves(args)
-        compiled = _timed_compile(jax.jit(exported.call), leaves, self.label)
+        donated = tuple(range(len(jax.tree_util.tree_leaves(args[: self._donate]))))
+        compiled = _timed_compile(
+            jax.jit(exported.call, donate_argnums=donated), leaves, self.label
+        )
         return lambda *a: jax.tree_util.tree_unflatten(
             tree, compiled(*jax.tree_util.tree_leaves(a))
         )
@@ -769,30 +916,48 @@ class ProgramKey:
     chunk: int
     capacity: int
     num_devices: int
+    calls_chunks: int = 1  # chunks per host call
+    record: bool = False  # calls also return every step (StepLog)
 
 
 class _Program:
-    """The jitted rollout of one batch structure: network groups x team classes x world."""
+    """The compiled rollout of one batch structure (network groups x team classes x world):
+    ``start`` and ``advance`` of its :class:`Machine`, per protocol, over the devices."""
 
     def __init__(self, key: ProgramKey, specs: Sequence[NetworkSpec]):
         from alem_env.eval_env import get_eval_env
 
         self.key = key
-        self.env = get_eval_env(key.world)
-        self.mask_env = (
+        self.env = env = get_eval_env(key.world)
+        mask_env = (
             get_eval_env(dataclasses.replace(key.world, action_masking=True))
-            if key.masking
+            if key.masking or key.record
             else None
         )
-        self.policies = [make_policy(s) for s in specs]
-        fn = self._reference if key.protocol == "reference" else self._fast
+        self.machine = Machine(
+            env=env,
+            mask_env=mask_env,
+            policies=tuple(make_policy(s) for s in specs),
+            classes=self.classes,
+            slots=key.slots,
+            chunk=key.chunk,
+            calls_chunks=key.calls_chunks,
+            capacity=key.capacity,
+            record=key.record,
+        )
+        start, advance = (
+            (self._reference_start, self._reference_advance)
+            if key.protocol == "reference"
+            else (self._fast_start, self._fast_advance)
+        )
         if key.num_devices > 1:
-            fn = self._sharded(fn)
+            start, advance = self._sharded(start, loop_in=False), self._sharded(advance)
         names = "+".join(dict.fromkeys(s.algorithm for s in specs))
         # Multi-device (shard_map) programs are not exported: they trace every process.
-        self.run = _Compiled(
-            fn, f"rollout:{key.protocol}:{names}", repr(key) if key.num_devices == 1 else None
-        )
+        ident = repr(key) if key.num_devices == 1 else None
+        label = f"{key.protocol}:{names}"
+        self.start = _Compiled(start, f"rollout-start:{label}", ident and f"start:{ident}")
+        self.advance = _Compiled(advance, f"rollout:{label}", ident, donate=1)
 
     @property
     def classes(self) -> tuple[TeamClass, ...]:
@@ -807,61 +972,77 @@ class _Program:
         """Per class, per role: the policy's per-checkpoint constants (vmapped over teams)."""
         return tuple(
             tuple(
-                jax.vmap(self.policies[role.group].prepare)(variables[c][r])
+                jax.vmap(self.machine.policies[role.group].prepare)(variables[c][r])
                 for r, role in enumerate(cls.roles)
             )
             for c, cls in enumerate(self.classes)
         )
 
-    def _rollout(
-        self, variables, use_mask, dyn, world_obs, world_states, episode_keys, start_keys, max_steps
+    # Per protocol: the arguments each one needs, in the order _sharded splits them.
+    def _reference_start(self, start_keys, world_obs, world_states, max_steps):
+        """[T] teams, each its episodes back to back in one slot, one key chain per team."""
+        return self.machine.start(world_obs, world_states, None, start_keys, max_steps)
+
+    def _reference_advance(
+        self, loop, variables, use_mask, dyn, world_obs, world_states, max_steps
     ):
-        done, sched = rollout(
-            self.env,
-            self.mask_env,
-            self.policies,
-            self.classes,
+        return self.machine.advance(
+            loop, self._prepare(variables), use_mask, dyn, world_obs, world_states, None, max_steps
+        )
+
+    def _fast_start(self, chain_keys, world_obs, world_states, max_steps):
+        """[T] teams x [E] episodes through the teams' slots (buffers ``[T, E, ...]``)."""
+        return self.machine.start(world_obs, world_states, chain_keys, None, max_steps)
+
+    def _fast_advance(
+        self, loop, variables, use_mask, dyn, chain_keys, world_obs, world_states, max_steps
+    ):
+        return self.machine.advance(
+            loop,
             self._prepare(variables),
             use_mask,
             dyn,
             world_obs,
             world_states,
-            episode_keys,
-            start_keys,
+            chain_keys,
             max_steps,
-            slots=self.key.slots,
-            chunk=self.key.chunk,
-            capacity=self.key.capacity,
-        )
-        return done, sched.loops[None]  # [1]: one count per device
-
-    def _reference(self, variables, use_mask, dyn, start_keys, world_obs, world_states, max_steps):
-        """[T] teams, each its episodes back to back in one slot, one key chain per team."""
-        return self._rollout(
-            variables, use_mask, dyn, world_obs, world_states, None, start_keys, max_steps
         )
 
-    def _fast(self, variables, use_mask, dyn, chain_keys, world_obs, world_states, max_steps):
-        """[T] teams x [E] episodes through the teams' slots -> leaves ``[T, E, ...]``."""
-        return self._rollout(
-            variables, use_mask, dyn, world_obs, world_states, chain_keys, None, max_steps
-        )
-
-    def _sharded(self, fn: Callable) -> Callable:
+    def _sharded(self, fn: Callable, loop_in: bool = True) -> Callable:
         """Split the episodes (``fast``) or the teams of the single class (``reference``)
-        over the local devices; each device runs its own slots and loop."""
+        over the local devices; each device runs its own slots and loop. Everything a
+        device returns gets a leading device axis (see :meth:`merge`)."""
         from jax.experimental.shard_map import shard_map
         from jax.sharding import Mesh
         from jax.sharding import PartitionSpec as P
 
         mesh = Mesh(np.array(jax.local_devices()[: self.key.num_devices]), ("d",))
-        if self.key.protocol == "reference":
-            in_specs = (P("d"), P("d"), P(), P("d"), P(), P(), P())
-            out_specs = (P("d"), P("d"))
-        else:
-            in_specs = (P(), P(), P(), P("d"), P("d"), P("d"), P())
-            out_specs = (P(None, "d"), P("d"))
-        return shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_rep=False)
+        d, r = P("d"), P()
+        if self.key.protocol == "reference":  # (start keys | variables, mask, dyn), worlds, cap
+            specs: tuple = (d, d, r, r, r, r) if loop_in else (d, r, r, r)
+        else:  # (variables, mask, dyn), chain keys, worlds, cap
+            specs = (r, r, r, d, d, d, r) if loop_in else (d, d, d, r)
+        if loop_in:
+            specs = (d,) + specs
+
+        def per_device(*args):
+            if loop_in:
+                args = (jax.tree_util.tree_map(lambda x: x[0], args[0]),) + args[1:]
+            return jax.tree_util.tree_map(lambda x: x[None], fn(*args))
+
+        return shard_map(per_device, mesh=mesh, in_specs=specs, out_specs=d, check_rep=False)
+
+    def merge(self, tree: Any) -> Any:
+        """Per-device results -> one: ``[D, T, E/D, ...] -> [T, E]`` (``fast``) or
+        ``[D, T/D, E, ...] -> [T, E]`` (``reference``); single-device results pass through."""
+        if self.key.num_devices == 1:
+            return tree
+        axis = 0 if self.key.protocol == "reference" else 1
+
+        def join(x):
+            return jnp.concatenate(list(x), axis=axis)
+
+        return jax.tree_util.tree_map(join, tree)
 
 
 _PROGRAMS: dict[ProgramKey, _Program] = {}
@@ -884,6 +1065,20 @@ def clear_program_cache() -> None:
 # Stacks and teams
 # ----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
+class RolloutProgress:
+    """Where an evaluation call stands (reported after every compiled call)."""
+
+    episodes_done: int
+    episodes_total: int
+    live_steps: int  # env steps that belonged to an episode so far
+    elapsed_s: float  # since the call's first rollout started (compiles included)
+
+    @property
+    def steps_per_s(self) -> float:
+        return self.live_steps / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+@dataclass(frozen=True)
 class StackResult:
     """Per-team (self-play: per-checkpoint), per-episode results of one evaluation call."""
 
@@ -894,6 +1089,7 @@ class StackResult:
     chunk: int
     live_steps: int = 0  # env steps that belonged to an episode
     slot_steps: int = 0  # env steps the batch slots ran (live or idle)
+    record_error: str | None = None  # why the recording stopped early (run_teams' record)
 
     @property
     def utilisation(self) -> float:
@@ -948,6 +1144,7 @@ def run_stack(
     on_env_mismatch: str = "error",
     chunk: int = CHUNK,
     batch: int | None = None,
+    on_progress: Callable[[RolloutProgress], None] | None = None,
 ) -> StackResult:
     """Self-play evaluation of a stack of checkpoints (any algorithms) on ``eval_difficulty``.
 
@@ -968,6 +1165,7 @@ def run_stack(
         on_env_mismatch=on_env_mismatch,
         chunk=chunk,
         batch=batch,
+        on_progress=on_progress,
     )
 
 
@@ -983,6 +1181,8 @@ def run_teams(
     on_env_mismatch: str = "error",
     chunk: int = CHUNK,
     batch: int | None = None,
+    on_progress: Callable[[RolloutProgress], None] | None = None,
+    record: RecordTo | None = None,
 ) -> StackResult:
     """Evaluate teams whose agent slots are driven by any of the given checkpoints.
 
@@ -991,7 +1191,9 @@ def run_teams(
     All members of a team must share the world's env configuration (agents, comm
     channels, reward sharing, difficulty scaling); ``reference`` evaluates self-play teams
     only (it reproduces upstream's evaluation, which has no mixed teams). Returns
-    ``records[team][episode]``.
+    ``records[team][episode]``. With ``record``, every evaluated step of every episode
+    streams to ``record.recorder`` as the rollout runs (see :class:`RecordTo`); a recorder
+    failure ends the recording, not the evaluation (``StackResult.record_error``).
     """
     _validate_request(protocol, eval_difficulty, num_episodes, max_steps)
     if len(cfgs) != len(weights):
@@ -1045,10 +1247,20 @@ def run_teams(
 
     records: list[Any] = [None] * len(teams)
     chunks: list[Any] = [None] * len(teams)
-    live = slot = 0
+    live = slot = slot_done = 0
+    record_error: str | None = None
+    total = sum(len(idx) * settings(teams[idx[0]])[0] for idx in groups.values())
+    clock = time.perf_counter()
     for idx in groups.values():
         n_ep, cap = settings(teams[idx[0]])
-        recs, ch, slot_steps, live_steps = _run_group(
+
+        def on_status(st: Status, before=(slot_done, live), size=len(idx) * n_ep) -> None:
+            if on_progress is not None:
+                episodes = before[0] + min(int(st.finished), size)
+                steps = before[1] + int(st.live_steps)
+                on_progress(RolloutProgress(episodes, total, steps, time.perf_counter() - clock))
+
+        recs, ch, slot_steps, live_steps, error = _run_group(
             [tuple(teams[i]) for i in idx],
             cfgs,
             specs,
@@ -1060,10 +1272,14 @@ def run_teams(
             cap,
             chunk,
             batch,
+            on_status,
+            record,
         )
+        record_error = record_error or error
         for j, i in enumerate(idx):
             records[i], chunks[i] = recs[j], ch[j]
         live, slot = live + live_steps, slot + slot_steps
+        slot_done += len(idx) * n_ep
     return StackResult(
         records=records,
         chunks=chunks,
@@ -1072,6 +1288,7 @@ def run_teams(
         chunk=chunk,
         live_steps=live,
         slot_steps=slot,
+        record_error=record_error,
     )
 
 
@@ -1198,6 +1415,8 @@ def _run_group(
     max_steps,
     chunk,
     batch,
+    on_status: Callable[[Status], None],
+    record: RecordTo | None = None,
 ):
     keys, group_specs, classes, order = _batch_structure(teams, cfgs, specs)
     batch_teams = [teams[i] for i in order]  # class by class
@@ -1205,6 +1424,10 @@ def _run_group(
     world = statics[batch_teams[0][0]].world
     masking = any(cfgs[m].env.action_masking for team in batch_teams for m in team)
     capacity = _capacity(max_steps)
+    if record is not None and batch is None:  # bound what one call hands the host
+        world_dims = statics[batch_teams[0][0]]
+        per_slot = chunk * world_dims.num_agents * (world_dims.obs_dim + world_dims.num_actions) * 4
+        batch = max(1, RECORD_LOG_BYTES // per_slot)
     if protocol == "fast":
         n_dev = _devices_for(num_episodes)
         padded = num_episodes + (-num_episodes) % n_dev
@@ -1216,7 +1439,18 @@ def _run_group(
         classes = (TeamClass(classes[0].roles, t + pad),) if pad else classes
         slots = 1
     prog = _program(
-        ProgramKey(protocol, keys, classes, world, masking, slots, chunk, capacity, n_dev),
+        ProgramKey(
+            protocol,
+            keys,
+            classes,
+            world,
+            masking,
+            slots,
+            chunk,
+            capacity,
+            n_dev,
+            record=record is not None,
+        ),
         group_specs,
     )
     # Per class, per role: the members' variables and masking flags, stacked over teams.
@@ -1236,6 +1470,7 @@ def _run_group(
     dyn = prog.env.difficulty_params(eval_difficulty)
     steps = np.asarray(max_steps, np.int32)
     clock = time.perf_counter()
+    worlds: list[Any]
     if protocol == "reference":
         chain = np.stack(
             [np.asarray(reference_key(cfgs[team[0]], eval_difficulty)) for team in batch_teams]
@@ -1243,12 +1478,20 @@ def _run_group(
         seeds = cfgs[batch_teams[0][0]].eval.eval_seed + np.arange(num_episodes)
         worlds = [jax.random.PRNGKey(int(s)) for s in seeds]
     else:
-        worlds, chain = fast_keys(padded)
-        worlds, chain = list(worlds), np.asarray(chain)
+        world_keys, chain_keys = fast_keys(padded)
+        worlds, chain = list(world_keys), np.asarray(chain_keys)
     obs0, state0 = jax.block_until_ready(_resets(world, dyn, worlds))
     t_reset = time.perf_counter()
-    res, loops = prog.run(tuple(role_vars), tuple(role_mask), dyn, chain, obs0, state0, steps)
-    res = jax.tree_util.tree_map(lambda x: x[:t, :num_episodes], jax.block_until_ready(res))
+    shared = (tuple(role_vars), tuple(role_mask), dyn)
+    keys_arg = () if protocol == "reference" else (chain,)  # fast threads per-episode keys
+    loop = prog.start(chain, obs0, state0, steps)
+    sink = (
+        None
+        if record is None
+        else _RecordSink(record, prog, batch_teams[:t], np.stack(worlds), num_episodes)
+    )
+    res, loops = _drive(prog, loop, (*shared, *keys_arg, obs0, state0, steps), on_status, sink)
+    res = jax.tree_util.tree_map(lambda x: x[:t, :num_episodes], prog.merge(res))
     t_roll = time.perf_counter()
     template = jax.tree_util.tree_map(lambda x: x[0], state0)
     exact = _scores_eager if protocol == "reference" else _scores
@@ -1257,11 +1500,7 @@ def _run_group(
     small = jax.device_get(res._replace(snapshot=()))
     records = _records(small, scores)
     slot_steps = (
-        int(np.sum(np.asarray(loops)))
-        * chunk
-        * len(batch_teams)
-        * slots
-        // (n_dev if protocol == "reference" else 1)
+        loops * chunk * len(batch_teams) * slots // (n_dev if protocol == "reference" else 1)
     )
     LAST_TIMINGS.clear()
     LAST_TIMINGS.update(
@@ -1275,7 +1514,113 @@ def _run_group(
     all_chunks = np.asarray(small.chunks)
     for j, i in enumerate(order):
         out_records[i], out_chunks[i] = records[j], all_chunks[j]
-    return out_records, out_chunks, slot_steps, int(np.sum(small.length))
+    error = None if sink is None else sink.error
+    return out_records, out_chunks, slot_steps, int(np.sum(small.length)), error
+
+
+def _drive(
+    prog: _Program,
+    loop: Loop,
+    call_args: tuple,
+    on_status: Callable[[Status], None],
+    on_log: Callable[[StepLog], None] | None = None,
+):
+    """Call ``prog.advance`` until no slot runs -> (output buffer, chunks run).
+
+    The next call is queued before the host reads the last call's :class:`Status` and
+    :class:`StepLog` (the loop state never leaves the device, its buffers are donated call
+    to call), so the device computes while the host reports and records; the one call
+    queued after the end changes nothing.
+    """
+    pending = prog.advance(loop, *call_args)
+    while True:
+        loop, status, log = pending
+        pending = prog.advance(loop, *call_args)
+        st = Status(*(np.sum(np.asarray(x)) for x in jax.device_get(status)))
+        if on_log is not None and log is not None:
+            on_log(jax.device_get(log))
+        on_status(st)
+        if st.running == 0:
+            return pending[0].done, int(st.loops)
+
+
+@dataclass(frozen=True)
+class RecordTo:
+    """Where :func:`run_teams` streams every evaluated step (``score --record``)."""
+
+    recorder: Any  # alem_eval.datasets.Recorder
+    names: Sequence[str]  # per checkpoint index: the cell id recorded for its agent slots
+
+
+class _RecordSink:
+    """Turns the per-call :class:`StepLog` of one batch into the recorder's calls: each
+    slot's live rows are one contiguous run of one episode (slots refill only between
+    calls); an episode's last row finishes it. A recorder error (unwritable or full disk)
+    stops the recording, never the evaluation: it is kept in :attr:`error`."""
+
+    FIELDS = ("observations", "legal_actions", "actions", "rewards", "dones", "team_achievements")
+
+    def __init__(self, target: RecordTo, prog: _Program, teams, world_keys, num_episodes: int):
+        self.recorder = target.recorder
+        self.team_names = [tuple(target.names[m] for m in team) for team in teams]
+        self.prog = prog
+        self.world_keys = np.asarray(world_keys, np.uint32)
+        self.num_episodes = num_episodes
+        self.open: dict[tuple[int, int], dict[str, Any]] = {}
+        self.error: str | None = None
+
+    def __call__(self, log: StepLog) -> None:
+        if self.error is not None:
+            return
+        key = self.prog.key
+        per_device = key.num_devices > 1
+        try:
+            for d in range(key.num_devices):
+                view = jax.tree_util.tree_map(lambda x, d=d: x[d], log) if per_device else log
+                self._device(view, d)
+        except AlemEvalError as exc:
+            self.error = str(exc)
+
+    def _device(self, log: StepLog, d: int) -> None:
+        key = self.prog.key
+        local_teams = sum(c.size for c in self.prog.classes)
+        local_episodes = self.world_keys.shape[0] // (
+            1 if key.protocol == "reference" else key.num_devices
+        )
+        for n in range(log.live.shape[1]):
+            rows = np.nonzero(log.live[:, n])[0]
+            if rows.size == 0:
+                continue
+            team = n // key.slots + (d * local_teams if key.protocol == "reference" else 0)
+            episode = int(log.episode[rows[0], n]) + (
+                d * local_episodes if key.protocol == "fast" else 0
+            )
+            if team >= len(self.team_names) or episode >= self.num_episodes:
+                continue  # padding
+            names, t0 = self.team_names[team], int(log.t[rows[0], n])
+            acc = self.open.setdefault((team, episode), {"return": [], "step_key": None})
+            if t0 == 0:
+                acc.update(steps=[], step_key=[int(x) for x in log.key[rows[0], n]])
+            acc["return"].append(np.asarray(log.team_reward[rows, n], np.float64))
+            self.recorder.add_steps(
+                names, episode, t0, {f: getattr(log, f)[rows, n] for f in self.FIELDS}
+            )
+            last = rows[-1]
+            if bool(log.last[last, n]):
+                del self.open[(team, episode)]
+                steps = np.concatenate(acc["return"])
+                self.recorder.finish_episode(
+                    names,
+                    episode,
+                    {
+                        "length": int(log.t[last, n]) + 1,
+                        "terminated": bool(log.terminated[last, n]),
+                        "episode_return": float(np.add.accumulate(steps)[-1]),
+                        "final_achievements": int(log.team_achievements[last, n]),
+                        "world_key": [int(x) for x in self.world_keys[episode]],
+                        "step_key": acc["step_key"],
+                    },
+                )
 
 
 def _records(res: EpisodeResult, scores: Mapping[str, np.ndarray]) -> list[list[dict[str, float]]]:
@@ -1313,6 +1658,7 @@ def score_stack(
     max_steps: int | None = None,
     on_env_mismatch: str = "error",
     batch: int | None = None,
+    on_progress: Callable[[RolloutProgress], None] | None = None,
 ) -> list[list[dict[str, float]]]:
     """``[checkpoint][episode]`` records (see the module docstring); CONTRACTS.md API."""
     return run_stack(
@@ -1324,6 +1670,7 @@ def score_stack(
         max_steps=max_steps,
         on_env_mismatch=on_env_mismatch,
         batch=batch,
+        on_progress=on_progress,
     ).records
 
 

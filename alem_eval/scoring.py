@@ -10,14 +10,18 @@ the same provenance is read back instead of recomputed.
 from __future__ import annotations
 
 import math
+import time
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from collections.abc import Callable, Mapping, Sequence
 
 from .errors import UsageError
 from .metrics import SUMMARY_METRICS, metric_info
+
+if TYPE_CHECKING:
+    from .evaluate import RolloutProgress
 
 
 @dataclass(frozen=True)
@@ -182,13 +186,17 @@ def score_cells(
     options: ScoreOptions = ScoreOptions(),
     store=None,
     on_progress: Callable[[str, int, int], None] | None = None,
+    on_episodes: Callable[[RolloutProgress], None] | None = None,
 ) -> list[CellScore]:
     """Score ``cells`` from ``source``; results are read from / written to ``store``.
 
-    ``on_progress(message, done, total)`` is called as cells complete.
+    ``on_progress(message, done, total)`` is called as cells complete;
+    ``on_episodes(progress)`` as the evaluator's episodes finish (a live progress bar:
+    episodes done of all that run, env steps, elapsed time; cells read back from the
+    store do not count).
     """
     from . import checkpoint as ckpt
-    from .evaluate import check_env_version, score_stack
+    from .evaluate import RolloutProgress, check_env_version, score_stack
     from .loader import cell_checkpoint_dir, load_cell
     from .results import ResultKey, build_rows
 
@@ -229,49 +237,67 @@ def score_cells(
     for job in todo:
         # Any algorithms together: the evaluator runs them in one compiled program.
         groups[(job.eval_difficulty, job.num_episodes, job.max_steps)].append(job)
-    for group in groups.values():
-        for stack, padded in _stacks(group, options.max_stack):
-            loaded = {
-                id(j): load_cell(
-                    j.cell_dir,
-                    algorithm=j.cell.algorithm,
-                    difficulty=j.cell.difficulty,
-                    seed=j.cell.seed,
-                    policy_only=True,
-                    where=j.cell.id,
+    plan = [sp for group in groups.values() for sp in _stacks(group, options.max_stack)]
+    episodes_total = sum(len(padded) * stack[0].num_episodes for stack, padded in plan)
+    ran = {"episodes": 0, "steps": 0}
+    clock = time.perf_counter()
+
+    def stack_progress(p: RolloutProgress) -> None:
+        if on_episodes is not None:
+            on_episodes(
+                RolloutProgress(
+                    ran["episodes"] + p.episodes_done,
+                    episodes_total,
+                    ran["steps"] + p.live_steps,
+                    time.perf_counter() - clock,
                 )
-                for j in stack
-            }
-            cfgs = [loaded[id(j)].cfg for j in padded]
-            weights = [loaded[id(j)].weights for j in padded]
-            records = score_stack(
-                cfgs,
-                weights,
-                protocol=options.protocol,
-                eval_difficulty=stack[0].eval_difficulty,
-                num_episodes=stack[0].num_episodes,
-                max_steps=stack[0].max_steps,
-                on_env_mismatch="ignore",  # checked above, per cell
-                batch=options.batch,
             )
-            real = {id(j): k for k, j in reversed(list(enumerate(padded)))}  # first = real
-            records = [records[real[id(j)]] for j in stack]
-            for job, episodes in zip(stack, records):
-                if store is not None:
-                    store.write(
-                        build_rows(job.key, episodes),
-                        job.key,
-                        extra=_extra(job, options.protocol),
-                    )
-                done[(job.cell.id, job.eval_difficulty)] = CellScore(
-                    job.cell,
-                    job.eval_difficulty,
-                    options.protocol,
-                    tuple(episodes),
-                    provenance=_provenance(job.key),
+
+    for stack, padded in plan:
+        loaded = {
+            id(j): load_cell(
+                j.cell_dir,
+                algorithm=j.cell.algorithm,
+                difficulty=j.cell.difficulty,
+                seed=j.cell.seed,
+                policy_only=True,
+                where=j.cell.id,
+            )
+            for j in stack
+        }
+        cfgs = [loaded[id(j)].cfg for j in padded]
+        weights = [loaded[id(j)].weights for j in padded]
+        records = score_stack(
+            cfgs,
+            weights,
+            protocol=options.protocol,
+            eval_difficulty=stack[0].eval_difficulty,
+            num_episodes=stack[0].num_episodes,
+            max_steps=stack[0].max_steps,
+            on_env_mismatch="ignore",  # checked above, per cell
+            batch=options.batch,
+            on_progress=stack_progress,
+        )
+        ran["episodes"] += len(padded) * stack[0].num_episodes
+        ran["steps"] += sum(int(ep["episode_length"]) for rec in records for ep in rec)
+        real = {id(j): k for k, j in reversed(list(enumerate(padded)))}  # first = real
+        records = [records[real[id(j)]] for j in stack]
+        for job, episodes in zip(stack, records):
+            if store is not None:
+                store.write(
+                    build_rows(job.key, episodes),
+                    job.key,
+                    extra=_extra(job, options.protocol),
                 )
-            if on_progress:
-                on_progress(f"scored {', '.join(j.cell.id for j in stack)}", len(done), total)
+            done[(job.cell.id, job.eval_difficulty)] = CellScore(
+                job.cell,
+                job.eval_difficulty,
+                options.protocol,
+                tuple(episodes),
+                provenance=_provenance(job.key),
+            )
+        if on_progress:
+            on_progress(f"scored {', '.join(j.cell.id for j in stack)}", len(done), total)
     return [done[(j.cell.id, j.eval_difficulty)] for j in jobs]
 
 

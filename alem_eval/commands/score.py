@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from ..cli import app
-from ..console import OutputFormat, emit_records, err_console
+from ..console import EpisodeBar, OutputFormat, emit_records, err_console
 from ..options import (
     AlgorithmFilterOpt,
     BudgetFilterOpt,
@@ -136,12 +136,14 @@ def score(
     enable_compilation_cache()
     t0 = time.perf_counter()
 
-    def progress(message: str, done: int, total: int) -> None:
-        err_console.print(
-            f"[{done}/{total}] {message} ({time.perf_counter() - t0:.0f}s)", highlight=False
-        )
+    with EpisodeBar("score") as bar:
 
-    scores = score_cells(src, cells, options=options, store=store, on_progress=progress)
+        def progress(message: str, done: int, total: int) -> None:
+            bar.note(f"[{done}/{total}] {message} ({time.perf_counter() - t0:.0f}s)")
+
+        scores = score_cells(
+            src, cells, options=options, store=store, on_progress=progress, on_episodes=bar.update
+        )
     if fmt == OutputFormat.json:
         emit_records([s.as_record() for s in scores], fmt)
     elif fmt == OutputFormat.csv:

@@ -1,0 +1,147 @@
+"""RECORDING: every evaluated step streams out of the compiled rollout (``score --record``).
+
+The recorder here is an in-memory stand-in with the :class:`alem_eval.datasets.Recorder`
+call protocol (add_steps / finish_episode), so these tests check what the evaluator hands
+over; the on-disk format has its own tests (test_datasets.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+import pytest
+
+from alem_eval import evaluate as ev
+from alem_eval.errors import DatasetError
+from tests.eval_support import EVALUATOR_GROUP, load
+
+pytestmark = pytest.mark.xdist_group(EVALUATOR_GROUP)
+
+IPPO = "tiny/ippo-rnn/easy/seed0"
+PQN = "tiny/pqn-vdn-rnn/easy/seed0"
+EPISODES = 3
+STEPS = 40
+
+
+class MemoryRecorder:
+    """Keeps what the evaluator hands over: steps per (team, episode), and the metas."""
+
+    def __init__(self, fail_after: int | None = None):
+        self.steps: dict[tuple, list[tuple[int, dict[str, np.ndarray]]]] = {}
+        self.meta: dict[tuple, dict[str, Any]] = {}
+        self.fail_after = fail_after
+        self.calls = 0
+
+    def add_steps(self, team, episode, t0, arrays):
+        self.calls += 1
+        if self.fail_after is not None and self.calls > self.fail_after:
+            raise DatasetError("disk full (test)")
+        self.steps.setdefault((tuple(team), episode), []).append(
+            (t0, {k: np.array(v) for k, v in arrays.items()})
+        )
+
+    def finish_episode(self, team, episode, meta):
+        self.meta[(tuple(team), episode)] = dict(meta)
+
+    def episode(self, team, episode) -> dict[str, np.ndarray]:
+        parts = self.steps[(tuple(team), episode)]
+        t = 0
+        for t0, arrays in parts:
+            assert t0 == t, f"steps not contiguous: part at {t0}, expected {t}"
+            t += len(arrays["actions"])
+        return {k: np.concatenate([a[k] for _, a in parts]) for k in parts[0][1]}
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    cells = [load(IPPO), load(PQN)]
+    rec = MemoryRecorder()
+    teams = [(0, 0, 0), (0, 1, 1)]
+    res = ev.run_teams(
+        [c.cfg for c in cells],
+        [c.weights for c in cells],
+        teams,
+        protocol="fast",
+        eval_difficulty="easy",
+        num_episodes=EPISODES,
+        max_steps=STEPS,
+        batch=2,  # a queue: episodes start as refills
+        record=ev.RecordTo(rec, [IPPO, PQN]),
+    )
+    return res, rec, cells, teams
+
+
+def test_every_step_of_every_episode_is_recorded_once_and_matches_the_scores(recorded):
+    res, rec, _, teams = recorded
+    assert res.record_error is None
+    for i, team in enumerate(teams):
+        names = tuple([IPPO, PQN][m] for m in team)
+        for e in range(EPISODES):
+            steps = rec.episode(names, e)
+            meta = rec.meta[(names, e)]
+            record = res.records[i][e]
+            n = int(record["episode_length"])
+            assert len(steps["actions"]) == n == meta["length"]
+            assert meta["episode_return"] == record["episode_return"]
+            assert meta["terminated"] == bool(record["terminated"])
+            assert steps["observations"].shape[:2] == (n, 3)
+            assert steps["legal_actions"].dtype == bool
+            assert steps["team_achievements"][-1] == meta["final_achievements"]
+
+
+def test_recording_does_not_change_the_scores(recorded):
+    res, _, cells, teams = recorded
+    plain = ev.run_teams(
+        [c.cfg for c in cells],
+        [c.weights for c in cells],
+        teams,
+        protocol="fast",
+        eval_difficulty="easy",
+        num_episodes=EPISODES,
+        max_steps=STEPS,
+        batch=2,
+    )
+    assert plain.records == res.records
+
+
+def test_recorded_actions_replayed_from_the_recorded_keys_reproduce_the_episode(recorded):
+    """The env alone, fed the recorded actions from the recorded world and step keys,
+    sees the recorded observations and ends with the recorded achievements."""
+    from alem_env.eval_env import get_eval_env
+
+    res, rec, cells, _ = recorded
+    names = (IPPO, PQN, PQN)
+    env = get_eval_env(ev.eval_statics(cells[0].cfg).world)
+    dyn = env.difficulty_params("easy")
+    for e in (0, EPISODES - 1):
+        steps, meta = rec.episode(names, e), rec.meta[(names, e)]
+        obs, state = env.reset(np.asarray(meta["world_key"], np.uint32), dyn)
+        key = np.asarray(meta["step_key"], np.uint32)
+        for t in range(meta["length"]):
+            np.testing.assert_array_equal(np.asarray(obs), steps["observations"][t], f"t={t}")
+            key, _, env_key = jax.random.split(key, 3)
+            out = env.step(env_key, state, steps["actions"][t], dyn)
+            obs, state = out.obs, out.state
+            np.testing.assert_array_equal(np.asarray(out.reward), steps["rewards"][t])
+        assert int(env.team_achievements(state)) == meta["final_achievements"]
+
+
+def test_a_failing_recorder_stops_the_recording_not_the_scores(recorded):
+    res, _, cells, teams = recorded
+    broken = MemoryRecorder(fail_after=1)
+    out = ev.run_teams(
+        [c.cfg for c in cells],
+        [c.weights for c in cells],
+        teams,
+        protocol="fast",
+        eval_difficulty="easy",
+        num_episodes=EPISODES,
+        max_steps=STEPS,
+        batch=2,
+        record=ev.RecordTo(broken, [IPPO, PQN]),
+    )
+    assert out.record_error == "disk full (test)"
+    assert out.records == res.records
+    assert broken.calls == 2  # nothing was attempted after the failure
