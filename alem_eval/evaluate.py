@@ -1145,6 +1145,7 @@ def run_stack(
     chunk: int = CHUNK,
     batch: int | None = None,
     on_progress: Callable[[RolloutProgress], None] | None = None,
+    record: RecordTo | None = None,
 ) -> StackResult:
     """Self-play evaluation of a stack of checkpoints (any algorithms) on ``eval_difficulty``.
 
@@ -1166,6 +1167,7 @@ def run_stack(
         chunk=chunk,
         batch=batch,
         on_progress=on_progress,
+        record=record,
     )
 
 

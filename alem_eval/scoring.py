@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from collections.abc import Callable, Mapping, Sequence
 
-from .errors import UsageError
+from .errors import DatasetError, UsageError
 from .metrics import SUMMARY_METRICS, metric_info
 
 if TYPE_CHECKING:
@@ -187,6 +188,7 @@ def score_cells(
     store=None,
     on_progress: Callable[[str, int, int], None] | None = None,
     on_episodes: Callable[[RolloutProgress], None] | None = None,
+    record_dir: Path | None = None,
 ) -> list[CellScore]:
     """Score ``cells`` from ``source``; results are read from / written to ``store``.
 
@@ -194,9 +196,15 @@ def score_cells(
     ``on_episodes(progress)`` as the evaluator's episodes finish (a live progress bar:
     episodes done of all that run, env steps, elapsed time; cells read back from the
     store do not count).
+
+    With ``record_dir``, every evaluated step is recorded there as the rollout runs
+    (:mod:`alem_eval.datasets`); a cell whose scores are stored but whose recording is
+    incomplete is evaluated again (its scores are identical). A recording that fails
+    (unwritable or full disk) raises :class:`DatasetError` once the scores of the stack
+    being evaluated are saved.
     """
     from . import checkpoint as ckpt
-    from .evaluate import RolloutProgress, check_env_version, score_stack
+    from .evaluate import RecordTo, RolloutProgress, check_env_version, run_stack
     from .loader import cell_checkpoint_dir, load_cell
     from .results import ResultKey, build_rows
 
@@ -209,6 +217,7 @@ def score_cells(
         if options.protocol == "reference" and job.cfg.assumed_keys:
             warnings.warn(_assumed_message(job), ReferenceAssumptionWarning, stacklevel=2)
 
+    recorders = _Recorders(record_dir, options.protocol) if record_dir is not None else None
     hashes: dict[str, str] = {}
     done: dict[tuple[str, str], CellScore] = {}
     todo: list[_Job] = []
@@ -226,7 +235,7 @@ def score_cells(
             max_steps=job.max_steps,
         )
         stored = store.get(job.key) if store is not None else None
-        if stored is not None:
+        if stored is not None and _recorded(recorders, job, options.protocol):
             done[(job.cell.id, job.eval_difficulty)] = _from_frame(job, stored, options.protocol)
         else:
             todo.append(job)
@@ -267,17 +276,24 @@ def score_cells(
         }
         cfgs = [loaded[id(j)].cfg for j in padded]
         weights = [loaded[id(j)].weights for j in padded]
-        records = score_stack(
+        difficulty = stack[0].eval_difficulty
+        result = run_stack(
             cfgs,
             weights,
             protocol=options.protocol,
-            eval_difficulty=stack[0].eval_difficulty,
+            eval_difficulty=difficulty,
             num_episodes=stack[0].num_episodes,
             max_steps=stack[0].max_steps,
             on_env_mismatch="ignore",  # checked above, per cell
             batch=options.batch,
             on_progress=stack_progress,
+            record=(
+                None
+                if recorders is None
+                else RecordTo(recorders.get(difficulty), [j.cell.id for j in padded])
+            ),
         )
+        records = result.records
         ran["episodes"] += len(padded) * stack[0].num_episodes
         ran["steps"] += sum(int(ep["episode_length"]) for rec in records for ep in rec)
         real = {id(j): k for k, j in reversed(list(enumerate(padded)))}  # first = real
@@ -298,7 +314,44 @@ def score_cells(
             )
         if on_progress:
             on_progress(f"scored {', '.join(j.cell.id for j in stack)}", len(done), total)
+        if result.record_error is not None:
+            raise DatasetError(
+                f"recording into {record_dir} stopped: {result.record_error} (the scores "
+                "are saved in the results store; rerun with --record to complete it)"
+            )
     return [done[(j.cell.id, j.eval_difficulty)] for j in jobs]
+
+
+class _Recorders:
+    """One :class:`alem_eval.datasets.Recorder` per eval difficulty, opened on first use."""
+
+    def __init__(self, root: Path, protocol: str):
+        from alem_env.loader import installed_env_version
+
+        self.root, self.protocol = root, protocol
+        self.env_version = installed_env_version()
+        self._open: dict[str, Any] = {}
+
+    def get(self, eval_difficulty: str):
+        from .datasets import Recorder
+
+        if eval_difficulty not in self._open:
+            self._open[eval_difficulty] = Recorder(
+                self.root,
+                protocol=self.protocol,
+                eval_difficulty=eval_difficulty,
+                env_version=self.env_version,
+            )
+        return self._open[eval_difficulty]
+
+
+def _recorded(recorders: _Recorders | None, job: _Job, protocol: str) -> bool:
+    """Is every episode of a stored job in the recording (True when not recording)?"""
+    if recorders is None:
+        return True
+    rec = recorders.get(job.eval_difficulty)
+    team = (job.cell.id,) * job.cfg.env.num_agents
+    return all(rec.is_complete(team, e) for e in range(job.num_episodes))
 
 
 class ReferenceAssumptionWarning(UserWarning):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -17,7 +18,7 @@ PQN = "tiny/pqn-vdn-rnn/easy/seed0"
 STEPS = 1000  # the cap of the shared fast-protocol tests: these near-untrained teams die early
 
 
-def _run(cell_ids, teams, batch):
+def _run(cell_ids, teams, batch, on_progress=None):
     cells = [load(c) for c in cell_ids]
     return ev.run_teams(
         [c.cfg for c in cells],
@@ -28,7 +29,21 @@ def _run(cell_ids, teams, batch):
         num_episodes=FAST_EPISODES,
         max_steps=STEPS,
         batch=batch,
+        on_progress=on_progress,
     )
+
+
+def test_finished_episodes_are_reported_as_they_finish():
+    """Two slots, four episodes: the host hears of episodes while others still run, and
+    the last report counts every episode and every live env step."""
+    seen: list[ev.RolloutProgress] = []
+    res = _run([IPPO], [(0, 0, 0)], batch=2, on_progress=seen.append)
+    done = [p.episodes_done for p in seen]
+    assert done == sorted(done) and done[-1] == FAST_EPISODES
+    assert any(0 < d < FAST_EPISODES for d in done), done
+    assert {p.episodes_total for p in seen} == {FAST_EPISODES}
+    assert seen[-1].live_steps == res.live_steps
+    assert all(a.elapsed_s <= b.elapsed_s for a, b in itertools.pairwise(seen))
 
 
 def test_slots_per_team_shares_the_batch_and_never_exceeds_the_episodes():

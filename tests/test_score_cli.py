@@ -1,6 +1,7 @@
 """`alem-eval score` end to end: loopback Hub, results store, resume after a kill."""
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -42,6 +43,9 @@ def test_score_difficulty_hard_from_a_loopback_hub(tmp_path):
             )
         fetched = {p.split("/")[1] for p in hub.file_requests("GET")}
         assert fetched == {"hypermarl-rnn", "ippo-rnn"}  # only the selected cells came down
+        # Not a terminal: the episode progress ends with one plain line in the log.
+        total = 2 * FAST_EPISODES
+        assert re.search(rf"episodes {total}/{total}, [\d,]+ env steps \([\d,]+/s\)", proc.stderr)
 
         # A second run reads everything back from the store: no file request, no compute.
         hub.clear()

@@ -6,6 +6,7 @@ Parses, calls :func:`alem_eval.scoring.score_cells` and prints its scores.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -83,6 +84,16 @@ def score(
         ),
     ] = None,
     on_env_mismatch: EnvMismatchOpt = EnvMismatch.error,
+    record: Annotated[
+        Path | None,
+        typer.Option(
+            "--record",
+            help="Also record every evaluated step (observations, legal actions, actions, "
+            "rewards, dones, team achievements) into this directory, streamed in compressed "
+            "chunks as the rollout runs; 'alem-eval dataset export' turns it into Flashbax "
+            "vaults. A rerun completes an interrupted recording.",
+        ),
+    ] = None,
     devices: Annotated[
         str | None,
         typer.Option(
@@ -142,7 +153,13 @@ def score(
             bar.note(f"[{done}/{total}] {message} ({time.perf_counter() - t0:.0f}s)")
 
         scores = score_cells(
-            src, cells, options=options, store=store, on_progress=progress, on_episodes=bar.update
+            src,
+            cells,
+            options=options,
+            store=store,
+            on_progress=progress,
+            on_episodes=bar.update,
+            record_dir=record,
         )
     if fmt == OutputFormat.json:
         emit_records([s.as_record() for s in scores], fmt)
