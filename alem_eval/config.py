@@ -36,15 +36,6 @@ REFERENCE_CHAIN_KEYS: tuple[str, ...] = ("SEED", "VISUALIZE", "EVAL_DIFFICULTIES
 PAPER_ENV_VERSION = "v0.13741-fix-construction-more-metrics"
 
 
-def __getattr__(name: str) -> Any:
-    # Transitional re-export for modules not yet reading the registry directly.
-    if name == "ALGORITHMS":
-        from .algorithms import ALGORITHMS
-
-        return ALGORITHMS
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def _algorithm(name: str, where: str = "config"):
     """The registry record (imported lazily: the registry itself reads this module)."""
     from .algorithms import get_algorithm

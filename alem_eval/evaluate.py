@@ -164,18 +164,27 @@ def _check_count(name: str, value: int | None) -> None:
         raise UsageError(f"{name} must be at least 1, got {value}")
 
 
+def check_settings(
+    protocol: str, num_episodes: int | None, max_steps: int | None, batch: int | None = None
+) -> None:
+    """The evaluator's checks of its settings (one wording for the library and the CLI):
+    a known protocol, and positive counts where given."""
+    if protocol not in PROTOCOLS:
+        raise UsageError(f"unknown protocol {protocol!r} (expected one of {', '.join(PROTOCOLS)})")
+    _check_count("--episodes", num_episodes)
+    _check_count("--max-steps", max_steps)
+    _check_count("--batch", batch)
+
+
 def _validate_request(
     protocol: str, eval_difficulty: str, num_episodes: int | None, max_steps: int | None
 ) -> None:
-    if protocol not in PROTOCOLS:
-        raise UsageError(f"unknown protocol {protocol!r} (expected one of {', '.join(PROTOCOLS)})")
+    check_settings(protocol, num_episodes, max_steps)
     if eval_difficulty not in DIFFICULTIES:
         raise UsageError(
             f"unknown eval difficulty {eval_difficulty!r} "
             f"(expected one of {', '.join(DIFFICULTIES)})"
         )
-    _check_count("--episodes", num_episodes)
-    _check_count("--max-steps", max_steps)
 
 
 def eval_statics(cfg: RunConfig):

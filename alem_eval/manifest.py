@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Iterable, Mapping
 
-from .config import ALGORITHMS, DIFFICULTIES
+from .algorithms import ALGORITHMS
+from .config import DIFFICULTIES
 from .layout import budget_sort_key, parse_seed_dir
 from .errors import ConfigError, SelectorError
 

@@ -38,23 +38,16 @@ class ScoreOptions:
     on_env_mismatch: str = "error"  # evaluate.ENV_MISMATCH_POLICIES: error | warn | ignore
 
     def __post_init__(self) -> None:
-        from .config import DIFFICULTIES
-        from .evaluate import ENV_MISMATCH_POLICIES, _validate_request
+        from .evaluate import ENV_MISMATCH_POLICIES, check_settings
 
-        # The evaluator's own check of protocol, --episodes and --max-steps. It also checks
-        # an eval difficulty, which is not known yet (eval_difficulties only filters each
-        # cell's own): any valid one stands in.
-        _validate_request(self.protocol, DIFFICULTIES[0], self.num_episodes, self.max_steps)
+        # The evaluator's own checks of protocol, --episodes, --max-steps and --batch.
+        check_settings(self.protocol, self.num_episodes, self.max_steps, self.batch)
         if (
             isinstance(self.max_stack, bool)
             or not isinstance(self.max_stack, int)
             or self.max_stack < 1
         ):
             raise UsageError(f"--stack must be at least 1, got {self.max_stack!r}")
-        if self.batch is not None and (
-            isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch < 1
-        ):
-            raise UsageError(f"--batch must be at least 1, got {self.batch!r}")
         if self.on_env_mismatch not in ENV_MISMATCH_POLICIES:
             raise UsageError(
                 f"unknown env-version policy {self.on_env_mismatch!r} "

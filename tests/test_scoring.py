@@ -22,11 +22,11 @@ CELL = "tiny/ippo-rnn/easy/seed0"
 
 @pytest.fixture
 def fake_evaluator(monkeypatch):
-    """``evaluate.score_stack`` without the compile: it checks the env version of every
-    config under the policy it is given, as ``run_stack`` does before compiling anything."""
+    """``evaluate.run_stack`` without the compile: it checks the env version of every
+    config under the policy it is given, as the real one does before compiling anything."""
     calls = []
 
-    def score_stack(
+    def run_stack(
         cfgs,
         weights,
         *,
@@ -36,16 +36,25 @@ def fake_evaluator(monkeypatch):
         max_steps,
         on_env_mismatch,
         batch=None,
+        on_progress=None,
+        record=None,
     ):
         for i, cfg in enumerate(cfgs):
             evaluate.check_env_version(cfg, on_mismatch=on_env_mismatch, where=f"checkpoint {i}")
         calls.append(dict(n=len(cfgs), protocol=protocol, eval_difficulty=eval_difficulty))
-        return [
+        records = [
             [{"Team/achievement_pct": 0.25, "episode_length": 4.0} for _ in range(num_episodes)]
             for _ in cfgs
         ]
+        return evaluate.StackResult(
+            records=records,
+            chunks=[],
+            protocol=protocol,
+            eval_difficulty=eval_difficulty,
+            chunk=evaluate.CHUNK,
+        )
 
-    monkeypatch.setattr(evaluate, "score_stack", score_stack)
+    monkeypatch.setattr(evaluate, "run_stack", run_stack)
     return calls
 
 
