@@ -32,8 +32,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 DEFAULT_CELL = REPO.parent / "shared" / "fixtures" / "hub" / "full" / "ippo-rnn" / "hard" / "seed1"
-START = "<!-- eval-throughput:start -->"
-END = "<!-- eval-throughput:end -->"
 
 
 def _timed(fn, repeats: int = 1) -> float:
@@ -410,8 +408,7 @@ def _write(
             f"(`use_host_devices()`; records {same} to 1 device) | "
             f"{r['b_multi']:.1f} |\n"
         )
-    body = f"""{START}
-## Evaluation throughput
+    body = f"""## Evaluation throughput
 
 Measured by `bench/eval_throughput.py --write` on {datetime.date.today().isoformat()}.
 Cell `{cell_name}` ({cfg.algorithm}, FC {cfg.network.fc_dim}, GRU {cfg.network.gru_hidden}),
@@ -437,15 +434,11 @@ One-off costs (not in the numbers above): compile (a) {compile_a:.0f} s, (d) {co
 (c) {compile_c:.0f} s; the evaluator's trace + compile {compile_b:.0f} s (first call
 {first_wall:.0f} s in all). With `enable_compilation_cache()` a later process skips the
 XLA compile (the Python trace of the Alem step, ~5-20 s, remains).
-{END}"""
-    path = REPO / "BENCHMARKS.md"
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    if START in text and END in text:
-        text = text[: text.index(START)] + body + text[text.index(END) + len(END) :]
-    else:
-        text = text.rstrip("\n") + "\n\n" + body + "\n"
-    path.write_text(text)
-    print(f"wrote {path}")
+"""
+    from benchmarks_md import write_block
+
+    write_block("eval-throughput", body)
+    print("wrote BENCHMARKS.md (eval-throughput)")
 
 
 if __name__ == "__main__":
