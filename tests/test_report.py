@@ -8,7 +8,7 @@ import pytest
 
 from alem_eval.bootstrap import BootstrapSettings
 from alem_eval.cli import main
-from alem_eval.report import FIGURE_FORMATS, FIGURE_KINDS, build_report
+from alem_eval.report import FIGURE_FORMATS, FIGURE_KINDS, build_report, default_jobs
 from alem_eval.results import ResultsStore
 
 from .synthetic import fill_store
@@ -32,7 +32,9 @@ def run(args, capsys):
 
 
 def test_report_contains_every_expected_figure(scored, tmp_path):
-    res = build_report(scored, tmp_path / "rep", settings=BootstrapSettings(reps=300))
+    res = build_report(
+        scored, tmp_path / "rep", settings=BootstrapSettings(reps=300), formats=FIGURE_FORMATS
+    )
     names = {p.name for p in (tmp_path / "rep" / "figures").iterdir()}
     expected = {f"team_reward_pct_of_max_{k}.{f}" for k in FIGURE_KINDS for f in FIGURE_FORMATS}
     assert names == expected and set(p.name for p in res.figures) == expected
@@ -60,6 +62,22 @@ def test_report_contains_every_expected_figure(scored, tmp_path):
     assert {"budget": "100M", "algorithm": "mappo-rnn", "difficulty": "hard"} in stats["metrics"][
         0
     ]["missing"]
+
+
+def test_figures_drawn_in_worker_processes_equal_those_drawn_in_process(scored, tmp_path):
+    """PNG only by default; forked workers write byte-identical files, the same report."""
+    assert default_jobs(8) >= 1
+    kw = dict(selectors=["*/*/easy,hard"], settings=BootstrapSettings(reps=200))
+    serial = build_report(scored, tmp_path / "serial", jobs=1, **kw)
+    forked = build_report(scored, tmp_path / "forked", jobs=2, **kw)
+    names = [p.name for p in serial.figures]
+    assert names == [p.name for p in forked.figures]
+    assert names == [f"team_reward_pct_of_max_{k}.png" for k in FIGURE_KINDS]
+    for a, b in zip(serial.figures, forked.figures, strict=True):
+        assert a.read_bytes() == b.read_bytes(), a.name
+    undated = [r.markdown.read_text().split("\n", 3)[3] for r in (serial, forked)]
+    assert undated[0] == undated[1]  # the report but its "Generated <time>" line
+    assert serial.stats_json.read_text() == forked.stats_json.read_text()
 
 
 def test_single_budget_report_has_no_budget_figure_and_says_so(scored, tmp_path):
@@ -100,7 +118,17 @@ def test_report_command(scored, tmp_path, capsys):
     )
     assert code == 0, err
     assert out.strip() == str(tmp_path / "r" / "report.md")
-    assert (tmp_path / "r" / "figures" / "team_achievement_pct_interval_estimates.pdf").is_file()
+    figures = tmp_path / "r" / "figures"
+    assert (figures / "team_achievement_pct_interval_estimates.png").is_file()
+    assert not list(figures.glob("*.pdf"))  # PDF only with --pdf
+    code, out, err = run(
+        ["report", "1B/ippo-rnn", "--results", str(scored.root), "--out", str(tmp_path / "p")]
+        + ["--reps", "100", "--pdf", "--jobs", "1"],
+        capsys,
+    )
+    assert code == 0, err
+    pdf = tmp_path / "p" / "figures" / "team_reward_pct_of_max_interval_estimates.pdf"
+    assert pdf.read_bytes().startswith(b"%PDF")
 
 
 @pytest.mark.parametrize(

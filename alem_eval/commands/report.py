@@ -1,4 +1,4 @@
-"""``alem-eval report``: Markdown report with figures (PNG + PDF) from the results store."""
+"""``alem-eval report``: Markdown report with figures (PNG; PDF with --pdf) from the results store."""
 
 from __future__ import annotations
 
@@ -35,11 +35,25 @@ def report(
     seed: SeedOpt = 0,
     runs: RunsOpt = Runs.seeds,
     protocol: ResultsProtocolOpt = None,
+    pdf: Annotated[
+        bool, typer.Option("--pdf", help="Also save every figure as PDF (vector; slower).")
+    ] = False,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs",
+            min=1,
+            help="Processes drawing the figures (default: one per CPU core; 1: none).",
+        ),
+    ] = None,
 ) -> None:
     """Interval estimates (IQM, mean, median, optimality gap), probability of improvement,
     performance profiles and the budget comparison, one panel per difficulty.
 
-    Prints the path of report.md on stdout.
+    Writes report.md, stats.json and figures/*.png (and *.pdf with --pdf) into --out and
+    prints the path of report.md on stdout.
+
+    Example: alem-eval report '1B/*/hard' --results runs/results --out report/ --pdf
     """
     from ..bootstrap import BootstrapSettings
     from ..metrics import DEFAULT_METRIC
@@ -54,6 +68,8 @@ def report(
         metrics=tuple(metric or (DEFAULT_METRIC,)),
         settings=settings,
         protocol=protocol and protocol.value,
+        formats=("png", "pdf") if pdf else ("png",),
+        jobs=jobs,
     )
     for note in res.notes:
         err_console.print(f"[yellow]note[/yellow] {note}", highlight=False)
