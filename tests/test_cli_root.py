@@ -27,3 +27,12 @@ def test_every_command_help_renders(command):
     result = CliRunner().invoke(app, [command, "--help"])
     assert result.exit_code == 0, result.output
     assert "Usage:" in result.output and command in result.output
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_help_shows_an_example(command):
+    """Each command's --help ends its description with a runnable example of itself."""
+    result = CliRunner().invoke(app, [command, "--help"])
+    assert result.exit_code == 0, result.output
+    assert "Example" in result.output, f"`alem-eval {command} --help` shows no example"
+    assert f"alem-eval {command} " in result.output.split("Example", 1)[1]

@@ -57,6 +57,11 @@ def compare(
 
     Runs are seeds when both sides have at least two cells, else episodes; difficulties
     are compared separately, never pooled.
+
+    Examples:
+
+      alem-eval compare 1B/ippo-rnn/hard/seed0 --source hub --source runs
+      alem-eval compare 'demo/*/easy' --source demo --source runs --metric total
     """
     from ..compare import compare_sources
     from ..evaluate import enable_compilation_cache

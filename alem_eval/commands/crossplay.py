@@ -116,6 +116,11 @@ def crossplay(
     CIs are printed. Scored teams are kept under <results>/crossplay/ (never read by
     report or leaderboard), so a rerun scores only the teams it has not seen. --seed
     seeds both the team sample (distinct, mixed) and the bootstrap.
+
+    Examples:
+
+      alem-eval crossplay '1B/*/hard' --scheme pairs
+      alem-eval crossplay 'demo/*' --source demo --episodes 2 --max-steps 100 --out xplay/
     """
     from ..crossplay import CrossplayStore, run_crossplay, write_outputs
     from ..results import collect_warnings

@@ -48,7 +48,13 @@ def export(
     ] = False,
 ) -> None:
     """Per-episode scores in marl-eval's layout: alem -> difficulty -> <algorithm>_<budget>
-    -> seed<N> -> step_0 / absolute_metrics (metric names lower-cased, '/' -> '_')."""
+    -> seed<N> -> step_0 / absolute_metrics (metric names lower-cased, '/' -> '_').
+
+    Examples:
+
+      alem-eval export '1B/*/*' --out marl-eval.json
+      alem-eval export --complete-subgrid --out subgrid.json
+    """
     from ..interop import export_marl_eval
     from ..results import open_store
 
@@ -82,7 +88,12 @@ def merge(
     fmt: FormatOpt = OutputFormat.table,
 ) -> None:
     """Import scored cells from another results directory into --results; provenance
-    conflicts are reported (the table lists them)."""
+    conflicts are reported (the table lists them).
+
+    Example (after a SLURM array that scored into runs/score-0 ... runs/score-7):
+
+      for i in $(seq 0 7); do alem-eval merge runs/score-$i; done
+    """
     from ..interop import merge_results
     from ..results import ResultsStore, open_store
 

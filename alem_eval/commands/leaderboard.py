@@ -35,7 +35,13 @@ def leaderboard(
     protocol: ResultsProtocolOpt = None,
 ) -> None:
     """Rows = (budget, algorithm); per difficulty the mean over seeds [95% CI] of Base%,
-    Coord% and Total%. Missing cells are shown as missing, never as zero."""
+    Coord% and Total%. Missing cells are shown as missing, never as zero.
+
+    Examples:
+
+      alem-eval leaderboard --format md
+      alem-eval leaderboard '1B' --format latex --out table.tex
+    """
     from ..bootstrap import BootstrapSettings
     from ..fsutil import write_text_atomic
     from ..leaderboard import build_leaderboard, render

@@ -49,6 +49,11 @@ def list_cells(
 
     expected_params is the parameter count at the released network sizes (manifest);
     commit is the Hub commit the cell's local copy was pulled at.
+
+    Examples:
+
+      alem-eval list '1B/*/hard'
+      alem-eval list --source demo --format json
     """
     from ..sources import open_source
 

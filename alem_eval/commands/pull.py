@@ -26,6 +26,11 @@ def pull(
     Every file is checked against the repo listing (size and sha256 / git blob id); a short,
     empty or corrupted file is fetched again.
     Prints each cell's local directory on stdout and a summary on stderr.
+
+    Examples:
+
+      alem-eval pull 1B/ippo-rnn/hard
+      HF_HUB_OFFLINE=1 alem-eval pull 1B/ippo-rnn/hard/seed0
     """
     from ..sources import open_source
 

@@ -110,6 +110,11 @@ def score(
 
     The table shows mean ± s.e. over episodes of Total%, Base%, Coord% and Ach% (the
     Team/*_pct metrics ×100). Episode lengths are true lengths (upstream logs length − 1).
+
+    Examples:
+
+      alem-eval score '1B/*/hard'
+      alem-eval score --source runs --protocol reference --format json
     """
     from ..evaluate import enable_compilation_cache, parse_devices, use_host_devices
     from ..results import open_store

@@ -214,6 +214,11 @@ def train(
     SIGTERM, Ctrl-C and --checkpoint-every save <cell>/_resume/; rerun the same command to resume.
 
     Metrics of every compiled call go to <cell>/train_log.jsonl.
+
+    Examples:
+
+      alem-eval train 1B/ippo-rnn/hard/seed3
+      alem-eval train 100M/pqn/easy --source hub --out runs
     """
     from ..selectors import parse_shard
     from ..training import TrainingStopped, TrainOptions, parse_sets

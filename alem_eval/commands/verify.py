@@ -26,6 +26,11 @@ def verify(
     """Check that each cell's config matches its weights and that the weights restore.
 
     Exit 0 if every cell is valid, 1 if any is not, 2 for usage errors.
+
+    Examples:
+
+      alem-eval verify 1B/ippo-rnn/hard
+      alem-eval verify --source runs
     """
     from ..sources import open_source
     from ..verify import verify_cells
