@@ -77,9 +77,6 @@ from .fsutil import write_bytes_atomic
 from .networks import NetworkSpec, build_network
 from .policies import GreedyPolicy, make_policy
 
-# Runtime set-up lives in alem_eval.runtime; these names stay importable from here.
-from .runtime import enable_compilation_cache, parse_devices, use_host_devices  # noqa: F401
-
 PROTOCOLS: tuple[str, ...] = ("fast", "reference")
 DEFAULT_PROTOCOL = "fast"
 FAST_WORLD_SEED = 9999

@@ -103,9 +103,10 @@ def main() -> None:
 
     from alem_eval import evaluate as ev
     from alem_eval.loader import load_cell
+    from alem_eval.runtime import enable_compilation_cache
 
     load_before = os.getloadavg()[0]
-    ev.enable_compilation_cache()
+    enable_compilation_cache()
     cell = load_cell(args.cell, policy_only=True)
     difficulty = cell.cfg.env.training_difficulty
     k, e = args.checkpoints, args.episodes

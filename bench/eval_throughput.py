@@ -76,9 +76,10 @@ def main(argv=None) -> int:
     from alem_eval import evaluate as ev
     from alem_eval.loader import load_cell
     from alem_eval.policies import make_policy
+    from alem_eval.runtime import enable_compilation_cache
 
     load_before = os.getloadavg()
-    ev.enable_compilation_cache()
+    enable_compilation_cache()
     cell = load_cell(args.cell, policy_only=True)
     cfg, spec = cell.cfg, cell.spec
     difficulty = args.difficulty or cfg.env.training_difficulty
@@ -325,12 +326,12 @@ def _evaluator_only(args) -> int:
     """Child process: the evaluator alone on ``--host-devices`` CPU devices (JSON line)."""
     import json
 
-    from alem_eval.evaluate import use_host_devices
+    from alem_eval.runtime import use_host_devices
 
     use_host_devices(args.host_devices)
     import jax
 
-    from alem_eval.evaluate import enable_compilation_cache
+    from alem_eval.runtime import enable_compilation_cache
     from alem_eval.loader import load_cell
 
     enable_compilation_cache()

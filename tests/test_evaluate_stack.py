@@ -112,7 +112,8 @@ _SHARDED_SCRIPT = textwrap.dedent("""
     import jax
     from alem_eval import evaluate as ev
     from tests.eval_support import load
-    ev.enable_compilation_cache()  # the session's cache ($ALEM_EVAL_JAX_CACHE)
+    from alem_eval.runtime import enable_compilation_cache
+    enable_compilation_cache()  # the session's cache ($ALEM_EVAL_JAX_CACHE)
     assert jax.local_device_count() == 4, jax.devices()
     cell = load({cell!r})
     ref = ev.score_stack([cell.cfg, cell.cfg], [cell.weights, cell.weights],
@@ -160,7 +161,8 @@ _WARM_SCRIPT = textwrap.dedent("""
     t0 = time.perf_counter()
     from alem_eval import evaluate as ev
     from tests.eval_support import load
-    ev.enable_compilation_cache()  # the session's cache ($ALEM_EVAL_JAX_CACHE)
+    from alem_eval.runtime import enable_compilation_cache
+    enable_compilation_cache()  # the session's cache ($ALEM_EVAL_JAX_CACHE)
     cell = load({cell!r})
     res = ev.run_stack([cell.cfg], [cell.weights], protocol="fast", eval_difficulty="easy",
                        num_episodes={episodes}, max_steps={steps})

@@ -401,6 +401,7 @@ def test_compare_command_wiring(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
     import alem_eval.evaluate as evaluate
+    import alem_eval.runtime as runtime
     from alem_eval.cli import _register, app
     from tests.conftest import FIXTURES
 
@@ -420,7 +421,7 @@ def test_compare_command_wiring(tmp_path, monkeypatch):
 
     fake_score_stack.calls = 0
     monkeypatch.setattr(evaluate, "score_stack", fake_score_stack)
-    monkeypatch.setattr(evaluate, "enable_compilation_cache", lambda *a, **k: None)
+    monkeypatch.setattr(runtime, "enable_compilation_cache", lambda *a, **k: None)
     _register()
     result = CliRunner().invoke(
         app,

@@ -64,7 +64,7 @@ def compare(
       alem-eval compare 'demo/*/easy' --source demo --source runs --metric total
     """
     from ..compare import compare_sources
-    from ..evaluate import enable_compilation_cache
+    from ..runtime import enable_compilation_cache
 
     enable_compilation_cache()
     rows = compare_sources(

@@ -116,7 +116,7 @@ def score(
       alem-eval score '1B/*/hard'
       alem-eval score --source runs --protocol reference --format json
     """
-    from ..evaluate import enable_compilation_cache, parse_devices, use_host_devices
+    from ..runtime import enable_compilation_cache, parse_devices, use_host_devices
     from ..results import open_store
     from ..scoring import ScoreOptions, env_steps, episode_rows, score_cells
     from ..selectors import parse_shard, shard_cells
