@@ -6,4 +6,4 @@ cd "$(dirname "$0")/.."
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
-exec .venv/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup "$@"
+exec .venv/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup --durations=15 "$@"

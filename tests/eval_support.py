@@ -16,9 +16,12 @@ from typing import Any
 
 from tests.conftest import FIXTURES
 
-# Group marker of the in-process evaluator tests: under pytest-xdist (``--dist loadgroup``)
-# they run in one worker, so they share its compiled programs (module-level caches).
+# Group markers of the in-process evaluator tests: under pytest-xdist (``--dist loadgroup``)
+# a group runs in one worker, so its tests share that worker's compiled programs
+# (module-level caches). Two groups, so both workers compile: the reference-protocol
+# parity tests (their own programs: one slot per checkpoint, upstream's caps) and the rest.
 EVALUATOR_GROUP = "evaluator"
+REFERENCE_GROUP = "evaluator-reference"
 # The fast-protocol batch used by the in-process and the CLI tests alike (one checkpoint,
 # this many episodes, a step cap <= 1024): equal shapes give one program, which the
 # persistent compilation cache then serves to every process of the test run.

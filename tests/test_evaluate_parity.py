@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from alem_eval import evaluate as ev
-from tests.eval_support import EVALUATOR_GROUP, diff_records, load, with_eval
+from tests.eval_support import REFERENCE_GROUP, diff_records, load, with_eval
 
-pytestmark = pytest.mark.xdist_group(EVALUATOR_GROUP)
+pytestmark = pytest.mark.xdist_group(REFERENCE_GROUP)
 
 DEFAULT_CELLS = [
     "tiny/ippo-rnn/easy/seed0",

@@ -12,9 +12,9 @@ import pytest
 
 from alem_env.eval_env import EnvStatics, get_eval_env
 from alem_eval import evaluate as ev
-from tests.eval_support import EVALUATOR_GROUP
+from tests.eval_support import REFERENCE_GROUP
 
-pytestmark = pytest.mark.xdist_group(EVALUATOR_GROUP)  # shares the world programs
+pytestmark = pytest.mark.xdist_group(REFERENCE_GROUP)  # shares the world programs
 
 WORLD = EnvStatics("Alem-Coop-Symbolic", 3, 4, False, False, False, False)
 METRIC = "Team/reward_pct_of_max"
