@@ -59,6 +59,7 @@ COMMAND_MODULES = (
     "train",
     "compare",
     "crossplay",
+    "render",
 )
 
 

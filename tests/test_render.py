@@ -1,0 +1,348 @@
+"""RENDER: one fast-protocol episode drawn with alem's own pixel renderer, streamed to a GIF.
+
+One short episode of a mixed team (IPPO, PQN, IPPO) is rendered once per module; the
+evaluator plays the same team and episode with recording on, and the two must agree step
+by step. Frames: frame 0 is the reset world, frame t the state after step t.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import stat
+import sys
+
+import numpy as np
+import pytest
+
+from alem_eval import evaluate as ev
+from alem_eval import render as R
+from alem_eval.errors import EvaluationError, UsageError
+from tests.clitools import assert_one_line_error, cli_env, closed_port_url, run_cli
+from tests.conftest import FIXTURES
+from tests.eval_support import EVALUATOR_GROUP, load
+
+IPPO = "tiny/ippo-rnn/easy/seed0"
+PQN = "tiny/pqn-vdn-rnn/easy/seed0"
+TEAM = f"{IPPO}+{PQN}+{IPPO}"
+STEPS = 5
+SCALE = 2
+
+
+class StepsRecorder:
+    """The evaluator's recorded steps of one episode (``RecordTo`` call protocol)."""
+
+    def __init__(self):
+        self.parts: list[dict[str, np.ndarray]] = []
+        self.meta: dict = {}
+
+    def add_steps(self, team, episode, t0, arrays):
+        assert t0 == sum(len(p["actions"]) for p in self.parts)
+        self.parts.append({k: np.array(v) for k, v in arrays.items()})
+
+    def finish_episode(self, team, episode, meta):
+        self.meta = dict(meta)
+
+    def field(self, name: str) -> np.ndarray:
+        return np.concatenate([p[name] for p in self.parts])
+
+
+def reset_views(episode: int) -> np.ndarray:
+    """The renderer's views ``[P, H, W, 3]`` of the fast protocol's reset world ``episode``
+    (``PRNGKey(9999 + episode)``), drawn here directly."""
+    import jax
+    from alem_env.eval_env import get_eval_env
+
+    world = ev.eval_statics(load(IPPO).cfg).world
+    env = get_eval_env(world)
+    key = ev.fast_keys(episode + 1)[0][episode]
+    _, state = ev._resets(world, env.difficulty_params("easy"), [key])
+    return views_of(jax.tree_util.tree_map(lambda x: x[0], state), world)
+
+
+def views_of(state, world) -> np.ndarray:
+    from alem.alem_coop.constants import TEXTURES, load_player_specific_textures
+    from alem.alem_coop.renderer.renderer_pixels import render_alem_pixels
+    from alem_env.eval_env import get_eval_env
+
+    textures = load_player_specific_textures(TEXTURES[R.BLOCK_PIXELS], world.num_agents)
+    static = get_eval_env(world).static_env_params
+    return np.asarray(render_alem_pixels(state, R.BLOCK_PIXELS, static, textures)).astype(np.uint8)
+
+
+def assert_views_in_frame(frame: np.ndarray, views: np.ndarray) -> None:
+    """``frame``'s top rows are ``views`` side by side, each pixel repeated SCALE times."""
+    p, h, w, _ = views.shape
+    for a in range(p):
+        x = a * (w + R._GAP) * SCALE
+        big = views[a].repeat(SCALE, 0).repeat(SCALE, 1)
+        np.testing.assert_array_equal(frame[: h * SCALE, x : x + w * SCALE], big)
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    from alem_eval.sources import open_source
+
+    out = tmp_path_factory.mktemp("render") / "team.gif"
+    frames: list[tuple[R.EpisodeStep, np.ndarray]] = []
+    result = R.render_episode(
+        open_source(str(FIXTURES)),
+        TEAM,
+        out=out,
+        max_steps=STEPS,
+        scale=SCALE,
+        on_frame=lambda step, frame: frames.append((step, frame)),
+    )
+    return result, frames
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    cells = [load(IPPO), load(PQN)]
+    rec = StepsRecorder()
+    res = ev.run_teams(
+        [c.cfg for c in cells],
+        [c.weights for c in cells],
+        [(0, 1, 0)],
+        protocol="fast",
+        eval_difficulty="easy",
+        num_episodes=1,
+        max_steps=STEPS,
+        record=ev.RecordTo(rec, [IPPO, PQN]),
+    )
+    return res.records[0][0], rec
+
+
+@pytest.mark.xdist_group(EVALUATOR_GROUP)
+def test_render_plays_the_episode_the_evaluator_scores(rendered, evaluator):
+    result, frames = rendered
+    record, rec = evaluator
+    assert result.team == (IPPO, PQN, IPPO) and result.eval_difficulty == "easy"
+    assert result.steps == record["episode_length"] == rec.meta["length"]
+    assert result.episode_return == record["episode_return"]
+    assert result.terminated == bool(record["terminated"])
+    np.testing.assert_array_equal(result.actions, rec.field("actions"))
+    # The captions' achievement counts are the team's, step by step.
+    counts = [int(step.achievements.sum()) for step, _ in frames[1:]]
+    assert counts == rec.field("team_achievements").tolist()
+
+
+@pytest.mark.xdist_group(EVALUATOR_GROUP)
+def test_the_gif_has_a_frame_per_state_and_they_are_the_renderers_views(rendered):
+
+    result, frames = rendered
+    assert result.frames == result.steps + 1 == len(frames)
+    assert [step.t for step, _ in frames] == list(range(result.steps + 1))
+    gif = list(R.gif_frames(result.path))
+    assert len(gif) == result.frames
+    for got, (_, exact) in zip(gif, frames, strict=True):  # a palette per frame: near-exact
+        assert got.shape == exact.shape
+        diff = np.abs(got.astype(int) - exact.astype(int))
+        assert diff.mean() < 1.0 and (diff.max(axis=-1) == 0).mean() > 0.9
+
+    # Frame 0 is the reset world PRNGKey(9999 + 0), the last frame the last state; both
+    # are the renderer's views above the caption strip of that step.
+    world = ev.eval_statics(load(IPPO).cfg).world
+    for t, views in ((0, reset_views(0)), (result.steps, views_of(frames[-1][0].state, world))):
+        step, frame = frames[t]
+        assert_views_in_frame(frame, views)
+        p, h, w, _ = views.shape
+        caption = R.caption_lines(
+            step,
+            frames[t - 1][0].achievements if t else None,
+            max_steps=STEPS,
+            labels=result.team,
+            action_names=R.action_names(p, world.num_comm_channels),
+            achievement_names=R.achievement_names(),
+            comm=True,
+        )
+        strip = R.caption_strip(
+            caption,
+            width=frame.shape[1],
+            view_width=w * SCALE,
+            gap=R._GAP * SCALE,
+            scale=SCALE,
+            colors=R._agent_colors(p),
+        )
+        np.testing.assert_array_equal(frame[h * SCALE :], strip)
+    last_step, _ = frames[-1]
+    caption = R.caption_lines(
+        last_step,
+        None,
+        max_steps=STEPS,
+        labels=result.team,
+        action_names=R.action_names(3, 4),
+        achievement_names=R.achievement_names(),
+        comm=True,
+    )
+    assert caption.header.startswith(f"step {STEPS}/{STEPS}   team achievements ")
+    names = R.action_names(3, 4)
+    assert [lines[1] for lines in caption.agents] == [
+        names[a][int(x)] for a, x in enumerate(result.actions[-1])
+    ]
+
+
+@pytest.mark.xdist_group(EVALUATOR_GROUP)
+def test_episode_i_starts_from_the_fast_protocols_world_i(rendered, tmp_path):
+    from alem_eval.sources import open_source
+
+    first: list[np.ndarray] = []
+    result = R.render_episode(
+        open_source(str(FIXTURES)),
+        TEAM,
+        out=tmp_path / "ep1.gif",
+        episode=1,
+        max_steps=1,
+        scale=SCALE,
+        on_frame=lambda step, frame: first.append(frame) if step.t == 0 else None,
+    )
+    assert result.frames == 2 and result.episode == 1
+    assert_views_in_frame(first[0], reset_views(1))
+    assert not np.array_equal(first[0], rendered[1][0][1])  # another world than episode 0
+
+
+@pytest.mark.xdist_group(EVALUATOR_GROUP)
+def test_cli_renders_the_same_episode(rendered, tmp_path):
+    result, _ = rendered
+    out = tmp_path / "cli.gif"
+    proc = run_cli(
+        ["render", TEAM, "--source", str(FIXTURES), "--max-steps", str(STEPS)]
+        + ["--scale", str(SCALE), "--out", str(out), "--format", "json"],
+        cli_env(tmp_path, closed_port_url()),
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (doc,) = json.loads(proc.stdout)
+    assert doc == {**result.as_json(), "path": str(out)}
+    assert out.read_bytes() == result.path.read_bytes()
+
+
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (["--out", "x.png"], ["must end in .gif or .mp4", ".png"]),
+        (["--out", "x"], ["must end in .gif or .mp4"]),
+        (["--episode", "-1"], ["--episode must be an integer from 0"]),
+        (["--scale", "0"], ["--scale must be an integer from 1"]),
+        (["--fps", "0"], ["--fps must be in"]),
+        (["--difficulty", "extreme"], ["unknown eval difficulty 'extreme'"]),
+    ],
+)
+def test_bad_options_are_one_line_errors(tmp_path, args, fragments):
+    proc = run_cli(
+        ["render", IPPO, "--source", str(FIXTURES), *args], cli_env(tmp_path, closed_port_url())
+    )
+    assert_one_line_error(proc, *fragments)
+    assert not list(tmp_path.glob("*.gif"))
+
+
+@pytest.mark.parametrize(
+    "team, fragment",
+    [
+        ("tiny/ippo-rnn", "names 2 cells"),
+        (f"{IPPO}+{PQN}", "names 2 cells but the env has 3 agents"),
+        (f"{IPPO}++{PQN}", "one cell per agent slot joined by '+'"),
+        ("tiny/nope", "selector"),
+    ],
+)
+def test_teams_that_do_not_name_one_cell_per_slot_are_one_line_errors(tmp_path, team, fragment):
+    proc = run_cli(
+        ["render", team, "--source", str(FIXTURES), "--out", str(tmp_path / "x.gif")],
+        cli_env(tmp_path, closed_port_url()),
+    )
+    assert_one_line_error(proc, fragment)
+
+
+def test_mp4_without_ffmpeg_is_a_usage_error(monkeypatch):
+    monkeypatch.setattr(R, "ffmpeg_exe", lambda: None)
+    with pytest.raises(UsageError, match=r"writing \.mp4 needs ffmpeg.*or write a \.gif"):
+        R.check_output("clip.mp4")
+    assert R.check_output("clip.GIF") == "gif"
+
+
+def test_mp4_frames_are_piped_to_ffmpeg_as_raw_rgb(tmp_path):
+    """A stand-in ffmpeg records its arguments and the bytes it was sent."""
+    fake = tmp_path / "ffmpeg"
+    fake.write_text(
+        f"#!{sys.executable}\n"
+        "import json, sys\n"
+        "data = sys.stdin.buffer.read()\n"
+        "open(sys.argv[-1], 'w').write(json.dumps({'args': sys.argv[1:], 'n': len(data)}))\n"
+    )
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    out = tmp_path / "clip.mp4"
+    writer = R.Mp4Writer(out, fps=12, exe=str(fake))
+    frame = np.zeros((5, 7, 3), np.uint8)
+    for _ in range(3):
+        writer.add(frame)
+    writer.close()
+    doc = json.loads(out.read_text())
+    assert doc["n"] == 3 * 5 * 7 * 3
+    args = doc["args"]
+    assert args[args.index("-s") + 1] == "7x5" and args[args.index("-r") + 1] == "12"
+    assert args[args.index("-pix_fmt") + 1] == "rgb24"
+
+
+def test_mp4_writer_reports_an_ffmpeg_failure_in_one_line(tmp_path):
+    fake = tmp_path / "ffmpeg"
+    fake.write_text(
+        f"#!{sys.executable}\nimport sys\nsys.stderr.write('bad codec\\n')\nsys.exit(3)\n"
+    )
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    writer = R.Mp4Writer(tmp_path / "clip.mp4", exe=str(fake))
+    with pytest.raises(EvaluationError, match=r"ffmpeg failed .*exit 3.*bad codec"):
+        writer.add(np.zeros((4, 4, 3), np.uint8))
+        writer.close()
+
+
+def test_gif_writer_streams_frames_exactly_when_they_have_few_colours(tmp_path):
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    palette = rng.integers(0, 256, (256, 3), dtype=np.uint8)
+    frames = [palette[rng.integers(0, 256, (9, 13))] for _ in range(4)]
+    path = tmp_path / "x.gif"
+    with open(path, "wb") as fh:
+        writer = R.GifWriter(fh, fps=20)
+        for f in frames:
+            writer.add(f)
+        writer.close()
+    with Image.open(path) as img:
+        assert img.info.get("duration") == 50 and img.info.get("loop") == 0
+    got = list(R.gif_frames(path))
+    assert len(got) == len(frames)
+    for g, f in zip(got, frames, strict=True):
+        np.testing.assert_array_equal(g, f)
+
+
+def test_gif_writer_quantises_frames_with_more_than_256_colours_closely():
+    from PIL import Image
+
+    x, y = np.meshgrid(np.arange(64), np.arange(48))
+    smooth = np.stack([x * 4, y * 5, (x + y) * 2], axis=-1).astype(np.uint8)  # 3072 colours
+    noise = np.random.default_rng(1).integers(0, 256, (48, 64, 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    writer = R.GifWriter(buf)
+    writer.add(smooth)
+    writer.add(noise)
+    writer.close()
+    with Image.open(io.BytesIO(buf.getvalue())) as img:
+        assert img.n_frames == 2
+        got = np.asarray(img.convert("RGB"))
+    assert np.abs(got.astype(int) - smooth.astype(int)).mean() < 5  # median cut: ~3.4
+
+
+def test_action_names_follow_the_envs_action_space():
+    from alem_env.spaces import num_actions
+
+    names = R.action_names(3, 4)
+    assert [len(n) for n in names] == [num_actions(3, 4)] * 3
+    assert names[0][0] == "NOOP" and names[0][5] == "DO"
+    # GIVE slot k goes to the k-th other agent (the env's trade logic).
+    assert [n[54:56] for n in names] == [
+        ["GIVE->a1", "GIVE->a2"],
+        ["GIVE->a0", "GIVE->a2"],
+        ["GIVE->a0", "GIVE->a1"],
+    ]
+    assert names[2][56:] == ["COMM_0", "COMM_1", "COMM_2", "COMM_3"]
+    assert len(R.achievement_names()) == 93
