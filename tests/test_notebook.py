@@ -1,0 +1,83 @@
+"""NOTEBOOK: notebooks/quickstart.ipynb runs top to bottom on the demo source.
+
+It is executed in a fresh Python kernel (nbclient), in a temporary working directory, with
+the user cache (results, downloads, HOME) in temporary directories and the Hub offline:
+any cell that raises fails the test. It is committed with its outputs cleared.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from .conftest import REPO
+
+NOTEBOOK = REPO / "notebooks" / "quickstart.ipynb"
+CELL_TIMEOUT_S = 900  # the first scoring cell compiles the Alem step (minutes under load)
+
+# Its own kernel process compiles its own programs: one worker runs it (--dist loadgroup).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("notebook")]
+
+
+def _kernel_env(tmp_path: Path) -> dict[str, str]:
+    """The test process's environment with every user-level cache moved under tmp_path
+    and the Hub unreachable (the JAX compilation cache of the test run is kept)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_"))}
+    home = tmp_path / "home"
+    home.mkdir()
+    env.update(
+        HOME=str(home),
+        XDG_CACHE_HOME=str(home / ".cache"),
+        IPYTHONDIR=str(home / ".ipython"),
+        MPLCONFIGDIR=str(home / ".matplotlib"),
+        ALEM_EVAL_CACHE=str(tmp_path / "alem-cache"),
+        HF_HOME=str(tmp_path / "hf-home"),
+        HF_ENDPOINT="http://127.0.0.1:9",  # discard port: nothing listens
+        HF_HUB_OFFLINE="1",
+        HF_HUB_DISABLE_TELEMETRY="1",
+    )
+    return env
+
+
+def test_notebook_is_committed_with_outputs_cleared():
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    nbformat.validate(nb)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert code, "the notebook has no code cells"
+    assert all(not c.outputs and c.execution_count is None for c in code)
+
+
+def test_quickstart_notebook_runs_top_to_bottom(tmp_path):
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    work = tmp_path / "work"
+    work.mkdir()
+    client = NotebookClient(
+        nb,
+        timeout=CELL_TIMEOUT_S,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(work)}},
+    )
+    client.execute(env=_kernel_env(tmp_path))  # raises CellExecutionError on any error
+
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert not [o for c in code for o in c.outputs if o.output_type == "error"]
+
+    def shown(marker: str, mime: str) -> int:
+        """Outputs of type ``mime`` of the code cell whose source holds ``marker``."""
+        (cell,) = [c for c in code if marker in c.source]
+        return sum(mime in o.get("data", {}) for o in cell.outputs)
+
+    assert shown("build_report(", "image/png") >= 3  # the report's figures, inline
+    assert shown("run_crossplay(", "image/png") == 1  # the cross-play heatmap
+    for marker in ("hub.records(", "score_cells(demo", "build_leaderboard(store, selectors"):
+        assert shown(marker, "text/html") == 1, f"no DataFrame shown by the {marker!r} cell"
+    out = work / "quickstart-output"
+    assert (out / "report" / "report.md").is_file()
+    assert list((out / "report" / "figures").glob("*.png"))
+    assert list((out / "results").rglob("*.parquet"))
+    assert list((out / "results" / "crossplay").rglob("*.pq"))
+    assert list((out / "runs" / "mine").glob("*/*/seed*/config.json"))
