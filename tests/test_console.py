@@ -20,3 +20,27 @@ def test_table_into_a_pipe_keeps_every_character(capsys, monkeypatch):
     for r in rows:
         assert r["cell"] in out
     assert "hypermarl-rnn" in out and "25614013" in out and "…" not in out
+
+
+def test_episode_bar_in_a_batch_log_prints_throttled_lines_with_rates_after_the_compile():
+    """Off a terminal the bar prints a line at most every ``every_s`` seconds and the
+    final state once; env-steps/s and the ETA count from the first report (whose call
+    also compiled), not from the start."""
+    from alem_eval.console import EpisodeBar, err_console
+    from alem_eval.evaluate import RolloutProgress
+
+    reports = [
+        RolloutProgress(0, 10, 100, 60.0),  # first call: 60 s of compile
+        RolloutProgress(2, 10, 1100, 70.0),  # +1000 steps, +2 episodes in 10 s
+        RolloutProgress(4, 10, 2100, 75.0),  # within every_s: no line
+        RolloutProgress(10, 10, 5100, 100.0),
+    ]
+    with err_console.capture() as cap, EpisodeBar("score", every_s=10.0, live=False) as bar:
+        for p in reports:
+            bar.update(p)
+    lines = cap.get().splitlines()
+    assert lines == [
+        "episodes 0/10, 100 env steps (0/s), 60s",
+        "episodes 2/10, 1,100 env steps (100/s), 70s, ETA 40s",
+        "episodes 10/10, 5,100 env steps (125/s), 100s",
+    ]
