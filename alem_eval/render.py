@@ -272,8 +272,8 @@ class EpisodePlayer:
         yield EpisodeStep(0, view, None, None, 0.0, none, unlocked, False, False)
         for t in range(1, self.max_steps + 1):
             carry, out = self._step.fn(self._variables, self._use_mask, dyn, carry)
-            actions, rewards, done, unlocked, comm = jax.device_get(
-                (out.actions, out.rewards, out.done, out.achievements, out.comm)
+            actions, rewards, team_reward, done, unlocked, comm = jax.device_get(
+                (out.actions, out.rewards, out.team_reward, out.done, out.achievements, out.comm)
             )
             terminated = bool(done)
             yield EpisodeStep(
@@ -281,7 +281,7 @@ class EpisodePlayer:
                 out.state,
                 np.asarray(actions),
                 np.asarray(rewards),
-                float(np.mean(rewards, dtype=np.float32)),
+                float(team_reward),
                 np.asarray(comm),
                 np.asarray(unlocked),
                 terminated or t >= self.max_steps,
@@ -305,6 +305,7 @@ class _StepOut(NamedTuple):
     state: Any  # the new env state, unbatched (what the renderer draws)
     actions: Any  # [P] int32
     rewards: Any  # [P] float32
+    team_reward: Any  # [] float32: their mean, computed as the evaluator computes it
     done: Any  # [] bool
     achievements: Any  # [num_achievements] bool, any agent
     comm: Any  # [P] int32: channel signalled this step, -1: none
@@ -373,6 +374,7 @@ def _step_program(keys, classes, world, masking: bool, policies) -> _StepProgram
             state=state,
             actions=actions[0],
             rewards=out.reward[0],
+            team_reward=jnp.mean(out.reward, axis=-1)[0],
             done=out.done[0],
             achievements=jnp.any(state.achievements, axis=0),
             comm=jnp.where((channel >= 0) & (channel < nc), channel, -1),
@@ -783,8 +785,7 @@ def render_team(
 
 def default_out(cells: Sequence[Any], eval_difficulty: str, episode: int) -> Path:
     """``render-<cells>-<difficulty>-ep<i>.gif`` in the current directory."""
-    ids = list(dict.fromkeys(c.id for c in cells)) if len(cells) > 1 else [cells[0].id]
-    slug = "+".join(i.replace("/", "-") for i in ids)
+    slug = "+".join(c.id.replace("/", "-") for c in cells)
     return Path(f"render-{slug}-{eval_difficulty}-ep{episode}.gif")
 
 
@@ -860,6 +861,43 @@ def render_episode(
     )
 
 
+def algorithm_clips(
+    source: Any,
+    cells: Sequence[Any],
+    out_dir: str | Path,
+    *,
+    max_steps: int = 200,
+    episode: int = 0,
+    fps: float = DEFAULT_FPS,
+    scale: int = DEFAULT_SCALE,
+    on_env_mismatch: str = "error",
+) -> dict[str, RenderResult]:
+    """A short self-play clip per algorithm, for a report to embed: for each algorithm
+    among ``cells`` (manifest order), its first cell plays ``episode`` on its training
+    difficulty for at most ``max_steps`` steps, written to ``out_dir/<algorithm>.gif``.
+    Returns ``{algorithm: RenderResult}``; a Markdown report next to ``out_dir`` embeds
+    them as ``![<algorithm>](<out_dir name>/<algorithm>.gif)``."""
+    from .manifest import sort_cells
+
+    first: dict[str, Any] = {}
+    for c in sort_cells(cells):
+        first.setdefault(c.algorithm, c)
+    out = Path(out_dir)
+    return {
+        algorithm: render_episode(
+            source,
+            c.id,
+            out=out / f"{algorithm}.gif",
+            episode=episode,
+            max_steps=max_steps,
+            fps=fps,
+            scale=scale,
+            on_env_mismatch=on_env_mismatch,
+        )
+        for algorithm, c in first.items()
+    }
+
+
 def gif_frames(path: str | Path) -> Iterator[np.ndarray]:
     """The frames of a GIF as RGB arrays, one at a time (tests, notebooks)."""
     from PIL import Image
@@ -878,8 +916,9 @@ __all__ = [
     "GifWriter",
     "Mp4Writer",
     "RenderResult",
-    "action_names",
     "achievement_names",
+    "action_names",
+    "algorithm_clips",
     "caption_lines",
     "caption_strip",
     "check_output",

@@ -20,13 +20,16 @@ from alem_eval import render as R
 from alem_eval.errors import EvaluationError, UsageError
 from tests.clitools import assert_one_line_error, cli_env, closed_port_url, run_cli
 from tests.conftest import FIXTURES
-from tests.eval_support import EVALUATOR_GROUP, load
+from tests.eval_support import load
 
 IPPO = "tiny/ippo-rnn/easy/seed0"
 PQN = "tiny/pqn-vdn-rnn/easy/seed0"
 TEAM = f"{IPPO}+{PQN}+{IPPO}"
 STEPS = 5
 SCALE = 2
+# The tests that share the rendered episode (and its compiled programs) run in one worker
+# (--dist loadgroup); the world's reset comes from the evaluator's saved programs.
+RENDER_GROUP = "render"
 
 
 class StepsRecorder:
@@ -113,7 +116,7 @@ def evaluator():
     return res.records[0][0], rec
 
 
-@pytest.mark.xdist_group(EVALUATOR_GROUP)
+@pytest.mark.xdist_group(RENDER_GROUP)
 def test_render_plays_the_episode_the_evaluator_scores(rendered, evaluator):
     result, frames = rendered
     record, rec = evaluator
@@ -127,7 +130,7 @@ def test_render_plays_the_episode_the_evaluator_scores(rendered, evaluator):
     assert counts == rec.field("team_achievements").tolist()
 
 
-@pytest.mark.xdist_group(EVALUATOR_GROUP)
+@pytest.mark.xdist_group(RENDER_GROUP)
 def test_the_gif_has_a_frame_per_state_and_they_are_the_renderers_views(rendered):
 
     result, frames = rendered
@@ -182,7 +185,7 @@ def test_the_gif_has_a_frame_per_state_and_they_are_the_renderers_views(rendered
     ]
 
 
-@pytest.mark.xdist_group(EVALUATOR_GROUP)
+@pytest.mark.xdist_group(RENDER_GROUP)
 def test_episode_i_starts_from_the_fast_protocols_world_i(rendered, tmp_path):
     from alem_eval.sources import open_source
 
@@ -201,7 +204,7 @@ def test_episode_i_starts_from_the_fast_protocols_world_i(rendered, tmp_path):
     assert not np.array_equal(first[0], rendered[1][0][1])  # another world than episode 0
 
 
-@pytest.mark.xdist_group(EVALUATOR_GROUP)
+@pytest.mark.xdist_group(RENDER_GROUP)
 def test_cli_renders_the_same_episode(rendered, tmp_path):
     result, _ = rendered
     out = tmp_path / "cli.gif"
@@ -346,3 +349,35 @@ def test_action_names_follow_the_envs_action_space():
     ]
     assert names[2][56:] == ["COMM_0", "COMM_1", "COMM_2", "COMM_3"]
     assert len(R.achievement_names()) == 93
+
+
+def test_algorithm_clips_render_the_first_cell_of_each_algorithm(monkeypatch, tmp_path):
+    from alem_eval.manifest import Cell
+
+    calls = []
+    monkeypatch.setattr(R, "render_episode", lambda src, team, **kw: calls.append((team, kw)))
+    cells = [
+        Cell("1B", "pqn-vdn-rnn", "hard", 1),
+        Cell("1B", "ippo-rnn", "hard", 3),
+        Cell("1B", "pqn-vdn-rnn", "hard", 0),
+        Cell("1B", "ippo-rnn", "easy", 0),
+    ]
+    clips = R.algorithm_clips("source", cells, tmp_path / "clips", max_steps=30)
+    assert list(clips) == ["ippo-rnn", "pqn-vdn-rnn"]
+    assert [team for team, _ in calls] == ["1B/ippo-rnn/easy/seed0", "1B/pqn-vdn-rnn/hard/seed0"]
+    assert [kw["out"] for _, kw in calls] == [
+        tmp_path / "clips" / "ippo-rnn.gif",
+        tmp_path / "clips" / "pqn-vdn-rnn.gif",
+    ]
+    assert all(kw["max_steps"] == 30 for _, kw in calls)
+
+
+def test_default_output_names_every_slot():
+    from alem_eval.manifest import Cell
+
+    a, b = Cell("demo", "ippo-rnn", "easy", 0), Cell("demo", "pqn-vdn-rnn", "easy", 0)
+    assert str(R.default_out([a], "easy", 3)) == "render-demo-ippo-rnn-easy-seed0-easy-ep3.gif"
+    assert str(R.default_out([a, b, a], "hard", 0)) == (
+        "render-demo-ippo-rnn-easy-seed0+demo-pqn-vdn-rnn-easy-seed0"
+        "+demo-ippo-rnn-easy-seed0-hard-ep0.gif"
+    )
