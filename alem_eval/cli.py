@@ -60,6 +60,7 @@ COMMAND_MODULES = (
     "compare",
     "crossplay",
     "render",
+    "dataset",
 )
 
 
