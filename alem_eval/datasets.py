@@ -754,10 +754,6 @@ def distribution(values: Sequence[float]) -> dict[str, float] | None:
     }
 
 
-def _team_name(team: Team) -> str:
-    return team[0] if len(set(team)) == 1 else "+".join(team)
-
-
 def dataset_card(
     episodes: Sequence[EpisodeRecord],
     *,
