@@ -1,98 +1,197 @@
-"""The embedded demo source: small cells in the released layout, made on first use.
+"""The bundled demo cells and ``alem-eval demo``: the whole pipeline, offline, in minutes.
 
-They let a fresh machine run the whole pipeline with no network. **They are untrained**:
-each cell is a randomly initialised network of the right structure (reduced sizes),
-saved exactly as the upstream trainers save a checkpoint (orbax, full train state), with a
-``config.json`` that says so (``"demo": true``, budget label ``demo-untrained``). Their
-scores measure nothing but the pipeline.
+The package ships four small cells (``alem_eval/data/demo-cells/``; read ``CARD.md``
+there): one per algorithm, easy difficulty, reduced network sizes, each trained by
+``alem-eval train`` on a CPU for a few hundred thousand env steps and saved in the released
+layout (``demo/<algorithm>/easy/seed0/{checkpoint/, config.json}``). Their greedy episodes
+unlock a few achievements and the algorithms differ, but they are not the paper's
+baselines. ``scripts/make_demo_cells.py`` regenerates them from :data:`DEMO_RECIPE`.
+
+:func:`run_demo` verifies and scores them (fast protocol), then writes a report with its
+figures and the leaderboard table, all under one output directory.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
+from typing import Any
 
-from .algorithms import all_algorithms, get_algorithm
-from .config import build_run_config, resolve_values
-from .networks import build_network
-from .paths import user_cache_dir
-from .released import CHECKPOINT_DIR, CONFIG_FILE, write_released_cell
+from .algorithms import all_algorithms
+from .errors import CheckpointError, SourceError
+from .layout import CHECKPOINT_DIR, CONFIG_FILE
 
-DEMO_BUDGET = "demo-untrained"
-DEMO_NOTE = (
-    "UNTRAINED demo cell: random initial weights written by alem-eval to exercise "
-    "the pipeline offline; its scores mean nothing."
-)
-_COMMON = {
-    "NUM_COMM_CHANNELS": 4,
-    "ACTION_MASKING": True,
-    "SHARED_REWARD": False,
-    "ENV_NAME": "Alem-Coop-Symbolic",
-}
+DEMO_BUDGET = "demo"
 DEMO_DIFFICULTY = "easy"
-_VERSION = 1  # bump to regenerate the demo cells
+DEMO_SEED = 0
+DEMO_NOTE = (
+    "demo cells: small networks trained for a few hundred thousand env steps on a CPU "
+    "(alem_eval/data/demo-cells/CARD.md); not the paper's baselines"
+)
+CARD = "CARD.md"
+
+# ----------------------------------------------------------------------------------------
+# How the demo cells were trained (scripts/make_demo_cells.py; CARD.md states the same)
+# ----------------------------------------------------------------------------------------
+# Shared by every algorithm: easy, 4 comm channels (like the released cells), no shared
+# reward, action masking, seed 0. Network sizes are each algorithm's registry
+# ``demo_overrides``; the rest of the hyperparameters are the upstream yaml's unless set here.
+DEMO_ENV: Mapping[str, Any] = MappingProxyType(
+    {"NUM_COMM_CHANNELS": 4, "ACTION_MASKING": True, "SHARED_REWARD": False}
+)
 
 
+@dataclass(frozen=True)
+class DemoRecipe:
+    """``alem-eval train`` settings of one demo cell (beside the registry's sizes)."""
+
+    total_timesteps: int
+    num_envs: int
+    num_steps: int
+    sets: Mapping[str, Any]  # --set KEY=VALUE
+
+
+DEMO_RECIPE: Mapping[str, DemoRecipe] = MappingProxyType(
+    {
+        "ippo-rnn": DemoRecipe(491_520, 64, 64, {"NUM_MINIBATCHES": 8, "LR": 1e-3}),
+        "mappo-rnn": DemoRecipe(491_520, 64, 64, {"NUM_MINIBATCHES": 8, "LR": 1e-3}),
+        "hypermarl-rnn": DemoRecipe(491_520, 64, 64, {"NUM_MINIBATCHES": 8, "LR": 5e-4}),
+        # PQN's epsilon and LR schedules follow TOTAL_TIMESTEPS_DECAY (the yaml's 1e9).
+        "pqn-vdn-rnn": DemoRecipe(
+            491_520,
+            64,
+            64,
+            {
+                "NUM_MINIBATCHES": 8,
+                "LR": 5e-4,
+                "EPS_DECAY": 0.2,
+                "TOTAL_TIMESTEPS_DECAY": 491_520,
+            },
+        ),
+    }
+)
+
+
+def demo_cell_id(algorithm: str) -> str:
+    return f"{DEMO_BUDGET}/{algorithm}/{DEMO_DIFFICULTY}/seed{DEMO_SEED}"
+
+
+def train_args(algorithm: str) -> list[str]:
+    """The ``alem-eval train`` arguments (after ``train``) that make one demo cell."""
+    from .algorithms import get_algorithm
+
+    r = DEMO_RECIPE[algorithm]
+    sets = {**DEMO_ENV, **get_algorithm(algorithm).demo_overrides, **r.sets}
+    args = [demo_cell_id(algorithm), "--total-timesteps", str(r.total_timesteps)]
+    args += ["--num-envs", str(r.num_envs), "--num-steps", str(r.num_steps)]
+    for key, value in sets.items():
+        args += ["--set", f"{key}={value if isinstance(value, str) else json.dumps(value)}"]
+    return args
+
+
+# ----------------------------------------------------------------------------------------
+# Where they are
+# ----------------------------------------------------------------------------------------
 def demo_root() -> Path:
-    return user_cache_dir() / f"demo-v{_VERSION}"
+    """The bundled demo source: ``<package>/data/demo-cells`` (read-only is fine)."""
+    return Path(__file__).resolve().parent / "data" / "demo-cells"
 
 
 def ensure_demo_source(root: Path | None = None) -> Path:
-    """Create the demo cells under ``root`` if they are not there; return ``root``."""
+    """The demo source's root, after checking that every algorithm's cell is there
+    (a one-line :class:`SourceError` naming what is missing otherwise)."""
     root = Path(root) if root else demo_root()
-    for algo in all_algorithms():  # reduced sizes: the registry's demo_overrides
-        cell = root / DEMO_BUDGET / algo.name / DEMO_DIFFICULTY / "seed0"
-        if (cell / CONFIG_FILE).is_file() and (cell / CHECKPOINT_DIR).is_dir():
-            continue
-        _write_cell(cell, algo.name, {**_COMMON, **algo.demo_overrides})
+    missing = [
+        demo_cell_id(a.name)
+        for a in all_algorithms()
+        if not (root / demo_cell_id(a.name) / CONFIG_FILE).is_file()
+        or not (root / demo_cell_id(a.name) / CHECKPOINT_DIR).is_dir()
+    ]
+    if missing:
+        raise SourceError(
+            f"the demo cells are missing from {root} ({', '.join(missing)}): a broken "
+            "install? Reinstall alem-eval, or regenerate them: scripts/make_demo_cells.py"
+        )
     return root
 
 
-def _write_cell(cell: Path, algorithm: str, overrides: dict) -> None:
-    import jax
-    import optax
+# ----------------------------------------------------------------------------------------
+# alem-eval demo
+# ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DemoOutcome:
+    """What :func:`run_demo` scored and wrote."""
 
-    values, _ = resolve_values(
-        algorithm,
-        overrides={**overrides, "SEED": 0, "TRAINING_COORDINATION_DIFFICULTY": DEMO_DIFFICULTY},
+    scores: list  # scoring.CellScore, one per demo cell
+    leaderboard_md: str
+    out_dir: Path
+    results: Path  # the results store
+    report: Path  # report.md
+    figures: tuple[Path, ...]
+    leaderboard: Path  # leaderboard.md
+    source: Path
+
+
+def run_demo(
+    out_dir: str | Path,
+    *,
+    num_episodes: int = 8,
+    max_steps: int = 300,
+    results: str | Path | None = None,
+    reps: int = 10_000,
+    on_progress: Callable[[str], None] | None = None,
+) -> DemoOutcome:
+    """Verify and score the demo cells (fast protocol, ``num_episodes`` episodes of at most
+    ``max_steps`` steps) into the results store ``results`` (default: the user's, like
+    ``score``; the cells' budget label ``demo`` keeps them apart from the baselines), then
+    write under ``out_dir``: ``report/`` (report.md, stats.json, figures/*.png; runs =
+    episodes, as each cell is one seed) and ``leaderboard.md``."""
+    from .bootstrap import BootstrapSettings
+    from .fsutil import write_text_atomic
+    from .leaderboard import build_leaderboard, render
+    from .report import build_report
+    from .results import open_store
+    from .scoring import ScoreOptions, score_cells
+    from .sources import open_source
+    from .verify import verify_cells
+
+    say = on_progress or (lambda message: None)
+    out = Path(out_dir)
+    store = open_store(results)
+    src = open_source("demo")
+    cells = src.select([])
+    bad = [r for r in verify_cells(src, cells) if not r.ok]
+    if bad:
+        raise CheckpointError(f"demo cell {bad[0].cell} does not load: {bad[0].message}")
+    say(f"verified {len(cells)} demo cells in {demo_root()}")
+    scores = score_cells(
+        src,
+        cells,
+        options=ScoreOptions(num_episodes=num_episodes, max_steps=max_steps),
+        store=store,
+        on_progress=lambda m, d, t: say(f"[{d}/{t}] {m}"),
     )
-    cfg = build_run_config(algorithm, values)
-    spec = build_network(cfg)
-    weights = spec.init_variables(jax.random.PRNGKey(0))
-    adam = optax.chain(
-        optax.clip_by_global_norm(1.0), optax.adam(optax.linear_schedule(1e-4, 0.0, 1000), eps=1e-5)
+    selectors = [c.id for c in cells]
+    rep = build_report(
+        store,
+        out / "report",
+        selectors=selectors,
+        settings=BootstrapSettings(reps=reps, runs="episodes"),
+        protocol="fast",
     )
-    tree = get_algorithm(algorithm).saved_layout.resolve().fresh(weights, adam)
-    config = {
-        "algorithm": algorithm,
-        "demo": True,
-        "note": DEMO_NOTE,
-        "env_config": {
-            "env_name": "Alem-Coop-Symbolic",
-            "num_agents": 3,
-            "num_comm_channels": 4,
-            "coordination_difficulty": DEMO_DIFFICULTY,
-            "shared_reward": False,
-            "action_masking": True,
-        },
-        "reload_overrides": overrides,
-        "wandb_summary": {"num_params": spec.num_params()},
-        "config": {
-            **overrides,
-            "SEED": 0,
-            "VISUALIZE": False,
-            "TRAINING_COORDINATION_DIFFICULTY": DEMO_DIFFICULTY,
-            "EVAL_DIFFICULTIES": [DEMO_DIFFICULTY],
-            "TEST_NUM_EPISODES": 20,
-            "TEST_MAX_STEPS": 10000,
-        },
-    }
-    # Written beside the cell, then renamed into place: a half-written cell is never seen.
-    tmp = cell.parent / f".{cell.name}.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    write_released_cell(tmp, tree, config)
-    if cell.exists():
-        shutil.rmtree(cell)
-    tmp.rename(cell)
+    lb = build_leaderboard(store, selectors, settings=BootstrapSettings(reps=reps), protocol="fast")
+    text = render(lb, "md")
+    lb_path = write_text_atomic(out / "leaderboard.md", text)
+    return DemoOutcome(
+        scores=scores,
+        leaderboard_md=text,
+        out_dir=out,
+        results=store.root,
+        report=rep.markdown,
+        figures=rep.figures,
+        leaderboard=lb_path,
+        source=demo_root(),
+    )

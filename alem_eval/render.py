@@ -30,6 +30,7 @@ channels, the comm signal it sent.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import subprocess
@@ -270,8 +271,12 @@ class EpisodePlayer:
         unlocked = np.asarray(np.asarray(view.achievements).any(axis=0))
         none = np.full(self.num_agents, -1)
         yield EpisodeStep(0, view, None, None, 0.0, none, unlocked, False, False)
+        step = functools.partial(self._step.fn, self._variables, self._use_mask, dyn)
+        pending = step(carry)
         for t in range(1, self.max_steps + 1):
-            carry, out = self._step.fn(self._variables, self._use_mask, dyn, carry)
+            carry, out = pending
+            if t < self.max_steps:  # queue the next step while the host draws this one
+                pending = step(carry)
             actions, rewards, team_reward, done, unlocked, comm = jax.device_get(
                 (out.actions, out.rewards, out.team_reward, out.done, out.achievements, out.comm)
             )
@@ -477,6 +482,7 @@ def caption_lines(
     return Caption(header, highlight, tuple(agents))
 
 
+@functools.cache
 def _font(scale: int):
     from PIL import ImageFont
 
@@ -545,19 +551,25 @@ def caption_strip(
 # ----------------------------------------------------------------------------------------
 def _palette_image(frame: np.ndarray):
     """``frame [H, W, 3]`` uint8 -> a PIL "P" image: its exact colours when it has at most
-    256, else a median-cut palette of 256 (no dithering)."""
+    256, else an octree palette of 256 (no dithering; a rendered frame, with its
+    anti-aliased caption, has a few hundred)."""
     from PIL import Image
 
-    flat = frame.reshape(-1, 3)
-    packed = (flat[:, 0].astype(np.uint32) << 16) | (flat[:, 1].astype(np.uint32) << 8) | flat[:, 2]
-    colours, index = np.unique(packed, return_inverse=True)
-    if len(colours) <= 256:
-        img = Image.fromarray(index.reshape(frame.shape[:2]).astype(np.uint8), "P")
-        rgb = np.stack([(colours >> 16) & 255, (colours >> 8) & 255, colours & 255], axis=1)
-        img.putpalette(rgb.astype(np.uint8).tobytes())
-        return img
-    rgb_img = Image.fromarray(frame, "RGB")
-    return rgb_img.quantize(256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+    rgb = Image.fromarray(frame, "RGB")
+    counted = rgb.getcolors(256)  # None: more than 256 colours
+    if counted is None:
+        return rgb.quantize(256, method=Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE)
+
+    def packed(rgb_values: np.ndarray) -> np.ndarray:
+        v = rgb_values.astype(np.uint32)
+        return (v[..., 0] << 16) | (v[..., 1] << 8) | v[..., 2]
+
+    table = np.sort(packed(np.array([colour for _, colour in counted])))
+    index = np.searchsorted(table, packed(frame))
+    img = Image.fromarray(index.astype(np.uint8), "P")
+    palette = np.stack([(table >> 16) & 255, (table >> 8) & 255, table & 255], axis=1)
+    img.putpalette(palette.astype(np.uint8).tobytes())
+    return img
 
 
 class GifWriter:

@@ -303,8 +303,9 @@ def open_source(
     cache_dir: str | Path | None = None,
     endpoint: str | None = None,
 ) -> Source:
-    """``"hub"`` (the default), ``"demo"`` (the embedded untrained cells, made on first use) or
-    a local directory in the released layout (``./hub`` for a directory named ``hub``)."""
+    """``"hub"`` (the default), ``"demo"`` (the small trained cells bundled with the package,
+    :mod:`alem_eval.demo`) or a local directory in the released layout (``./hub`` for a
+    directory named ``hub``)."""
     name = str(spec).strip().lower()
     if name == HUB_SPEC:
         return HubSource(

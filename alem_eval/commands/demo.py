@@ -1,57 +1,78 @@
-"""``alem-eval demo``: the whole pipeline offline, on the embedded UNTRAINED demo cells."""
+"""``alem-eval demo``: the whole pipeline offline, on the bundled (small, trained) demo cells."""
 
 from __future__ import annotations
 
-import sys
+import time
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from ..cli import app
 from ..console import OutputFormat, emit_records, err_console
-from ..options import FormatOpt, ResultsOpt
+from ..options import FormatOpt, RepsOpt, ResultsOpt
 
 
 @app.command("demo")
 def demo(
     episodes: Annotated[int, typer.Option("--episodes", help="Episodes per cell.")] = 8,
     max_steps: Annotated[int, typer.Option("--max-steps", help="Step cap per episode.")] = 300,
+    out: Annotated[
+        Path,
+        typer.Option("--out", help="Output directory (report/, leaderboard.md)."),
+    ] = Path("alem-eval-demo"),
     results: ResultsOpt = None,
+    reps: RepsOpt = 10_000,
     fmt: FormatOpt = OutputFormat.table,
 ) -> None:
-    """Make the demo cells (random, untrained weights in the released layout; one per
-    algorithm), verify them, and score them with the fast protocol. No network needed.
-    The scores only show the pipeline works: the weights are untrained."""
-    from ..demo import DEMO_NOTE
-    from ..evaluate import enable_compilation_cache
-    from ..results import open_store
-    from ..scoring import ScoreOptions, score_cells
-    from ..sources import open_source
-    from ..verify import verify_cells
+    """Score the four bundled demo cells (one per algorithm, small networks trained on a
+    CPU, easy difficulty; not the paper's baselines), write a report with figures and print
+    the leaderboard table. Offline; about two minutes on a 2-core CPU the first time.
 
-    err_console.print(f"[bold yellow]{DEMO_NOTE}[/bold yellow]", highlight=False)
-    src = open_source("demo")
-    cells = src.select([])
-    checks = verify_cells(src, cells)
-    for r in checks:
-        err_console.print(
-            ("OK    " if r.ok else "FAIL  ") + f"{r.cell}  {r.message}", highlight=False
-        )
-    if not all(r.ok for r in checks):
-        sys.exit(1)
-    enable_compilation_cache()
-    scores = score_cells(
-        src,
-        cells,
-        options=ScoreOptions(num_episodes=episodes, max_steps=max_steps),
-        store=open_store(results),
-        on_progress=lambda m, d, t: err_console.print(f"[{d}/{t}] {m}", highlight=False),
+    Scores go to the results store like score's (budget label 'demo'), so report and
+    leaderboard can read them afterwards. Into --out: report/report.md with stats.json
+    and figures/*.png, and leaderboard.md. The cells are in alem_eval/data/demo-cells/
+    (its CARD.md says what they are).
+
+    Examples:
+
+      alem-eval demo
+      alem-eval demo --episodes 20 --max-steps 1000 --out demo-run/
+    """
+    from ..demo import DEMO_NOTE, run_demo
+
+    err_console.print(f"[bold]{DEMO_NOTE}[/bold]", highlight=False)
+    t0 = time.perf_counter()
+    res = run_demo(
+        out,
+        num_episodes=episodes,
+        max_steps=max_steps,
+        results=results,
+        reps=reps,
+        on_progress=lambda m: err_console.print(m, highlight=False),
     )
-    if fmt == OutputFormat.json:
-        emit_records([s.as_record() for s in scores], fmt)
-    else:
+    if fmt == OutputFormat.table:
         emit_records(
-            [s.summary_row() for s in scores],
+            [s.summary_row() for s in res.scores],
             fmt,
-            title=f"UNTRAINED demo cells, fast protocol, {episodes} episodes ≤ {max_steps} steps",
+            title=f"demo cells, fast protocol, {episodes} episodes ≤ {max_steps} steps",
         )
+        print()
+        print(res.leaderboard_md, end="")
+    elif fmt == OutputFormat.json:
+        emit_records([s.as_record() for s in res.scores], fmt)
+    else:
+        emit_records([s.summary_row() for s in res.scores], fmt)
+    where = [
+        ("demo cells", res.source),
+        ("results store", res.results),
+        ("report", res.report),
+        ("figures", res.report.parent / "figures"),
+        ("leaderboard", res.leaderboard),
+    ]
+    err_console.print(
+        f"done in {time.perf_counter() - t0:.0f}s. Written:\n"
+        + "\n".join(f"  {name:<14}{path}" for name, path in where),
+        highlight=False,
+        soft_wrap=True,
+    )
