@@ -131,6 +131,7 @@ class DemoOutcome:
     results: Path  # the results store
     report: Path  # report.md
     figures: tuple[Path, ...]
+    clips: tuple[Path, ...]  # report/clips/<algorithm>.gif (with clips=True)
     leaderboard: Path  # leaderboard.md
     source: Path
 
@@ -142,17 +143,19 @@ def run_demo(
     max_steps: int = 300,
     results: str | Path | None = None,
     reps: int = 10_000,
+    clips: bool = False,
     on_progress: Callable[[str], None] | None = None,
 ) -> DemoOutcome:
     """Verify and score the demo cells (fast protocol, ``num_episodes`` episodes of at most
     ``max_steps`` steps) into the results store ``results`` (default: the user's, like
     ``score``; the cells' budget label ``demo`` keeps them apart from the baselines), then
     write under ``out_dir``: ``report/`` (report.md, stats.json, figures/*.png; runs =
-    episodes, as each cell is one seed) and ``leaderboard.md``."""
+    episodes, as each cell is one seed) and ``leaderboard.md``. ``clips``: also a GIF of
+    each cell's episode 0 (:class:`.report.ClipRequest`), embedded in the report."""
     from .bootstrap import BootstrapSettings
     from .fsutil import write_text_atomic
     from .leaderboard import build_leaderboard, render
-    from .report import build_report
+    from .report import ClipRequest, build_report
     from .results import open_store
     from .scoring import ScoreOptions, score_cells
     from .sources import open_source
@@ -181,6 +184,7 @@ def run_demo(
         selectors=selectors,
         settings=BootstrapSettings(reps=reps, runs="episodes"),
         protocol="fast",
+        clips=ClipRequest(src, max_steps=max_steps) if clips else None,
     )
     lb = build_leaderboard(store, selectors, settings=BootstrapSettings(reps=reps), protocol="fast")
     text = render(lb, "md")
@@ -192,6 +196,7 @@ def run_demo(
         results=store.root,
         report=rep.markdown,
         figures=rep.figures,
+        clips=rep.clips,
         leaderboard=lb_path,
         source=demo_root(),
     )

@@ -23,7 +23,7 @@ import multiprocessing
 import os
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from collections.abc import Mapping, Sequence
@@ -79,6 +79,18 @@ class ReportResult:
     metrics: tuple[str, ...]
     protocol: str
     notes: tuple[str, ...]
+    clips: tuple[Path, ...] = ()  # clips/<algorithm>.gif, embedded in report.md
+
+
+@dataclass(frozen=True)
+class ClipRequest:
+    """Add a short self-play clip per algorithm to a report (``report --clips``): the first
+    scored cell of each algorithm, read from ``source``, plays fast-protocol episode 0 on
+    its training difficulty for at most ``max_steps`` steps (:func:`.render.algorithm_clips`)."""
+
+    source: Any  # a sources.Source holding the scored cells
+    max_steps: int = 200
+    on_env_mismatch: str = "error"
 
 
 def build_report(
@@ -91,12 +103,15 @@ def build_report(
     protocol: str | None = None,
     formats: Sequence[str] = DEFAULT_FORMATS,
     jobs: int | None = None,
+    clips: ClipRequest | None = None,
 ) -> ReportResult:
     """Analyse the selected results of ``store`` and write the report into ``out_dir``
     (``report.md``, ``stats.json``, ``figures/<metric>_<kind>.<format>``).
 
     ``formats``: figure file formats (``png`` always; add ``pdf`` for vector copies).
-    ``jobs``: worker processes drawing the figures (see :func:`render_figures`)."""
+    ``jobs``: worker processes drawing the figures (see :func:`render_figures`).
+    ``clips``: also draw a clip per algorithm into ``clips/`` and embed them (after the
+    figures, which are drawn before JAX is loaded)."""
     prepared = prepare(
         store,
         selectors,
@@ -104,7 +119,46 @@ def build_report(
         optional_metrics=[m.key for m in HEADLINE_METRICS],
         protocol=protocol,
     )
-    return write_report(prepared, Path(out_dir), settings, formats=formats, jobs=jobs)
+    result = write_report(prepared, Path(out_dir), settings, formats=formats, jobs=jobs)
+    return result if clips is None else embed_clips(result, prepared, clips)
+
+
+def embed_clips(
+    result: ReportResult, prepared: PreparedResults, request: ClipRequest
+) -> ReportResult:
+    """Draw one clip per algorithm of the report's cells into ``clips/`` and append an
+    "Episodes" section embedding them to ``report.md``."""
+    from .render import algorithm_clips
+
+    cell_ids = sorted({e.key.cell for e in prepared.entries})
+    cells = request.source.select(cell_ids)
+    clips = algorithm_clips(
+        request.source,
+        cells,
+        result.out_dir / "clips",
+        max_steps=request.max_steps,
+        on_env_mismatch=request.on_env_mismatch,
+    )
+    lines = [
+        "",
+        "## Episodes",
+        "",
+        f"One greedy self-play episode per algorithm (fast protocol, episode 0: world "
+        f"PRNGKey(9999), at most {request.max_steps} steps) on its cell's training "
+        "difficulty, drawn with the environment's renderer (`alem-eval render`).",
+        "",
+    ]
+    for algorithm, clip in clips.items():
+        rel = clip.path.relative_to(result.out_dir).as_posix()
+        lines += [
+            f"**{algorithm}** (`{' + '.join(dict.fromkeys(clip.team))}`, {clip.eval_difficulty}): "
+            f"{clip.steps} steps, {len(clip.achievements)} team achievements",
+            "",
+            f"![{algorithm}]({rel})",
+            "",
+        ]
+    write_text_atomic(result.markdown, result.markdown.read_text() + "\n".join(lines))
+    return replace(result, clips=tuple(c.path for c in clips.values()))
 
 
 def write_report(

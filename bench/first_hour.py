@@ -56,6 +56,33 @@ def run_demo(cwd: Path, cache: Path, jax_cache: Path, out: str, extra: list[str]
     return wall
 
 
+def untrained_scores(root: Path, cache: Path, jax_cache: Path) -> dict[str, dict[str, float]]:
+    """The same protocol on cells of the demo sizes with their initial weights
+    (``scripts/make_demo_cells.py --untrained``), warm compilation cache: what training
+    bought. {algorithm: {label: mean in percent}}."""
+    from alem_eval.metrics import HEADLINE_METRICS
+
+    cells = root / "untrained-cells"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "ALEM_EVAL_"))}
+    env.update(ALEM_EVAL_CACHE=str(cache), ALEM_EVAL_JAX_CACHE=str(jax_cache))
+    env.update(HF_HUB_OFFLINE="1", JAX_PLATFORMS="cpu")
+    script = REPO / "scripts" / "make_demo_cells.py"
+    subprocess.run([sys.executable, str(script), "--untrained", str(cells)], env=env, check=True)
+    cmd = [sys.executable, "-m", "alem_eval", "score", "untrained", "--source", str(cells)]
+    cmd += ["--episodes", "8", "--max-steps", "300", "--format", "json"]
+    cmd += ["--results", str(root / "untrained-results")]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"scoring the untrained cells failed:\n{proc.stderr[-3000:]}")
+    table: dict[str, dict[str, float]] = {}
+    for record in json.loads(proc.stdout):
+        means = record["aggregate"]
+        table[record["algorithm"]] = {
+            m.label: 100 * means[m.key] for m in HEADLINE_METRICS if m.key in means
+        }
+    return table
+
+
 def headline(out: Path) -> dict[str, dict[str, float]]:
     """{algorithm: {label: mean in percent}} from the demo report's stats.json."""
     from alem_eval.metrics import metric_info
@@ -84,6 +111,7 @@ def main() -> None:
             "rerun": run_demo(cwd, cache, jax_cache, "warm", args.extra),
         }
         scores = headline(cwd / "cold")
+        untrained = untrained_scores(root, cache, jax_cache)
         figures = sorted(p.name for p in (cwd / "cold" / "report" / "figures").iterdir())
     for name, t in times.items():
         print(f"{name:>6}: {t:6.1f} s")
@@ -92,7 +120,13 @@ def main() -> None:
         f"| {a} | " + " | ".join(f"{s.get(k, float('nan')):.2f}" for k in labels) + " |"
         for a, s in scores.items()
     ]
-    print("\n".join(lines))
+    before = [
+        f"| {a} (initial weights) | "
+        + " | ".join(f"{s.get(k, float('nan')):.2f}" for k in labels)
+        + " |"
+        for a, s in untrained.items()
+    ]
+    print("\n".join(lines + before))
     if not args.write:
         return
     demo_args = " ".join(args.extra) or "(defaults: 8 episodes ≤ 300 steps)"
@@ -116,11 +150,14 @@ is mostly tracing and compiling the Alem step once for all four algorithms (see 
 mixed-teams block); the environment's texture cache (built once by `scripts/bootstrap.sh`)
 was already there.
 
-Scores of that run (fast protocol on easy, mean over the episodes, percent):
+Scores of that run (fast protocol on easy, mean over the episodes, percent), and below
+them the same protocol on cells of the same sizes with their initial weights
+(`scripts/make_demo_cells.py --untrained`): what the 491,520 training steps bought.
 
 | algorithm | {" | ".join(labels)} |
 | --- | {" | ".join("---:" for _ in labels)} |
 {chr(10).join(lines)}
+{chr(10).join(before)}
 """
     write_block("first-hour", text)
     print("wrote the first-hour block of BENCHMARKS.md")

@@ -7,6 +7,7 @@ over; the on-disk format has its own tests (test_datasets.py).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -145,3 +146,43 @@ def test_a_failing_recorder_stops_the_recording_not_the_scores(recorded):
     assert out.record_error == "disk full (test)"
     assert out.records == res.records
     assert broken.calls == 2  # nothing was attempted after the failure
+
+
+def test_score_record_then_dataset_export_reads_back_with_flashbax(tmp_path, capsys):
+    """The datasets issue's end-to-end path, through the commands: ``score --record``
+    streams every step to disk, ``dataset export --format vault`` writes a Flashbax Vault,
+    and flashbax's own ``Vault.read()`` returns every recorded step of every episode."""
+    import json
+
+    from flashbax.vault import Vault
+
+    from alem_eval.cli import main
+    from tests.conftest import FIXTURES
+
+    def cli(*args: str) -> str:
+        with pytest.raises(SystemExit) as exc:
+            main(list(args))
+        out = capsys.readouterr()
+        assert (exc.value.code or 0) == 0, out.err
+        return out.out
+
+    rec, vaults = tmp_path / "out", tmp_path / "vaults"
+    scored = cli(
+        *("score", IPPO, "--source", str(FIXTURES), "--episodes", "2", "--max-steps", "30"),
+        *("--results", str(tmp_path / "results"), "--record", str(rec), "--format", "json"),
+    )
+    [cell] = json.loads(scored)
+    lengths = [int(e["episode_length"]) for e in cell["episodes"]]
+    printed = cli("dataset", "export", str(rec), "--format", "vault", "--out", str(vaults))
+    [path] = [Path(line) for line in printed.split()]
+    experience = (
+        Vault(vault_name=path.parent.name, vault_uid=path.name, rel_dir=str(path.parent.parent))
+        .read()
+        .experience
+    )
+    actions = np.asarray(experience["actions"])
+    assert actions.shape[:2] == (1, sum(lengths)) and actions.shape[2] == 3
+    ends = np.asarray(experience["terminals"]) + np.asarray(experience["truncations"])
+    assert np.flatnonzero(ends[0, :, 0]).tolist() == list(np.cumsum(lengths) - 1)
+    card = json.loads((path / "card.json").read_text())
+    assert card["episodes"] == 2 and card["steps"] == sum(lengths)

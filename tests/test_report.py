@@ -186,3 +186,45 @@ def test_mixed_protocols_need_a_choice(tmp_path, capsys):
     )
     assert code == 0, err
     assert "protocol `reference`" in (tmp_path / "r" / "report.md").read_text()
+
+
+def test_report_clips_embed_one_gif_per_algorithm(scored, tmp_path, capsys, monkeypatch):
+    """``report --clips``: the first scored cell of each algorithm is drawn (by
+    render.algorithm_clips, which tests/test_render.py covers) and embedded in report.md
+    after the figures; the cells come from --source."""
+    import numpy as np
+
+    from alem_eval import render as R
+
+    seen = {}
+
+    def fake_clips(source, cells, out_dir, *, max_steps, on_env_mismatch, **kw):
+        seen.update(source=source, cells=sorted(c.id for c in cells), max_steps=max_steps)
+        out_dir.mkdir(parents=True)
+        clips = {}
+        for algorithm in ("ippo-rnn", "mappo-rnn"):
+            path = out_dir / f"{algorithm}.gif"
+            path.write_bytes(b"GIF89a")
+            cell = f"1B/{algorithm}/easy/seed0"
+            actions = np.zeros((7, 3), np.int32)
+            clips[algorithm] = R.RenderResult(
+                path, (cell,) * 3, "easy", 0, 8, 7, True, 1.5, ("COLLECT_WOOD",), actions
+            )
+        return clips
+
+    monkeypatch.setattr(R, "algorithm_clips", fake_clips)
+    out = tmp_path / "rep"
+    code, stdout, err = run(
+        ["report", "1B", "--results", str(scored.root), "--out", str(out), "--reps", "200"]
+        + ["--clips", "--clip-steps", "40"],
+        capsys,
+    )
+    assert code == 0, err
+    assert seen["max_steps"] == 40 and type(seen["source"]).__name__ == "HubSource"
+    assert seen["cells"] and all(c.startswith("1B/") for c in seen["cells"])
+    md = (out / "report.md").read_text()
+    episodes = md.split("## Episodes", 1)[1]
+    assert "![ippo-rnn](clips/ippo-rnn.gif)" in episodes
+    assert "![mappo-rnn](clips/mappo-rnn.gif)" in episodes
+    assert "`1B/ippo-rnn/easy/seed0`, easy): 7 steps, 1 team achievements" in episodes
+    assert "2 clips in" in " ".join(err.split())

@@ -23,6 +23,14 @@ def demo(
     ] = Path("alem-eval-demo"),
     results: ResultsOpt = None,
     reps: RepsOpt = 10_000,
+    clips: Annotated[
+        bool,
+        typer.Option(
+            "--clips",
+            help="Also draw each cell's episode 0 as a GIF (report/clips/, embedded in the "
+            "report; each algorithm's render program compiles once: minutes on a CPU).",
+        ),
+    ] = False,
     fmt: FormatOpt = OutputFormat.table,
 ) -> None:
     """Score the four bundled demo cells (one per algorithm, small networks trained on a
@@ -38,6 +46,7 @@ def demo(
 
       alem-eval demo
       alem-eval demo --episodes 20 --max-steps 1000 --out demo-run/
+      alem-eval demo --clips            # and a GIF per algorithm in the report
     """
     from ..demo import DEMO_NOTE, run_demo
 
@@ -49,6 +58,7 @@ def demo(
         max_steps=max_steps,
         results=results,
         reps=reps,
+        clips=clips,
         on_progress=lambda m: err_console.print(m, highlight=False),
     )
     if fmt == OutputFormat.table:
@@ -68,6 +78,7 @@ def demo(
         ("results store", res.results),
         ("report", res.report),
         ("figures", res.report.parent / "figures"),
+        *([("clips", res.report.parent / "clips")] if res.clips else []),
         ("leaderboard", res.leaderboard),
     ]
     err_console.print(

@@ -9,7 +9,18 @@ import typer
 
 from ..cli import app
 from ..console import err_console
-from ..options import ResultsOpt, ResultsProtocolOpt, RepsOpt, Runs, RunsOpt, SeedOpt
+from ..options import (
+    CacheDirOpt,
+    RepoOpt,
+    ResultsOpt,
+    ResultsProtocolOpt,
+    RepsOpt,
+    RevisionOpt,
+    Runs,
+    RunsOpt,
+    SeedOpt,
+    SourceOpt,
+)
 
 
 @app.command("report")
@@ -46,6 +57,21 @@ def report(
             help="Processes drawing the figures (default: one per CPU core; 1: none).",
         ),
     ] = None,
+    clips: Annotated[
+        bool,
+        typer.Option(
+            "--clips",
+            help="Also draw a short self-play GIF per algorithm (its first cell, episode 0) "
+            "into clips/ and embed it; the cells are read from --source.",
+        ),
+    ] = False,
+    clip_steps: Annotated[
+        int, typer.Option("--clip-steps", min=1, help="Step cap of each clip.")
+    ] = 200,
+    source: SourceOpt = "hub",
+    repo: RepoOpt = None,
+    revision: RevisionOpt = None,
+    cache_dir: CacheDirOpt = None,
 ) -> None:
     """Interval estimates (IQM, mean, median, optimality gap), probability of improvement,
     performance profiles and the budget comparison, one panel per difficulty.
@@ -53,13 +79,25 @@ def report(
     Writes report.md, stats.json and figures/*.png (and *.pdf with --pdf) into --out and
     prints the path of report.md on stdout.
 
-    Example: alem-eval report '1B/*/hard' --results runs/results --out report/ --pdf
+    Examples:
+
+      alem-eval report '1B/*/hard' --results runs/results --out report/ --pdf
+
+      alem-eval report 'demo' --source demo --clips --out demo-report/
     """
     from ..bootstrap import BootstrapSettings
     from ..metrics import DEFAULT_METRIC
-    from ..report import build_report
+    from ..report import ClipRequest, build_report
     from ..results import open_store
 
+    clip_request = None
+    if clips:
+        from ..runtime import enable_compilation_cache
+        from ..sources import open_source
+
+        src = open_source(source, repo=repo, revision=revision, cache_dir=cache_dir)
+        enable_compilation_cache()
+        clip_request = ClipRequest(src, max_steps=clip_steps)
     settings = BootstrapSettings(reps=reps, seed=seed, runs=runs.value)
     res = build_report(
         open_store(results),
@@ -70,13 +108,15 @@ def report(
         protocol=protocol and protocol.value,
         formats=("png", "pdf") if pdf else ("png",),
         jobs=jobs,
+        clips=clip_request,
     )
     for note in res.notes:
         err_console.print(f"[yellow]note[/yellow] {note}", highlight=False)
     err_console.print(
         f"report for {', '.join(res.metrics)} (protocol {res.protocol}, "
         f"{settings.runs} as runs, {settings.reps:,} bootstrap reps): "
-        f"{len(res.figures)} figure files in {res.out_dir / 'figures'}",
+        f"{len(res.figures)} figure files in {res.out_dir / 'figures'}"
+        + (f", {len(res.clips)} clips in {res.out_dir / 'clips'}" if res.clips else ""),
         highlight=False,
     )
     print(res.markdown)
