@@ -3,8 +3,9 @@
 Each cell is trained by ``alem-eval train`` itself, with the settings of
 ``alem_eval.demo.DEMO_RECIPE`` (network sizes: the registry's ``demo_overrides``; seed 0,
 easy), in a scratch directory; its ``checkpoint/`` and ``config.json`` are then copied into
-the package. Training is deterministic on one machine type: the same command gives the same
-arrays bit for bit (``--check`` proves it for the cells it retrains).
+the package. Training is deterministic on one machine: the same command gives the same
+arrays bit for bit there. XLA compiles for the host CPU's features, so on another CPU model
+the rounding, and with it the trained weights, differ (CARD.md); ``--check`` says which.
 
     .venv/bin/python scripts/make_demo_cells.py                       # all four (~40 min, 2-core CPU)
     .venv/bin/python scripts/make_demo_cells.py ippo-rnn              # one
