@@ -67,6 +67,8 @@ class Algorithm:
     not_logged_keys: tuple[str, ...]  # keys of the full config its trainer never reads
     trainer_module: str  # "trainers.ippo_rnn": defines make_train(run, tcfg)
     demo_overrides: Mapping[str, Any] = field(default_factory=dict)  # reduced demo sizes
+    # how its bundled demo cell was trained, beyond the sizes (alem_eval.demo.DEMO_RECIPE)
+    demo_training: Mapping[str, Any] = field(default_factory=dict)
 
     def appends_agent_id(self, cfg_append_agent_id: bool) -> bool:
         """Whether its policy input is the obs followed by the one-hot agent id."""
@@ -113,6 +115,7 @@ _REGISTRY: tuple[Algorithm, ...] = (
         not_logged_keys=("APPEND_AGENT_ID",),
         trainer_module="trainers.ippo_rnn",
         demo_overrides={**_DEMO_PPO, "NUM_AGENTS": 3},
+        demo_training={"LR": 1e-3},
     ),
     Algorithm(
         name="mappo-rnn",
@@ -136,6 +139,7 @@ _REGISTRY: tuple[Algorithm, ...] = (
         not_logged_keys=("APPEND_AGENT_ID", "NUM_AGENTS"),
         trainer_module="trainers.mappo_rnn",
         demo_overrides=dict(_DEMO_PPO),
+        demo_training={"LR": 1e-3},
     ),
     Algorithm(
         name="hypermarl-rnn",
@@ -177,6 +181,7 @@ _REGISTRY: tuple[Algorithm, ...] = (
             "USE_AGENT_ID_EMBEDDINGS": True,
             "USE_BIAS_IN_HYPERNET": True,
         },
+        demo_training={"LR": 5e-4},
     ),
     Algorithm(
         name="pqn-vdn-rnn",
@@ -213,6 +218,8 @@ _REGISTRY: tuple[Algorithm, ...] = (
             "NORM_TYPE": "layer_norm",
             "NORM_INPUT": False,
         },
+        # epsilon decays over 20% of the run; its schedules span the run (not the yaml's 1e9)
+        demo_training={"LR": 5e-4, "EPS_DECAY": 0.2, "TOTAL_TIMESTEPS_DECAY": 491_520},
     ),
 )
 

@@ -54,23 +54,14 @@ class DemoRecipe:
     sets: Mapping[str, Any]  # --set KEY=VALUE
 
 
+DEMO_STEPS, DEMO_NUM_ENVS, DEMO_NUM_STEPS = 491_520, 64, 64
+# Per algorithm: the registry's ``demo_training`` (learning rate; PQN's exploration schedule).
 DEMO_RECIPE: Mapping[str, DemoRecipe] = MappingProxyType(
     {
-        "ippo-rnn": DemoRecipe(491_520, 64, 64, {"NUM_MINIBATCHES": 8, "LR": 1e-3}),
-        "mappo-rnn": DemoRecipe(491_520, 64, 64, {"NUM_MINIBATCHES": 8, "LR": 1e-3}),
-        "hypermarl-rnn": DemoRecipe(491_520, 64, 64, {"NUM_MINIBATCHES": 8, "LR": 5e-4}),
-        # PQN's epsilon and LR schedules follow TOTAL_TIMESTEPS_DECAY (the yaml's 1e9).
-        "pqn-vdn-rnn": DemoRecipe(
-            491_520,
-            64,
-            64,
-            {
-                "NUM_MINIBATCHES": 8,
-                "LR": 5e-4,
-                "EPS_DECAY": 0.2,
-                "TOTAL_TIMESTEPS_DECAY": 491_520,
-            },
-        ),
+        a.name: DemoRecipe(
+            DEMO_STEPS, DEMO_NUM_ENVS, DEMO_NUM_STEPS, {"NUM_MINIBATCHES": 8, **a.demo_training}
+        )
+        for a in all_algorithms()
     }
 )
 

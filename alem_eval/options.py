@@ -59,6 +59,12 @@ class ExportFormat(StrEnum):
     marl_eval = "marl-eval"
 
 
+class DatasetFormat(StrEnum):
+    """``alem_eval.datasets.VAULT_FORMATS``."""
+
+    vault = "vault"
+
+
 class Prefer(StrEnum):
     """Which side ``merge`` keeps on a same-key content conflict."""
 
@@ -198,6 +204,14 @@ ExportFormatOpt = Annotated[
         "--format",
         help="marl-eval (instadeepai/marl-eval raw-data JSON).",
         **choice(ExportFormat, "--format", "format"),
+    ),
+]
+DatasetFormatOpt = Annotated[
+    DatasetFormat,
+    typer.Option(
+        "--format",
+        help="vault: Flashbax Vaults in OG-MARL's experience structure.",
+        **choice(DatasetFormat, "--format", "dataset format"),
     ),
 ]
 RepsOpt = Annotated[int, typer.Option("--reps", help="Bootstrap replicates.")]

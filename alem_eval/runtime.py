@@ -86,3 +86,29 @@ def parse_devices(value: str | int | None) -> int | None:
     if n < 1:
         raise UsageError(f"--devices must be a positive integer or 'auto', got {value!r}")
     return n
+
+
+def _is_closed_loop_callback(unraisable: object) -> bool:
+    value = getattr(unraisable, "exc_value", None)
+    return isinstance(value, RuntimeError) and str(value) == "Event loop is closed"
+
+
+def quiet_closed_loop_callbacks() -> None:
+    """Drop one known leftover of a failed checkpoint read, and nothing else.
+
+    When one read of an orbax restore fails (a truncated download), the restore raises at
+    once and closes its asyncio loop while tensorstore still completes the other reads;
+    each completion then calls ``loop.call_soon_threadsafe`` on the closed loop, and Python
+    prints that ``RuntimeError('Event loop is closed')`` as an unraisable exception -- a
+    traceback after alem-eval's one-line error. Other unraisable exceptions go to the
+    previous hook."""
+    previous = sys.unraisablehook
+    if getattr(previous, "_alem_eval_quiet", False):
+        return
+
+    def hook(unraisable) -> None:
+        if not _is_closed_loop_callback(unraisable):
+            previous(unraisable)
+
+    hook._alem_eval_quiet = True  # type: ignore[attr-defined]
+    sys.unraisablehook = hook

@@ -33,7 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.benchmarks_md import write_block  # noqa: E402
+from benchmarks_md import write_block  # noqa: E402  (a sibling: bench/ is sys.path[0])
 
 
 def run_demo(cwd: Path, cache: Path, jax_cache: Path, out: str, extra: list[str]) -> float:

@@ -22,7 +22,8 @@ from pathlib import Path
 # Run as a script from anywhere: make the checkout importable.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from alem_eval.config import ALGORITHMS, DIFFICULTIES, PAPER_ENV_VERSION
+from alem_eval.algorithms import ALGORITHMS
+from alem_eval.config import DIFFICULTIES, PAPER_ENV_VERSION
 from alem_eval.manifest import (
     DEFAULT_REVISION,
     HUB_REPO,

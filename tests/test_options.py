@@ -10,7 +10,7 @@ import re
 import pytest
 from typer.testing import CliRunner
 
-from alem_eval import bootstrap, evaluate, leaderboard, options
+from alem_eval import bootstrap, datasets, evaluate, leaderboard, options
 from alem_eval.cli import COMMAND_MODULES, _register, app, main
 from alem_eval.console import OutputFormat
 from alem_eval.errors import UsageError
@@ -47,6 +47,7 @@ def test_choices_are_what_the_library_accepts(tmp_path):
     assert _values(options.Runs) == bootstrap.RUNS_MODES
     assert _values(options.LeaderboardFormat) == leaderboard.FORMATS
     assert options.OutputFormat is OutputFormat
+    assert _values(options.DatasetFormat) == datasets.VAULT_FORMATS
     for side in options.Prefer:  # accepted: it gets as far as the missing directory
         with pytest.raises(ResultsError, match="no results directory"):
             merge_results(

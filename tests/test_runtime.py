@@ -61,3 +61,24 @@ def test_enable_compilation_cache_before_jax_import_sets_only_the_environment(tm
         check=True,
     )
     assert out.stdout.strip() == str(tmp_path / "c")
+
+
+def test_only_closed_loop_callbacks_are_silenced(monkeypatch):
+    """After a failed orbax restore, tensorstore's late completions hit the closed asyncio
+    loop (an unraisable RuntimeError printed as a traceback after the one-line error): the
+    CLI's hook drops exactly those and hands every other unraisable to the previous hook."""
+    import sys
+    import types
+
+    from alem_eval.runtime import quiet_closed_loop_callbacks
+
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(u.exc_value))
+    quiet_closed_loop_callbacks()
+    quiet_closed_loop_callbacks()  # idempotent: one wrapper
+    closed = RuntimeError("Event loop is closed")
+    other = RuntimeError("something else")
+    for value in (closed, other, ValueError("Event loop is closed")):
+        sys.unraisablehook(types.SimpleNamespace(exc_value=value))
+    assert [str(v) for v in seen] == ["something else", "Event loop is closed"]
+    assert isinstance(seen[1], ValueError)

@@ -16,7 +16,7 @@ import typer
 
 from ..cli import app
 from ..console import OutputFormat, emit_records, err_console
-from ..options import FormatOpt, choice
+from ..options import DatasetFormat, DatasetFormatOpt, FormatOpt, choice
 
 dataset_app = typer.Typer(
     name="dataset",
@@ -24,12 +24,6 @@ dataset_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(dataset_app, name="dataset")
-
-
-class DatasetFormat(StrEnum):
-    """``alem_eval.datasets.VAULT_FORMATS``."""
-
-    vault = "vault"
 
 
 class Per(StrEnum):
@@ -42,14 +36,7 @@ class Per(StrEnum):
 @dataset_app.command("export")
 def export(
     recording: Annotated[Path, typer.Argument(help="A recording directory (score --record).")],
-    fmt: Annotated[
-        DatasetFormat,
-        typer.Option(
-            "--format",
-            help="vault: Flashbax Vaults in OG-MARL's experience structure.",
-            **choice(DatasetFormat, "--format", "dataset format"),
-        ),
-    ] = DatasetFormat.vault,
+    fmt: DatasetFormatOpt = DatasetFormat.vault,
     out: Annotated[
         Path,
         typer.Option(
