@@ -26,6 +26,7 @@ from alem_env.spaces import num_actions, obs_dim
 
 from .algorithms import get_algorithm
 from .errors import CheckpointError, LeafMismatch, ShapeMismatchError
+from .runtime import quiet_closed_loop_callbacks
 
 Path_ = tuple[str, ...]
 _ORBAX_MARKERS = ("_CHECKPOINT_METADATA", "_METADATA")
@@ -299,6 +300,9 @@ def restore_weights(
             d, args=ocp.args.PyTreeRestore(item=template, restore_args=restore_args, transforms={})
         )
     except Exception as exc:
+        # The reads still in flight complete on orbax's closed event loop: keep their
+        # RuntimeError off stderr (the error below is the whole story).
+        quiet_closed_loop_callbacks()
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise CheckpointError(
             f"{where}: checkpoint data unreadable, corrupt or truncated "

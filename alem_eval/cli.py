@@ -74,9 +74,8 @@ def _register() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from .runtime import enable_compilation_cache, quiet_closed_loop_callbacks
+    from .runtime import enable_compilation_cache
 
-    quiet_closed_loop_callbacks()  # no traceback after a one-line corrupt-checkpoint error
     # Before any command compiles anything: JAX decides once per process whether the
     # persistent cache is on (the demo used to compile its cells before turning it on).
     enable_compilation_cache()

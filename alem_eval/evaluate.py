@@ -528,12 +528,15 @@ class Machine:
 
         run = functools.partial(self._chunk, static=static, score_idx=score_idx, log=self.record)
 
-        def body(lp: Loop, _):
-            busy = jnp.any(lp.slots.alive)
-            return jax.lax.cond(busy, run, lambda x: (x, self._idle_log(x)), lp)
-
         if self.record:  # a log row per step of every chunk: a fixed number of chunks
+
+            def body(lp: Loop, _):
+                busy = jnp.any(lp.slots.alive)
+                return jax.lax.cond(busy, run, lambda x: (x, self._idle_log(x)), lp)
+
             loop, log = jax.lax.scan(body, loop, None, length=self.calls_chunks)
+            # [calls, chunk, N, ...] -> [calls * chunk, N, ...]
+            log = jax.tree_util.tree_map(lambda x: x.reshape((-1,) + x.shape[2:]), log)
         else:
             # Without a log, a while_loop: no chunk once nothing runs (the call queued
             # after the end does nothing), and the chunk's scan is the loop body itself --
@@ -548,8 +551,6 @@ class Machine:
 
             loop, _ = jax.lax.while_loop(more, chunk, (loop, jnp.int32(0)))
             log = None
-        if log is not None:  # [calls, chunk, N, ...] -> [calls * chunk, N, ...]
-            log = jax.tree_util.tree_map(lambda x: x.reshape((-1,) + x.shape[2:]), log)
         s = loop.sched
         status = Status(
             jnp.sum(loop.slots.alive, dtype=jnp.int32), s.finished, s.live_steps, s.loops

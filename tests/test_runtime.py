@@ -66,7 +66,8 @@ def test_enable_compilation_cache_before_jax_import_sets_only_the_environment(tm
 def test_only_closed_loop_callbacks_are_silenced(monkeypatch):
     """After a failed orbax restore, tensorstore's late completions hit the closed asyncio
     loop (an unraisable RuntimeError printed as a traceback after the one-line error): the
-    CLI's hook drops exactly those and hands every other unraisable to the previous hook."""
+    hook a failed restore installs drops exactly those and hands every other unraisable to
+    the previous hook."""
     import sys
     import types
 
