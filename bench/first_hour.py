@@ -36,21 +36,36 @@ sys.path.insert(0, str(REPO))
 from benchmarks_md import write_block  # noqa: E402  (a sibling: bench/ is sys.path[0])
 
 
-def run_demo(cwd: Path, cache: Path, jax_cache: Path, out: str, extra: list[str]) -> float:
+def cli_env(cache: Path, jax_cache: Path) -> dict[str, str]:
+    """A fresh user's environment: these caches only, offline, no inherited JAX settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "ALEM_EVAL_"))}
-    env.update(
-        ALEM_EVAL_CACHE=str(cache),
-        ALEM_EVAL_JAX_CACHE=str(jax_cache),
-        HF_HUB_OFFLINE="1",
-        HF_HOME=str(cache / "hf-home"),
-    )
-    cmd = [sys.executable, "-m", "alem_eval", "demo", "--out", out]
-    cmd += ["--results", str(cwd / out / "results"), *extra]
+    env.update(ALEM_EVAL_CACHE=str(cache), ALEM_EVAL_JAX_CACHE=str(jax_cache))
+    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(cache / "hf-home"))
+    return env
+
+
+def run_cli(
+    args: list[str], cwd: Path, cache: Path, jax_cache: Path
+) -> tuple[float, subprocess.CompletedProcess]:
+    """``alem-eval ARGS`` in a fresh process: (wall time in s, the finished process); exits
+    with its stderr if it fails."""
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "alem_eval", *args],
+        cwd=cwd,
+        env=cli_env(cache, jax_cache),
+        capture_output=True,
+        text=True,
+    )
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
-        sys.exit(f"demo failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+        sys.exit(f"alem-eval {args[0]} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return wall, proc
+
+
+def run_demo(cwd: Path, cache: Path, jax_cache: Path, out: str, extra: list[str]) -> float:
+    args = ["demo", "--out", out, "--results", str(cwd / out / "results"), *extra]
+    wall, proc = run_cli(args, cwd, cache, jax_cache)
     done = [line for line in proc.stderr.splitlines() if line.startswith("done in")]
     print(f"{out}: {wall:.1f} s wall; the command says: {done[-1] if done else '?'}")
     return wall
@@ -59,16 +74,8 @@ def run_demo(cwd: Path, cache: Path, jax_cache: Path, out: str, extra: list[str]
 def run_render(cwd: Path, cache: Path, jax_cache: Path) -> tuple[float, int]:
     """``alem-eval render`` of the IPPO demo cell (300 steps) in a fresh process: wall time
     and GIF size in bytes (its step program is not among the demo's, so it compiles)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "ALEM_EVAL_"))}
-    env.update(ALEM_EVAL_CACHE=str(cache), ALEM_EVAL_JAX_CACHE=str(jax_cache))
-    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(cache / "hf-home"))
-    cmd = [sys.executable, "-m", "alem_eval", "render", "demo/ippo/easy/0", "--source", "demo"]
-    cmd += ["--max-steps", "300", "--out", "ippo.gif"]
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        sys.exit(f"render failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    args = ["render", "demo/ippo/easy/0", "--source", "demo", "--max-steps", "300"]
+    wall, _ = run_cli([*args, "--out", "ippo.gif"], cwd, cache, jax_cache)
     print(f"render: {wall:.1f} s wall")
     return wall, (cwd / "ippo.gif").stat().st_size
 
@@ -80,17 +87,15 @@ def untrained_scores(root: Path, cache: Path, jax_cache: Path) -> dict[str, dict
     from alem_eval.metrics import HEADLINE_METRICS
 
     cells = root / "untrained-cells"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "ALEM_EVAL_"))}
-    env.update(ALEM_EVAL_CACHE=str(cache), ALEM_EVAL_JAX_CACHE=str(jax_cache))
-    env.update(HF_HUB_OFFLINE="1", JAX_PLATFORMS="cpu")
     script = REPO / "scripts" / "make_demo_cells.py"
-    subprocess.run([sys.executable, str(script), "--untrained", str(cells)], env=env, check=True)
-    cmd = [sys.executable, "-m", "alem_eval", "score", "untrained", "--source", str(cells)]
-    cmd += ["--episodes", "8", "--max-steps", "300", "--format", "json"]
-    cmd += ["--results", str(root / "untrained-results")]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.exit(f"scoring the untrained cells failed:\n{proc.stderr[-3000:]}")
+    subprocess.run(
+        [sys.executable, str(script), "--untrained", str(cells)],
+        env=cli_env(cache, jax_cache),
+        check=True,
+    )
+    args = ["score", "untrained", "--source", str(cells), "--episodes", "8"]
+    args += ["--max-steps", "300", "--format", "json", "--results", str(root / "untrained-results")]
+    _, proc = run_cli(args, root, cache, jax_cache)
     table: dict[str, dict[str, float]] = {}
     for record in json.loads(proc.stdout):
         means = record["aggregate"]
