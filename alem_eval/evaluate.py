@@ -3,7 +3,8 @@
 Structure (gymnax / PureJaxRL style, everything pure and jitted once):
 
 * :func:`rollout` -- a batch of ``slots`` per team, fed from per-team queues of episodes
-  inside ONE ``lax.while_loop`` over fixed-size ``lax.scan`` chunks (:data:`CHUNK` steps).
+  inside ``lax.while_loop`` calls over fixed-size ``lax.scan`` chunks (:data:`CHUNK` steps,
+  :data:`CALL_STEPS` per host call).
   Each step splits every slot's key into 3 (key, act key, env key) exactly like
   upstream's ``_run_eval_sequential``, applies the mask, the greedy policies and one
   vmapped ``env.step_env``. At each chunk boundary a slot whose episode ended hands its
@@ -82,7 +83,8 @@ DEFAULT_PROTOCOL = "fast"
 FAST_WORLD_SEED = 9999
 FAST_NUM_EPISODES = 20
 FAST_MAX_STEPS = 10_000
-CHUNK = 64  # steps per lax.scan chunk: the early-exit granularity
+CHUNK = 16  # steps per lax.scan chunk: how soon a finished slot takes the next episode
+CALL_STEPS = 64  # steps per host call without recording (CALL_STEPS // chunk chunks)
 # Recording: the default batch keeps what one call hands the host near this size.
 RECORD_LOG_BYTES = 256 * 2**20
 CAPACITY_BUCKET = 1024  # the reward buffer is sized to max_steps rounded up to this
@@ -451,7 +453,8 @@ class Machine:
     result depends on is frozen (key, step count, rewards, and the ~1 kB of state leaves
     ``compute_score`` reads); the rest of the env state keeps stepping, unused, until the
     slot is refilled (freezing all ~390 kB of it every step would cost 10-25% of the step).
-    ``max_steps`` must be in ``[1, capacity]``.
+    ``max_steps [E]`` are the episodes' step limits, each in ``[1, capacity]`` (one cap
+    for all, or per episode: a batch ragged by design).
     """
 
     env: Any
@@ -467,6 +470,11 @@ class Machine:
     @property
     def num_teams(self) -> int:
         return sum(c.size for c in self.classes)
+
+    @staticmethod
+    def _cap(episode: jax.Array, max_steps: jax.Array) -> jax.Array:
+        """The step limit of each slot's episode (idle slots: the last episode's)."""
+        return max_steps[jnp.clip(episode, 0, max_steps.shape[0] - 1)]
 
     def _snapshot(self, state, score_idx) -> tuple:
         leaves = jax.tree_util.tree_leaves(state)
@@ -631,7 +639,7 @@ class Machine:
         at = jnp.where(live, c.t, self.capacity)  # out of bounds -> dropped
         new = c._replace(
             t=t,
-            alive=live & ~out.done & (t < max_steps),
+            alive=live & ~out.done & (t < self._cap(c.episode, max_steps)),
             terminated=jnp.where(live, out.done, c.terminated),
             key=_select(live, key, c.key),
             state=out.state,
@@ -720,7 +728,7 @@ class Machine:
         c = SlotCarry(
             episode=episode,
             t=jnp.where(take, 0, c.t),
-            alive=jnp.where(take, max_steps > 0, c.alive),
+            alive=jnp.where(take, self._cap(episode, max_steps) > 0, c.alive),
             terminated=jnp.where(take, False, c.terminated),
             chunks=jnp.where(take, 0, c.chunks),
             key=_select(take, new_key, c.key),
@@ -1038,10 +1046,10 @@ class _Program:
 
         mesh = Mesh(np.array(jax.local_devices()[: self.key.num_devices]), ("d",))
         d, r = P("d"), P()
-        if self.key.protocol == "reference":  # (start keys | variables, mask, dyn), worlds, cap
+        if self.key.protocol == "reference":  # (start keys | variables, mask, dyn), worlds, caps
             specs: tuple = (d, d, r, r, r, r) if loop_in else (d, r, r, r)
-        else:  # (variables, mask, dyn), chain keys, worlds, cap
-            specs = (r, r, r, d, d, d, r) if loop_in else (d, d, d, r)
+        else:  # (variables, mask, dyn), chain keys, worlds, caps (all per episode)
+            specs = (r, r, r, d, d, d, d) if loop_in else (d, d, d, d)
         if loop_in:
             specs = (d,) + specs
 
@@ -1166,6 +1174,7 @@ def run_stack(
     batch: int | None = None,
     on_progress: Callable[[RolloutProgress], None] | None = None,
     record: RecordTo | None = None,
+    episode_caps: Sequence[int] | None = None,
 ) -> StackResult:
     """Self-play evaluation of a stack of checkpoints (any algorithms) on ``eval_difficulty``.
 
@@ -1188,6 +1197,7 @@ def run_stack(
         batch=batch,
         on_progress=on_progress,
         record=record,
+        episode_caps=episode_caps,
     )
 
 
@@ -1205,6 +1215,7 @@ def run_teams(
     batch: int | None = None,
     on_progress: Callable[[RolloutProgress], None] | None = None,
     record: RecordTo | None = None,
+    episode_caps: Sequence[int] | None = None,
 ) -> StackResult:
     """Evaluate teams whose agent slots are driven by any of the given checkpoints.
 
@@ -1216,6 +1227,10 @@ def run_teams(
     ``records[team][episode]``. With ``record``, every evaluated step of every episode
     streams to ``record.recorder`` as the rollout runs (see :class:`RecordTo`); a recorder
     failure ends the recording, not the evaluation (``StackResult.record_error``).
+
+    ``episode_caps[e]`` (benchmarks, tests) truncates episode ``e`` of every team at its
+    own step limit, at most the cap: a batch ragged by design, as policies that end
+    episodes early would make it.
     """
     _validate_request(protocol, eval_difficulty, num_episodes, max_steps)
     if len(cfgs) != len(weights):
@@ -1275,6 +1290,7 @@ def run_teams(
     clock = time.perf_counter()
     for idx in groups.values():
         n_ep, cap = settings(teams[idx[0]])
+        caps = _episode_caps(episode_caps, n_ep, cap)
 
         def on_status(st: Status, before=(slot_done, live), size=len(idx) * n_ep) -> None:
             if on_progress is not None:
@@ -1291,7 +1307,7 @@ def run_teams(
             protocol,
             eval_difficulty,
             n_ep,
-            cap,
+            caps,
             chunk,
             batch,
             on_status,
@@ -1312,6 +1328,18 @@ def run_teams(
         slot_steps=slot,
         record_error=record_error,
     )
+
+
+def _episode_caps(caps: Sequence[int] | None, num_episodes: int, cap: int) -> np.ndarray:
+    """``[E]`` step limits: the cap for every episode, or ``caps`` checked against it."""
+    if caps is None:
+        return np.full(num_episodes, cap, np.int32)
+    out = np.asarray(caps)
+    if out.shape != (num_episodes,) or not np.issubdtype(out.dtype, np.integer):
+        raise UsageError(f"episode_caps must be {num_episodes} integers, got {caps!r}")
+    if out.min() < 1 or out.max() > cap:
+        raise UsageError(f"episode_caps must lie in [1, {cap}], got {out.min()}..{out.max()}")
+    return out.astype(np.int32)
 
 
 def _check_team(i: int, team: Sequence[int], cfgs, statics, protocol: str) -> None:
@@ -1434,7 +1462,7 @@ def _run_group(
     protocol,
     eval_difficulty,
     num_episodes,
-    max_steps,
+    caps: np.ndarray,
     chunk,
     batch,
     on_status: Callable[[Status], None],
@@ -1445,7 +1473,9 @@ def _run_group(
     t = len(batch_teams)
     world = statics[batch_teams[0][0]].world
     masking = any(cfgs[m].env.action_masking for team in batch_teams for m in team)
-    capacity = _capacity(max_steps)
+    capacity = _capacity(int(caps.max()))
+    # Recording hands the host one chunk per call (a slot's rows are then one episode).
+    calls_chunks = 1 if record is not None else max(1, CALL_STEPS // chunk)
     if record is not None and batch is None:  # bound what one call hands the host
         world_dims = statics[batch_teams[0][0]]
         per_slot = chunk * world_dims.num_agents * (world_dims.obs_dim + world_dims.num_actions) * 4
@@ -1471,6 +1501,7 @@ def _run_group(
             chunk,
             capacity,
             n_dev,
+            calls_chunks,
             record=record is not None,
         ),
         group_specs,
@@ -1490,7 +1521,7 @@ def _run_group(
         )
         start += cls.size
     dyn = prog.env.difficulty_params(eval_difficulty)
-    steps = np.asarray(max_steps, np.int32)
+    steps = np.pad(caps, (0, padded - num_episodes), mode="edge") if protocol == "fast" else caps
     clock = time.perf_counter()
     worlds: list[Any]
     if protocol == "reference":

@@ -1,94 +1,144 @@
 """Benchmark: slot utilisation and live throughput of continuous batching (not a test).
 
-A batch of ``K`` copies of a checkpoint x ``E`` episodes (ragged episode lengths) is scored
-with the fast protocol at several batch sizes / chunk lengths, all in one process:
+A batch of ``K`` copies of a checkpoint x ``E`` episodes is scored with the fast protocol
+at several batch sizes / chunk lengths, all in one process:
 
 * ``all at once``: one slot per episode (no refills: the batch runs until its longest
   episode ends, every finished slot idling meanwhile);
 * ``queued``: fewer slots than episodes, each team's slots refilled from its queue at
   every chunk boundary.
 
+Each layout runs on two batches of the same episodes:
+
+* ``natural``: the episodes as the policy plays them (the fixture's lengths);
+* ``ragged``: the same episodes, each truncated at its own cap drawn log-uniformly from
+  ``[16, cap]`` (seeded): lengths spread by design, as policies that end episodes early
+  would spread them. Each episode's length must come out as ``min(natural, its cap)``,
+  checked for every episode.
+
 Reported per run: slot utilisation (live env-steps / slot-steps), live env-steps/s after
-compilation, and the env + policy limit at the same batch size (``1/(1/a + 1/d)``: the
-Alem step with random legal actions, and the policy forward, each timed alone at that
-batch), so ``live/limit`` says how close the evaluator gets to what its parts cost.
+compilation, and the limit at the same slot layout: the Alem step with random legal
+actions over the run's slots, and the run's own policy step (the checkpoints' stacked
+weights, every slot), each timed alone, added up (``1/(1/env + 1/policy)``). Every timing
+is the best of ``--repeats`` alternating runs. ``live/limit`` says how close the evaluator
+gets to what its parts cost; ``slot/limit`` the same for every slot-step, live or idle
+(the per-step overhead of the loop around the parts).
 
     .venv/bin/python bench/continuous_batching.py [--cell DIR] [--checkpoints 5]
-        [--episodes 20] [--runs 100:64,25:16,25:64] [--write]
+        [--episodes 20] [--runs 100:64,25:16,10:16] [--repeats 3] [--write]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import platform
 import textwrap
 import time
+from contextlib import contextmanager
 from datetime import date
 from pathlib import Path
 
+import numpy as np
+
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CELL = REPO.parent / "shared" / "fixtures" / "hub" / "full" / "ippo-rnn" / "hard" / "seed1"
+PART_STEPS = 64
 
 
-def limit_at(cell, difficulty: str, batch: int, steps: int = 64) -> float:
-    """1 / (1/a + 1/d) env-steps/s at ``batch``: the env and the policy timed alone."""
+@contextmanager
+def captured_run():
+    """Keep the program, start loop and call arguments of the evaluator's next run (the
+    loop is copied before the first call donates it)."""
     import jax
     import jax.numpy as jnp
 
-    from alem_env.eval_env import get_eval_env
     from alem_eval import evaluate as ev
-    from alem_eval.policies import make_policy
 
-    cfg, spec = cell.cfg, cell.spec
-    env = get_eval_env(ev.eval_statics(cfg))
-    policy = make_policy(spec)
-    dyn = env.difficulty_params(difficulty)
-    worlds, _ = ev.fast_keys(batch)
-    obs0, state0 = ev._resets(env.statics.world, dyn, list(worlds))
+    seen: dict = {}
+    drive = ev._drive
+
+    def spy(prog, loop, call_args, on_status, on_log=None):
+        seen.update(prog=prog, loop=jax.tree_util.tree_map(jnp.copy, loop), args=call_args)
+        return drive(prog, loop, call_args, on_status, on_log)
+
+    ev._drive = spy
+    try:
+        yield seen
+    finally:
+        ev._drive = drive
+
+
+def best_of(fns: dict, repeats: int) -> tuple[dict[str, float], dict]:
+    """({name: best wall seconds}, {name: last result}) of ``fns`` (callables), run
+    alternately ``repeats`` times after one warm-up call each."""
+    import jax
+
+    last = {name: jax.block_until_ready(fn()) for name, fn in fns.items()}
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            last[name] = jax.block_until_ready(fn())
+            best[name] = min(best[name], time.perf_counter() - t0)
+    return best, last
+
+
+def part_callables(seen: dict) -> dict:
+    """The env alone (random legal actions) and the run's policy step alone, over the
+    run's slots, each ``PART_STEPS`` steps in one compiled scan."""
+    import jax
+    import jax.numpy as jnp
+
+    from alem_eval.evaluate import team_actions
+
+    prog, slots = seen["prog"], seen["loop"].slots
+    m = prog.machine
+    role_vars, role_mask, dyn = seen["args"][:3]
+    env, n = m.env, slots.t.shape[0]
 
     @jax.jit
-    def env_only(state, key):
-        def one(s, kk):
-            k1, k2 = jax.random.split(kk)
-            acts = jax.random.categorical(k1, jnp.where(env.action_mask(s, dyn), 0.0, -jnp.inf))
-            out = env.step(k2, s, acts.astype(jnp.int32), dyn)
-            return out.state, out.obs.sum() + out.reward.sum()
+    def env_alone(state, obs, key):
+        def body(carry, kk):
+            st, _ = carry
+            ks = jax.random.split(kk, n)
+            legal = jax.vmap(env.action_mask, (0, None))(st, dyn)
+            acts = jax.random.categorical(kk, jnp.where(legal, 0.0, -jnp.inf)).astype(jnp.int32)
+            out = jax.vmap(env.step, (0, 0, 0, None))(ks, st, acts, dyn)
+            return (out.state, out.obs), None
 
-        def body(s, kk):
-            s, live = jax.vmap(one)(s, jax.random.split(kk, batch))
-            return s, live.sum()
-
-        return jax.lax.scan(body, state, jax.random.split(key, steps))
-
-    params = policy.prepare(
-        jax.tree_util.tree_map(jnp.asarray, spec.policy_variables(cell.weights))
-    )
-    obs_in = jax.vmap(env.preprocess)(obs0)
-    mask = jnp.ones((batch, spec.num_agents, spec.num_actions), bool)
+        (_, obs), _ = jax.lax.scan(body, (state, obs), jax.random.split(key, PART_STEPS))
+        return obs.sum()
 
     @jax.jit
-    def policy_only(obs):
+    def policy_alone(variables, carries, obs, dones):
+        params = prog._prepare(variables)
+
         def body(carry, _):
-            c, o = carry
-            c, acts = jax.vmap(
-                lambda cc, oo, m: policy.act(params, cc, oo, jnp.zeros(spec.num_agents, bool), m)
-            )(c, o, mask)
-            return (c, o + (acts[..., None] == 0).astype(o.dtype) * 1e-6), None
+            pc, o = carry
+            pc, a = team_actions(
+                m.policies,
+                m.classes,
+                params,
+                role_mask,
+                pc,
+                o,
+                dones,
+                None,
+                episodes=m.slots,
+                num_actions=env.statics.num_actions,
+            )
+            return (pc, o + (a[..., None] == 0).astype(o.dtype) * 1e-6), None
 
-        carry0 = jax.vmap(lambda _: policy.init_carry())(jnp.arange(batch))
-        (_, o), _ = jax.lax.scan(body, (carry0, obs), None, length=steps)
-        return o.sum()
+        (_, obs), _ = jax.lax.scan(body, (carries, obs), None, length=PART_STEPS)
+        return obs.sum()
 
-    def timed(fn, *a):
-        jax.block_until_ready(fn(*a))  # compile + warm
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*a))
-        return time.perf_counter() - t0
-
-    a = batch * steps / timed(env_only, state0, jax.random.PRNGKey(0))
-    d = batch * steps / timed(policy_only, obs_in)
-    return 1.0 / (1.0 / a + 1.0 / d)
+    key = jax.random.PRNGKey(0)
+    return {
+        "env": lambda: env_alone(slots.state, slots.obs, key),
+        "policy": lambda: policy_alone(role_vars, slots.policy_carry, slots.obs, slots.dones),
+    }
 
 
 def main() -> None:
@@ -97,7 +147,8 @@ def main() -> None:
     ap.add_argument("--checkpoints", type=int, default=5)
     ap.add_argument("--episodes", type=int, default=20)
     ap.add_argument("--max-steps", type=int, default=1024)
-    ap.add_argument("--runs", default="100:64,25:16,25:64", help="batch:chunk,...")
+    ap.add_argument("--runs", default="100:64,25:16,10:16", help="batch:chunk,...")
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
     args = ap.parse_args()
 
@@ -110,7 +161,10 @@ def main() -> None:
     cell = load_cell(args.cell, policy_only=True)
     difficulty = cell.cfg.env.training_difficulty
     k, e = args.checkpoints, args.episodes
-    rows, reference = [], None
+    rng = np.random.default_rng(0)
+    caps = np.exp(rng.uniform(np.log(16), np.log(args.max_steps), e)).astype(np.int32)
+    rows: list[dict] = []
+    reference = natural = None
     for spec in args.runs.split(","):
         batch, chunk = (int(x) for x in spec.split(":"))
         kw = dict(
@@ -121,51 +175,72 @@ def main() -> None:
             chunk=chunk,
             batch=batch,
         )
-        ev.run_stack([cell.cfg] * k, [cell.weights] * k, **kw)  # compile
-        t0 = time.perf_counter()
-        res = ev.run_stack([cell.cfg] * k, [cell.weights] * k, **kw)
-        wall = time.perf_counter() - t0
-        slots = ev.slots_per_team(k, e, batch) * k
-        limit = limit_at(cell, difficulty, slots)
-        reference = reference or res.records
-        same = res.records == reference
-        rows.append(
-            (
-                batch,
-                chunk,
-                slots,
-                res.utilisation,
-                res.live_steps / wall,
-                limit,
-                res.live_steps,
-                res.slot_steps,
-                same,
+        stack = ([cell.cfg] * k, [cell.weights] * k)
+        with captured_run() as seen:
+            ev.run_stack(*stack, **kw)  # compile
+        ev.run_stack(*stack, **kw, episode_caps=caps)  # compile the ragged caps' call
+        fns = {
+            **part_callables(seen),
+            "natural": functools.partial(ev.run_stack, *stack, **kw),
+            "ragged": functools.partial(ev.run_stack, *stack, **kw, episode_caps=caps),
+        }
+        walls, out = best_of(fns, args.repeats)
+        reference = reference or out["natural"].records
+        natural = np.array([[r["episode_length"] for r in recs] for recs in reference], np.int32)
+        n_slots = ev.slots_per_team(k, e, batch) * k
+        rate_env = PART_STEPS * n_slots / walls["env"]
+        rate_pol = PART_STEPS * n_slots / walls["policy"]
+        limit = 1.0 / (1.0 / rate_env + 1.0 / rate_pol)
+        for kind, expect in (("natural", natural), ("ragged", np.minimum(natural, caps))):
+            res = out[kind]
+            lengths = np.array([[r["episode_length"] for r in recs] for recs in res.records])
+            same = kind == "ragged" or res.records == reference
+            rows.append(
+                dict(
+                    kind=kind,
+                    batch=batch,
+                    chunk=chunk,
+                    slots=n_slots,
+                    live=res.live_steps,
+                    slot_steps=res.slot_steps,
+                    sps=res.live_steps / walls[kind],
+                    slot_sps=res.slot_steps / walls[kind],
+                    limit=limit,
+                    env=rate_env,
+                    policy=rate_pol,
+                    ok=bool(np.array_equal(lengths, expect)) and same,
+                )
             )
-        )
-        print(rows[-1], flush=True)
-    lengths = [r["episode_length"] for recs in res.records for r in recs]
+            print(rows[-1], flush=True)
     table = [
-        "| batch (slots) | chunk | utilisation | live env-steps/s | limit at that batch | "
-        "live / limit | records = first row |",
-        "|---|---:|---:|---:|---:|---:|---|",
+        "| episodes | batch (slots) | chunk | utilisation | live env-steps/s | limit (env, policy) | "
+        "live / limit | slot / limit | lengths as expected |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for batch, chunk, slots, util, sps, limit, live, slot_steps, same in rows:
+    for r in rows:
         table.append(
-            f"| {batch} ({slots}) | {chunk} | {util:.3f} ({live}/{slot_steps}) | "
-            f"{sps:.0f} | {limit:.0f} | {sps / limit:.2f} | {'yes' if same else 'NO'} |"
+            f"| {r['kind']} | {r['batch']} ({r['slots']}) | {r['chunk']} | "
+            f"{r['live'] / r['slot_steps']:.3f} ({r['live']}/{r['slot_steps']}) | "
+            f"{r['sps']:.0f} | {r['limit']:.0f} ({r['env']:.0f}, {r['policy']:.0f}) | "
+            f"{r['sps'] / r['limit']:.2f} | {r['slot_sps'] / r['limit']:.2f} | "
+            f"{'yes' if r['ok'] else 'NO'} |"
         )
+    spread = np.minimum(natural, caps)
     text = (
         textwrap.dedent(f"""\
         ## Continuous batching
 
-        Measured by `bench/continuous_batching.py` on {date.today()}: `{args.cell.name}` of
-        `{args.cell.parent.parent.parent.name}/{args.cell.parent.parent.name}/{args.cell.parent.name}`,
-        {k} copies x {e} episodes on {difficulty}, fast protocol, cap {args.max_steps};
-        episode lengths {min(lengths):.0f}-{max(lengths):.0f} (mean {sum(lengths) / len(lengths):.0f}).
-        Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; load
-        average before the run {load_before:.2f}. Slot-steps count every step a batch slot
-        ran, live or idle; the limit is the env with random legal actions and the policy
-        forward, each timed alone at the same batch, added up.
+        Measured by `bench/continuous_batching.py --runs {args.runs}` on {date.today()}:
+        `{args.cell.name}` of `{args.cell.parent.parent.parent.name}/{args.cell.parent.parent.name}/{args.cell.parent.name}`,
+        {k} copies x {e} episodes on {difficulty}, fast protocol, cap {args.max_steps}.
+        Natural episode lengths {natural.min()}-{natural.max()} (mean {natural.mean():.0f});
+        ragged: each episode also truncated at its own cap (log-uniform in
+        [16, {args.max_steps}], seed 0), lengths {spread.min()}-{spread.max()} (mean
+        {spread.mean():.0f}). Machine: {platform.processor() or platform.machine()},
+        {os.cpu_count()} cores; load average before the run {load_before:.2f}. Timings: best
+        of {args.repeats}, all runs of a layout alternating in one process. The limit is the
+        env with random legal actions and the run's policy step (stacked weights), each
+        timed alone over the same slots, added up.
 
         """)
         + "\n".join(table)

@@ -18,7 +18,7 @@ PQN = "tiny/pqn-vdn-rnn/easy/seed0"
 STEPS = 1000  # the cap of the shared fast-protocol tests: these near-untrained teams die early
 
 
-def _run(cell_ids, teams, batch, on_progress=None):
+def _run(cell_ids, teams, batch, on_progress=None, episode_caps=None):
     cells = [load(c) for c in cell_ids]
     return ev.run_teams(
         [c.cfg for c in cells],
@@ -30,6 +30,7 @@ def _run(cell_ids, teams, batch, on_progress=None):
         max_steps=STEPS,
         batch=batch,
         on_progress=on_progress,
+        episode_caps=episode_caps,
     )
 
 
@@ -75,6 +76,23 @@ def test_a_queue_longer_than_the_batch_runs_every_episode_once_with_the_same_rec
     assert queued.live_steps == sum(lengths)
     assert queued.slot_steps == _makespan(list(queued.chunks[0]), slots=2) * queued.chunk * 2
     assert 0 < queued.utilisation <= 1
+
+
+def test_episodes_end_at_their_own_caps_and_the_episodes_they_do_not_cut_keep_their_records():
+    """A queue ragged by design: each episode runs min(its natural length, its cap) steps,
+    the slots it frees take the next episodes, and an episode its cap does not reach is
+    the same episode as in the uncapped run."""
+    natural = _run([IPPO], [(0, 0, 0)], batch=2)
+    lengths = [int(r["episode_length"]) for r in natural.records[0]]
+    caps = [max(1, lengths[0] // 3), STEPS, 1, STEPS]
+    capped = _run([IPPO], [(0, 0, 0)], batch=2, episode_caps=caps)
+    got = [int(r["episode_length"]) for r in capped.records[0]]
+    assert got == [min(n, c) for n, c in zip(lengths, caps, strict=True)]
+    assert capped.live_steps == sum(got)
+    for e in (1, 3):
+        assert not diff_records(capped.records[0][e], natural.records[0][e])
+    with pytest.raises(UsageError, match="episode_caps"):
+        _run([IPPO], [(0, 0, 0)], batch=2, episode_caps=[STEPS + 1] * FAST_EPISODES)
 
 
 def _makespan(chunks: list[int], *, slots: int) -> int:
