@@ -2,15 +2,14 @@
 
 Structure (gymnax / PureJaxRL style, everything pure and jitted once):
 
-* :func:`rollout` -- a batch of ``slots`` per team, fed from per-team queues of episodes
-  inside ``lax.while_loop`` calls over fixed-size ``lax.scan`` chunks (:data:`CHUNK` steps,
-  :data:`CALL_STEPS` per host call).
+* The rollout (:class:`Machine`) -- a batch of ``slots`` per team, fed from per-team
+  queues of episodes inside ``lax.while_loop`` calls of at most :data:`CHUNK` steps.
   Each step splits every slot's key into 3 (key, act key, env key) exactly like
   upstream's ``_run_eval_sequential``, applies the mask, the greedy policies and one
-  vmapped ``env.step_env``. At each chunk boundary a slot whose episode ended hands its
-  result to the output buffer and starts the team's next pending episode (continuous
-  batching: no slot waits for the batch's longest episode, and no host round trip); the
-  loop ends when every queue is empty.
+  vmapped ``env.step_env``. After every step a slot whose episode ended writes its result
+  to the output buffer and starts the team's next pending episode (continuous batching:
+  no slot waits for the batch's longest episode, nor for a chunk boundary, and no host
+  round trip); the loop ends when every queue is empty.
 * Teams: every agent slot names the checkpoint driving it (:func:`run_teams`); a team of
   one checkpoint is its self-play (:func:`run_stack`). Checkpoints are grouped by network
   (``cfg.network_key``) and teams by role structure (:class:`TeamClass`), so any mix of
@@ -83,8 +82,8 @@ DEFAULT_PROTOCOL = "fast"
 FAST_WORLD_SEED = 9999
 FAST_NUM_EPISODES = 20
 FAST_MAX_STEPS = 10_000
-CHUNK = 16  # steps per lax.scan chunk: how soon a finished slot takes the next episode
-CALL_STEPS = 64  # steps per host call without recording (CALL_STEPS // chunk chunks)
+CHUNK = 64  # steps per compiled call: how often the host hears of progress (and records)
+SLOTS_PER_PORT = 16  # one refill port (a slot taking a new episode after a step) per 16 slots
 # Recording: the default batch keeps what one call hands the host near this size.
 RECORD_LOG_BYTES = 256 * 2**20
 CAPACITY_BUCKET = 1024  # the reward buffer is sized to max_steps rounded up to this
@@ -249,34 +248,31 @@ class SlotCarry(NamedTuple):
     episode: jax.Array  # [N] int32: the episode index the slot runs (E: idle)
     t: jax.Array  # [N] int32: steps taken in that episode
     alive: jax.Array  # [N] bool: the episode still runs
-    terminated: jax.Array  # [N] bool: the env said done
-    chunks: jax.Array  # [N] int32: chunks executed while the episode ran
     key: jax.Array  # [N, 2] the threaded step keys (frozen once an episode is over)
-    state: Any  # EnvState (keeps stepping, unused, once an episode is over)
-    snapshot: tuple  # the state leaves compute_score reads, frozen at each episode's end
+    state: Any  # EnvState (keeps stepping, unused, while the slot idles)
     obs: jax.Array  # [N, P, obs_dim] raw observations
     policy_carry: Any  # per team class, per role: the role's recurrent state
     dones: jax.Array  # [N, P] bool: fed back as reset flags
-    rewards: jax.Array  # [N, capacity] float32: per-step mean-over-agents reward
 
 
 class EpisodeResult(NamedTuple):
-    """Per-episode results, leading axes ``[teams, episodes]``."""
+    """Per-episode results, leading axes ``[teams, episodes]``: the output buffer each
+    episode is written to at the step it ends (its rewards at every step)."""
 
     length: jax.Array  # int32, true length
     terminated: jax.Array  # bool
-    chunks: jax.Array  # int32: chunks the episode ran for
+    start: jax.Array  # int32: the loop step at which the episode's first step ran
     rewards: jax.Array  # [capacity] float32 (entries >= length are 0)
     snapshot: tuple  # the terminal state's leaves that compute_score reads
     key: jax.Array  # [2] the step key after the episode's last step
 
 
 class Schedule(NamedTuple):
-    """How busy the batch slots were: ``live_steps / slot_steps`` is the utilisation."""
+    """How busy the batch slots were: ``live_steps / (steps x N)`` is the utilisation."""
 
-    loops: jax.Array  # [] int32: chunks the loop ran
+    steps: jax.Array  # [] int32: loop steps run (each one steps every slot)
     next_episode: jax.Array  # [teams] int32: episodes started per team (== E at the end)
-    finished: jax.Array  # [] int32: episodes handed to the output buffer
+    finished: jax.Array  # [] int32: episodes written to the output buffer
     live_steps: jax.Array  # [] int32: env steps that belonged to an episode
 
 
@@ -400,7 +396,7 @@ class Status(NamedTuple):
     running: jax.Array  # [] int32: slots with an episode in progress
     finished: jax.Array  # [] int32: episodes handed to the output buffer so far
     live_steps: jax.Array  # [] int32: env steps that belonged to an episode so far
-    loops: jax.Array  # [] int32: chunks run so far
+    slot_steps: jax.Array  # [] int32: steps run so far x slots (live or idle)
 
 
 class StepLog(NamedTuple):
@@ -427,20 +423,23 @@ class StepLog(NamedTuple):
 class Machine:
     """The continuous-batching rollout of one batch structure, as two pure functions:
     :meth:`start` (slots take each team's first episodes) and :meth:`advance` (run up to
-    ``calls_chunks`` chunks of ``chunk`` steps, refilling slots at every chunk boundary).
-    The host calls ``advance`` until :class:`Status` says no slot runs: a call after that
-    changes nothing, so results never depend on how the loop was cut into calls.
+    ``chunk`` steps). The host calls ``advance`` until :class:`Status` says no slot runs:
+    a call after that changes nothing, so results never depend on how the loop was cut
+    into calls.
 
     ``world_obs [E, P, obs_dim]`` / ``world_states [E, ...]`` are the reset worlds of the
     episodes (episode ``e`` of every team starts from world ``e``). The batch is
     ``N = sum(class sizes) x slots`` slots, laid out class by class, team by team. Each
-    team has a queue (its episodes, in order); a slot whose episode has ended hands its
-    result to the output buffer and takes the team's next pending episode at the next
-    chunk boundary, on the device. Step keys: ``fast`` -- episode ``e`` threads its own
-    chain from ``episode_keys[e]``, so its records do not depend on which slot ran it or
-    when; ``reference`` (``slots == 1``) -- each team's key chain starts at
-    ``start_keys[team]`` and is carried from one episode to the next, as upstream's
-    sequential evaluation does.
+    team has a queue (its episodes, in order) served by its own slots, so a team's
+    weights drive the same block of the batch for the whole run (one stacked matmul per
+    team and step, never a per-slot gather of weights). After every step, a slot whose
+    episode ended writes it to the output buffer, and up to ``ports`` free slots (lowest
+    index first) take their team's next pending episodes, on the device: the new episode
+    runs from the very next step, so a slot idles only once its team's queue is empty.
+    Step keys: ``fast`` -- episode ``e`` threads its own chain from ``episode_keys[e]``,
+    so its records do not depend on which slot ran it or when; ``reference``
+    (``slots == 1``) -- each team's key chain starts at ``start_keys[team]`` and is
+    carried from one episode to the next, as upstream's sequential evaluation does.
 
     Every step, each class's roles run their policies (vmapped over the class's teams,
     then its slots) on the raw observations of all ``P`` agents -- the batch shape
@@ -448,11 +447,11 @@ class Machine:
     and ONE vmapped ``env.step`` advances all ``N`` slots. ``params`` and ``use_mask`` are
     nested per class, per role, with a leading axis of the class size.
 
-    Guarantees: exactly ``min(T, max_steps)`` env steps count per episode, where T is the
-    step at which the env reports ``__all__`` done. Once an episode is over everything its
-    result depends on is frozen (key, step count, rewards, and the ~1 kB of state leaves
-    ``compute_score`` reads); the rest of the env state keeps stepping, unused, until the
-    slot is refilled (freezing all ~390 kB of it every step would cost 10-25% of the step).
+    Guarantees: exactly ``min(T, max_steps[e])`` env steps count for episode ``e``, where T
+    is the step at which the env reports ``__all__`` done. What an episode's result
+    depends on (key, step count, rewards, the ~1 kB of state leaves ``compute_score``
+    reads) is written when it ends; the rest of an idle slot's env state keeps stepping,
+    unused (freezing all ~390 kB of it every step would cost 10-25% of the step).
     ``max_steps [E]`` are the episodes' step limits, each in ``[1, capacity]`` (one cap
     for all, or per episode: a batch ragged by design).
     """
@@ -462,14 +461,23 @@ class Machine:
     policies: tuple[GreedyPolicy, ...]
     classes: tuple[TeamClass, ...]
     slots: int
-    chunk: int
-    calls_chunks: int
+    chunk: int  # steps per call (at most)
     capacity: int
     record: bool
 
     @property
     def num_teams(self) -> int:
         return sum(c.size for c in self.classes)
+
+    @property
+    def num_slots(self) -> int:
+        return self.num_teams * self.slots
+
+    @property
+    def ports(self) -> int:
+        """Slots that can take a new episode after one step (each port gathers one reset
+        world into the batch): one per :data:`SLOTS_PER_PORT` slots."""
+        return -(-self.num_slots // SLOTS_PER_PORT)
 
     @staticmethod
     def _cap(episode: jax.Array, max_steps: jax.Array) -> jax.Array:
@@ -480,140 +488,96 @@ class Machine:
         leaves = jax.tree_util.tree_leaves(state)
         return tuple(leaves[i] for i in score_idx)
 
+    def _score_idx(self, world_states) -> tuple[int, ...]:
+        return self.env.score_leaf_indices(jax.tree_util.tree_map(lambda x: x[0], world_states))
+
     def start(self, world_obs, world_states, episode_keys, start_keys, max_steps) -> Loop:
         """Idle slots, empty buffers, then every slot takes its team's first episode."""
-        n = self.num_teams * self.slots
+        n = self.num_slots
         num_episodes, num_agents = world_obs.shape[:2]
-        score_idx = self.env.score_leaf_indices(
-            jax.tree_util.tree_map(lambda x: x[0], world_states)
-        )
-        zeros_n = jnp.zeros((n,), jnp.int32)
+        score_idx = self._score_idx(world_states)
         first = jax.tree_util.tree_map(
             lambda x: jnp.broadcast_to(x[0], (n,) + x.shape[1:]), world_states
         )
         idle = SlotCarry(
             episode=jnp.full((n,), num_episodes, jnp.int32),
-            t=zeros_n,
+            t=jnp.zeros((n,), jnp.int32),
             alive=jnp.zeros((n,), bool),
-            terminated=jnp.zeros((n,), bool),
-            chunks=zeros_n,
             key=(
                 jnp.zeros((n, 2), jnp.uint32)
                 if start_keys is None
                 else jnp.repeat(start_keys, self.slots, axis=0)
             ),
             state=first,
-            snapshot=self._snapshot(first, score_idx),
             obs=jnp.broadcast_to(world_obs[0], (n,) + world_obs.shape[1:]),
             policy_carry=init_team_carries(self.policies, self.classes, self.slots),
             dones=jnp.zeros((n, num_agents), bool),
-            rewards=jnp.zeros((n, self.capacity), jnp.float32),
         )
         te = (self.num_teams, num_episodes)
         done = EpisodeResult(
             length=jnp.zeros(te, jnp.int32),
             terminated=jnp.zeros(te, bool),
-            chunks=jnp.zeros(te, jnp.int32),
+            start=jnp.zeros(te, jnp.int32),
             rewards=jnp.zeros(te + (self.capacity,), jnp.float32),
-            snapshot=tuple(jnp.zeros(te + x.shape[1:], x.dtype) for x in idle.snapshot),
+            snapshot=tuple(
+                jnp.zeros(te + x.shape[1:], x.dtype)
+                for x in self._snapshot(world_states, score_idx)
+            ),
             key=jnp.zeros(te + (2,), jnp.uint32),
         )
         zero = jnp.zeros((), jnp.int32)
         sched = Schedule(zero, jnp.zeros((self.num_teams,), jnp.int32), zero, zero)
-        return self._refill(
-            Loop(idle, done, sched), world_obs, world_states, episode_keys, max_steps, score_idx
-        )
+        world = (world_obs, world_states, episode_keys)
+        return self._refill(Loop(idle, done, sched), world, ports=n)
 
     def advance(
         self, loop: Loop, params, use_mask, dyn, world_obs, world_states, episode_keys, max_steps
     ) -> tuple[Loop, Status, StepLog | None]:
-        """Up to ``calls_chunks`` chunks (fewer once every queue is empty)."""
+        """Up to ``chunk`` steps (none once every queue is empty and no slot runs)."""
         TRACE_COUNTS["rollout"] += 1
-        score_idx = self.env.score_leaf_indices(
-            jax.tree_util.tree_map(lambda x: x[0], world_states)
+        score_idx = self._score_idx(world_states)
+        step = functools.partial(
+            self._step,
+            policy=(params, use_mask, dyn),
+            world=(world_obs, world_states, episode_keys),
+            max_steps=max_steps,
+            score_idx=score_idx,
         )
-        static = (params, use_mask, dyn, world_obs, world_states, episode_keys, max_steps)
-
-        run = functools.partial(self._chunk, static=static, score_idx=score_idx, log=self.record)
-
-        if self.record:  # a log row per step of every chunk: a fixed number of chunks
+        if self.record:  # a log row per step: a fixed number of steps per call
 
             def body(lp: Loop, _):
-                busy = jnp.any(lp.slots.alive)
-                return jax.lax.cond(busy, run, lambda x: (x, self._idle_log(x)), lp)
+                return step(lp, log=True)
 
-            loop, log = jax.lax.scan(body, loop, None, length=self.calls_chunks)
-            # [calls, chunk, N, ...] -> [calls * chunk, N, ...]
-            log = jax.tree_util.tree_map(lambda x: x.reshape((-1,) + x.shape[2:]), log)
-        else:
-            # Without a log, a while_loop: no chunk once nothing runs (the call queued
-            # after the end does nothing), and the chunk's scan is the loop body itself --
-            # behind a lax.cond, XLA on CPU ran every step about 20% slower (BENCHMARKS.md).
+            loop, log = jax.lax.scan(body, loop, None, length=self.chunk)
+        else:  # a while_loop: it stops at the step after which no slot runs
+
             def more(state):
                 lp, i = state
-                return jnp.any(lp.slots.alive) & (i < self.calls_chunks)
+                return jnp.any(lp.slots.alive) & (i < self.chunk)
 
-            def chunk(state):
+            def one(state):
                 lp, i = state
-                return run(lp)[0], i + 1
+                return step(lp, log=False)[0], i + 1
 
-            loop, _ = jax.lax.while_loop(more, chunk, (loop, jnp.int32(0)))
+            loop, _ = jax.lax.while_loop(more, one, (loop, jnp.int32(0)))
             log = None
         s = loop.sched
         status = Status(
-            jnp.sum(loop.slots.alive, dtype=jnp.int32), s.finished, s.live_steps, s.loops
+            jnp.sum(loop.slots.alive, dtype=jnp.int32),
+            s.finished,
+            s.live_steps,
+            s.steps * self.num_slots,
         )
         return loop, status, log
 
-    # -- one chunk ------------------------------------------------------------------------
-    def _chunk(self, lp: Loop, static, score_idx, log: bool = False):
-        """``chunk`` steps of every slot, then the refill -> (loop, per-step log or None)."""
-        params, use_mask, dyn, world_obs, world_states, episode_keys, max_steps = static
-        c0 = lp.slots
-        ran = c0.alive.astype(jnp.int32)
-
-        def step(c: SlotCarry, _):
-            return self._step(c, params, use_mask, dyn, max_steps, score_idx, log)
-
-        c, rows = jax.lax.scan(step, c0, None, length=self.chunk)
-        c = c._replace(chunks=c.chunks + ran)
-        s = lp.sched
-        sched = s._replace(
-            loops=s.loops + 1, live_steps=s.live_steps + jnp.sum(c.t - c0.t, dtype=jnp.int32)
-        )
-        loop = self._refill(
-            Loop(c, lp.done, sched), world_obs, world_states, episode_keys, max_steps, score_idx
-        )
-        return loop, rows
-
-    def _idle_log(self, lp: Loop) -> StepLog:
-        """The log of a chunk in which nothing runs (every row dead)."""
-        c = lp.slots
-        n, p = c.dones.shape
-        lead = (self.chunk, n)
-
-        def zeros(shape, dtype):
-            return jnp.zeros(lead + shape, dtype)
-
-        return StepLog(
-            live=zeros((), bool),
-            episode=zeros((), jnp.int32),
-            t=zeros((), jnp.int32),
-            key=zeros((2,), c.key.dtype),
-            observations=zeros(c.obs.shape[1:], c.obs.dtype),
-            legal_actions=zeros((p, self.env.statics.num_actions), bool),
-            actions=zeros((p,), jnp.int32),
-            rewards=zeros((p,), c.rewards.dtype),
-            dones=zeros((p,), bool),
-            team_achievements=zeros((), jnp.int32),
-            team_reward=zeros((), c.rewards.dtype),
-            last=zeros((), bool),
-            terminated=zeros((), bool),
-        )
-
-    def _step(self, c: SlotCarry, params, use_mask, dyn, max_steps, score_idx, log: bool):
+    # -- one step -------------------------------------------------------------------------
+    def _step(self, lp: Loop, *, policy, world, max_steps, score_idx, log: bool):
+        """One step of every slot, the output buffer's writes, then the refill ->
+        (loop, this step's log row or None)."""
+        params, use_mask, dyn = policy
         env = self.env
-        n = self.num_teams * self.slots
+        c, done, sched = lp
+        n = self.num_slots
         split = jax.vmap(lambda k: jax.random.split(k, 3))(c.key)  # act key unused: greedy
         key, env_key = split[:, 0], split[:, 2]
         mask = (
@@ -636,21 +600,45 @@ class Machine:
         out = jax.vmap(env.step, (0, 0, 0, None))(env_key, c.state, actions, dyn)
         live = c.alive
         t = c.t + live.astype(jnp.int32)
-        at = jnp.where(live, c.t, self.capacity)  # out of bounds -> dropped
+        ended = live & (out.done | (t >= self._cap(c.episode, max_steps)))
+        key = _select(live, key, c.key)
+        team_of = jnp.asarray(np.repeat(np.arange(self.num_teams), self.slots))
+        team_reward = jnp.mean(out.reward, axis=-1)
+        # The output buffer: every live step's reward, and each episode that ended.
+        at_team = jnp.where(live, team_of, self.num_teams)  # out of bounds -> dropped
+        rewards = done.rewards.at[at_team, c.episode, c.t].set(team_reward, mode="drop")
+        end_team = jnp.where(ended, team_of, self.num_teams)
+
+        def put(buf, value):
+            return buf.at[end_team, c.episode].set(value, mode="drop")
+
+        done = done._replace(
+            length=put(done.length, t),
+            terminated=put(done.terminated, out.done),
+            rewards=rewards,
+            snapshot=tuple(
+                put(b, v)
+                for b, v in zip(done.snapshot, self._snapshot(out.state, score_idx), strict=True)
+            ),
+            key=put(done.key, key),
+        )
+        sched = sched._replace(  # (a recording's last call pads with steps nothing runs in)
+            steps=sched.steps + jnp.any(live).astype(jnp.int32),
+            finished=sched.finished + jnp.sum(ended, dtype=jnp.int32),
+            live_steps=sched.live_steps + jnp.sum(live, dtype=jnp.int32),
+        )
         new = c._replace(
             t=t,
-            alive=live & ~out.done & (t < self._cap(c.episode, max_steps)),
-            terminated=jnp.where(live, out.done, c.terminated),
-            key=_select(live, key, c.key),
+            alive=live & ~ended,
+            key=key,
             state=out.state,
-            snapshot=_select(live, self._snapshot(out.state, score_idx), c.snapshot),
             obs=out.obs,
             policy_carry=pcarry,
             dones=out.agent_dones,
-            rewards=c.rewards.at[jnp.arange(n), at].set(jnp.mean(out.reward, axis=-1), mode="drop"),
         )
+        loop = self._refill(Loop(new, done, sched), world, ports=min(self.ports, n))
         if not log:
-            return new, None
+            return loop, None
         row = StepLog(
             live=live,
             episode=c.episode,
@@ -662,13 +650,13 @@ class Machine:
             rewards=out.reward,
             dones=out.agent_dones,
             team_achievements=jax.vmap(env.team_achievements)(out.state),
-            team_reward=jnp.mean(out.reward, axis=-1),
-            last=live & ~new.alive,
+            team_reward=team_reward,
+            last=ended,
             terminated=out.done,
         )
-        return new, row
+        return loop, row
 
-    # -- chunk boundaries -----------------------------------------------------------------
+    # -- refill ---------------------------------------------------------------------------
     def _reset_carries(self, carries, take: jax.Array):
         """Zero the recurrent state of the roles of every slot that starts an episode."""
         out, start = [], 0
@@ -689,55 +677,48 @@ class Machine:
             start += size
         return tuple(out)
 
-    def _refill(
-        self, lp: Loop, world_obs, world_states, episode_keys, max_steps, score_idx
-    ) -> Loop:
-        """Hand finished episodes to the output buffer; start each team's next episodes."""
+    def _refill(self, lp: Loop, world, *, ports: int) -> Loop:
+        """Up to ``ports`` free slots (lowest index first) take their team's next pending
+        episodes: its reset world, its key (``fast``), zero recurrent state."""
+        world_obs, world_states, episode_keys = world
         c, done, sched = lp
-        n_teams, slots = self.num_teams, self.slots
-        n = n_teams * slots
+        n_teams, slots, n = self.num_teams, self.slots, self.num_slots
         num_episodes = world_obs.shape[0]
-        team_of = np.repeat(np.arange(n_teams), slots)  # static: slot -> team
-        finished = (c.episode < num_episodes) & ~c.alive
-        ti = jnp.where(finished, team_of, n_teams)  # out of bounds -> dropped
-        ei = c.episode
-
-        def put(buf, value):
-            return buf.at[ti, ei].set(value, mode="drop")
-
-        done = EpisodeResult(
-            length=put(done.length, c.t),
-            terminated=put(done.terminated, c.terminated),
-            chunks=put(done.chunks, c.chunks),
-            rewards=put(done.rewards, c.rewards),
-            snapshot=tuple(put(b, v) for b, v in zip(done.snapshot, c.snapshot, strict=True)),
-            key=put(done.key, c.key),
-        )
         free = (~c.alive).reshape(n_teams, slots)
-        rank = jnp.cumsum(free, axis=1) - 1
-        start_at = sched.next_episode[:, None] + rank
-        take = (free & (start_at < num_episodes)).reshape(n)
-        episode = jnp.where(take, start_at.reshape(n), jnp.where(c.alive, c.episode, num_episodes))
-        sched = sched._replace(
-            next_episode=jnp.minimum(sched.next_episode + free.sum(axis=1), num_episodes),
-            finished=sched.finished + jnp.sum(finished, dtype=jnp.int32),
+        rank = jnp.cumsum(free, axis=1) - 1  # among the team's free slots
+        pending = num_episodes - sched.next_episode
+        wants = (free & (rank < pending[:, None])).reshape(n)
+        if ports >= n:
+            sel = jnp.where(wants, jnp.arange(n), n)
+        else:
+            sel = jnp.nonzero(wants, size=ports, fill_value=n)[0]
+        # Per selected slot (out of bounds n: nothing to take): team, episode.
+        team = jnp.append(jnp.repeat(jnp.arange(n_teams), slots), n_teams)[sel]
+        episode = jnp.where(
+            sel < n,
+            sched.next_episode[jnp.clip(team, 0, n_teams - 1)]
+            + rank.reshape(n)[jnp.clip(sel, 0, n - 1)],
+            num_episodes,
         )
         idx = jnp.clip(episode, 0, num_episodes - 1)
-        state0 = jax.tree_util.tree_map(lambda w: w[idx], world_states)
-        new_key = c.key if episode_keys is None else episode_keys[idx]
+
+        def put(x, value):
+            return x.at[sel].set(value, mode="drop")
+
+        fresh = put(jnp.zeros((n,), bool), True)
         c = SlotCarry(
-            episode=episode,
-            t=jnp.where(take, 0, c.t),
-            alive=jnp.where(take, self._cap(episode, max_steps) > 0, c.alive),
-            terminated=jnp.where(take, False, c.terminated),
-            chunks=jnp.where(take, 0, c.chunks),
-            key=_select(take, new_key, c.key),
-            state=_select(take, state0, c.state),
-            snapshot=_select(take, self._snapshot(state0, score_idx), c.snapshot),
-            obs=_select(take, world_obs[idx], c.obs),
-            policy_carry=self._reset_carries(c.policy_carry, take),
-            dones=jnp.where(take[:, None], False, c.dones),
-            rewards=jnp.where(take[:, None], 0.0, c.rewards),
+            episode=put(c.episode, episode),
+            t=put(c.t, 0),
+            alive=put(c.alive, True),
+            key=c.key if episode_keys is None else put(c.key, episode_keys[idx]),
+            state=jax.tree_util.tree_map(lambda x, w: put(x, w[idx]), c.state, world_states),
+            obs=put(c.obs, world_obs[idx]),
+            policy_carry=self._reset_carries(c.policy_carry, fresh),
+            dones=put(c.dones, False),
+        )
+        done = done._replace(start=done.start.at[team, episode].set(sched.steps, mode="drop"))
+        sched = sched._replace(
+            next_episode=sched.next_episode.at[team].add(1, mode="drop"),
         )
         return Loop(c, done, sched)
 
@@ -941,10 +922,9 @@ class ProgramKey:
     world: Any  # alem_env.eval_env.EnvStatics of the world (no policy-side flags)
     masking: bool  # some member uses ACTION_MASKING: the program computes masks
     slots: int  # batch slots per team (per device); reference: 1
-    chunk: int
+    chunk: int  # steps per call
     capacity: int
     num_devices: int
-    calls_chunks: int = 1  # chunks per host call
     record: bool = False  # calls also return every step (StepLog)
 
 
@@ -969,7 +949,6 @@ class _Program:
             classes=self.classes,
             slots=key.slots,
             chunk=key.chunk,
-            calls_chunks=key.calls_chunks,
             capacity=key.capacity,
             record=key.record,
         )
@@ -1111,7 +1090,7 @@ class StackResult:
     """Per-team (self-play: per-checkpoint), per-episode results of one evaluation call."""
 
     records: list[list[dict[str, float]]]  # [team][episode]
-    chunks: list[np.ndarray]  # [team] -> [episodes] scan chunks executed per episode
+    starts: list[np.ndarray]  # [team] -> [episodes] the loop step each episode started at
     protocol: str
     eval_difficulty: str
     chunk: int
@@ -1283,7 +1262,7 @@ def run_teams(
         groups[(statics[team[0]].world, *settings(team), *seed)].append(i)
 
     records: list[Any] = [None] * len(teams)
-    chunks: list[Any] = [None] * len(teams)
+    starts: list[Any] = [None] * len(teams)
     live = slot = slot_done = 0
     record_error: str | None = None
     total = sum(len(idx) * settings(teams[idx[0]])[0] for idx in groups.values())
@@ -1298,7 +1277,7 @@ def run_teams(
                 steps = before[1] + int(st.live_steps)
                 on_progress(RolloutProgress(episodes, total, steps, time.perf_counter() - clock))
 
-        recs, ch, slot_steps, live_steps, error = _run_group(
+        recs, st, slot_steps, live_steps, error = _run_group(
             [tuple(teams[i]) for i in idx],
             cfgs,
             specs,
@@ -1315,12 +1294,12 @@ def run_teams(
         )
         record_error = record_error or error
         for j, i in enumerate(idx):
-            records[i], chunks[i] = recs[j], ch[j]
+            records[i], starts[i] = recs[j], st[j]
         live, slot = live + live_steps, slot + slot_steps
         slot_done += len(idx) * n_ep
     return StackResult(
         records=records,
-        chunks=chunks,
+        starts=starts,
         protocol=protocol,
         eval_difficulty=eval_difficulty,
         chunk=chunk,
@@ -1474,8 +1453,6 @@ def _run_group(
     world = statics[batch_teams[0][0]].world
     masking = any(cfgs[m].env.action_masking for team in batch_teams for m in team)
     capacity = _capacity(int(caps.max()))
-    # Recording hands the host one chunk per call (a slot's rows are then one episode).
-    calls_chunks = 1 if record is not None else max(1, CALL_STEPS // chunk)
     if record is not None and batch is None:  # bound what one call hands the host
         world_dims = statics[batch_teams[0][0]]
         per_slot = chunk * world_dims.num_agents * (world_dims.obs_dim + world_dims.num_actions) * 4
@@ -1501,7 +1478,6 @@ def _run_group(
             chunk,
             capacity,
             n_dev,
-            calls_chunks,
             record=record is not None,
         ),
         group_specs,
@@ -1543,7 +1519,7 @@ def _run_group(
         if record is None
         else _RecordSink(record, prog, batch_teams[:t], np.stack(worlds), num_episodes)
     )
-    res, loops = _drive(prog, loop, (*shared, *keys_arg, obs0, state0, steps), on_status, sink)
+    res, slot_steps = _drive(prog, loop, (*shared, *keys_arg, obs0, state0, steps), on_status, sink)
     res = jax.tree_util.tree_map(lambda x: x[:t, :num_episodes], prog.merge(res))
     t_roll = time.perf_counter()
     template = jax.tree_util.tree_map(lambda x: x[0], state0)
@@ -1552,9 +1528,6 @@ def _run_group(
     t_score = time.perf_counter()
     small = jax.device_get(res._replace(snapshot=()))
     records = _records(small, scores)
-    slot_steps = (
-        loops * chunk * len(batch_teams) * slots // (n_dev if protocol == "reference" else 1)
-    )
     LAST_TIMINGS.clear()
     LAST_TIMINGS.update(
         resets_s=t_reset - clock,
@@ -1563,12 +1536,12 @@ def _run_group(
         records_s=time.perf_counter() - t_score,
     )
     out_records: list[Any] = [None] * t
-    out_chunks: list[Any] = [None] * t
-    all_chunks = np.asarray(small.chunks)
+    out_starts: list[Any] = [None] * t
+    all_starts = np.asarray(small.start)
     for j, i in enumerate(order):
-        out_records[i], out_chunks[i] = records[j], all_chunks[j]
+        out_records[i], out_starts[i] = records[j], all_starts[j]
     error = None if sink is None else sink.error
-    return out_records, out_chunks, slot_steps, int(np.sum(small.length)), error
+    return out_records, out_starts, slot_steps, int(np.sum(small.length)), error
 
 
 def _drive(
@@ -1578,7 +1551,7 @@ def _drive(
     on_status: Callable[[Status], None],
     on_log: Callable[[StepLog], None] | None = None,
 ):
-    """Call ``prog.advance`` until no slot runs -> (output buffer, chunks run).
+    """Call ``prog.advance`` until no slot runs -> (output buffer, slot-steps run).
 
     The next call is queued before the host reads the last call's :class:`Status` and
     :class:`StepLog` (the loop state never leaves the device, its buffers are donated call
@@ -1594,7 +1567,7 @@ def _drive(
             on_log(jax.device_get(log))
         on_status(st)
         if st.running == 0:
-            return pending[0].done, int(st.loops)
+            return pending[0].done, int(st.slot_steps)
 
 
 @dataclass(frozen=True)
@@ -1606,9 +1579,9 @@ class RecordTo:
 
 
 class _RecordSink:
-    """Turns the per-call :class:`StepLog` of one batch into the recorder's calls: each
-    slot's live rows are one contiguous run of one episode (slots refill only between
-    calls); an episode's last row finishes it. A recorder error (unwritable or full disk)
+    """Turns the per-call :class:`StepLog` of one batch into the recorder's calls: a
+    slot's live rows in one call are consecutive steps of one or more episodes (a slot
+    takes its next episode right after one ends); an episode's last row finishes it. A recorder error (unwritable or full disk)
     stops the recording, never the evaluation: it is kept in :attr:`error`."""
 
     FIELDS = ("observations", "legal_actions", "actions", "rewards", "dones", "team_achievements")
@@ -1641,39 +1614,43 @@ class _RecordSink:
             1 if key.protocol == "reference" else key.num_devices
         )
         for n in range(log.live.shape[1]):
-            rows = np.nonzero(log.live[:, n])[0]
-            if rows.size == 0:
-                continue
-            team = n // key.slots + (d * local_teams if key.protocol == "reference" else 0)
-            episode = int(log.episode[rows[0], n]) + (
-                d * local_episodes if key.protocol == "fast" else 0
-            )
-            if team >= len(self.team_names) or episode >= self.num_episodes:
-                continue  # padding
-            names, t0 = self.team_names[team], int(log.t[rows[0], n])
-            acc = self.open.setdefault((team, episode), {"return": [], "step_key": None})
-            if t0 == 0:
-                acc.update(steps=[], step_key=[int(x) for x in log.key[rows[0], n]])
-            acc["return"].append(np.asarray(log.team_reward[rows, n], np.float64))
-            self.recorder.add_steps(
-                names, episode, t0, {f: getattr(log, f)[rows, n] for f in self.FIELDS}
-            )
-            last = rows[-1]
-            if bool(log.last[last, n]):
-                del self.open[(team, episode)]
-                steps = np.concatenate(acc["return"])
-                self.recorder.finish_episode(
-                    names,
-                    episode,
-                    {
-                        "length": int(log.t[last, n]) + 1,
-                        "terminated": bool(log.terminated[last, n]),
-                        "episode_return": float(np.add.accumulate(steps)[-1]),
-                        "final_achievements": int(log.team_achievements[last, n]),
-                        "world_key": [int(x) for x in self.world_keys[episode]],
-                        "step_key": acc["step_key"],
-                    },
+            live = np.nonzero(log.live[:, n])[0]
+            # Split the slot's live rows where its episode changes: one run per episode.
+            cuts = np.nonzero(np.diff(log.episode[live, n]))[0] + 1
+            for rows in np.split(live, cuts) if live.size else ():
+                team = n // key.slots + (d * local_teams if key.protocol == "reference" else 0)
+                episode = int(log.episode[rows[0], n]) + (
+                    d * local_episodes if key.protocol == "fast" else 0
                 )
+                if team < len(self.team_names) and episode < self.num_episodes:  # else padding
+                    self._run(log, n, rows, team, episode)
+
+    def _run(self, log: StepLog, n: int, rows: np.ndarray, team: int, episode: int) -> None:
+        """Hand the recorder consecutive rows of one episode of slot ``n``."""
+        names, t0 = self.team_names[team], int(log.t[rows[0], n])
+        acc = self.open.setdefault((team, episode), {"return": [], "step_key": None})
+        if t0 == 0:
+            acc.update(steps=[], step_key=[int(x) for x in log.key[rows[0], n]])
+        acc["return"].append(np.asarray(log.team_reward[rows, n], np.float64))
+        self.recorder.add_steps(
+            names, episode, t0, {f: getattr(log, f)[rows, n] for f in self.FIELDS}
+        )
+        last = rows[-1]
+        if bool(log.last[last, n]):
+            del self.open[(team, episode)]
+            steps = np.concatenate(acc["return"])
+            self.recorder.finish_episode(
+                names,
+                episode,
+                {
+                    "length": int(log.t[last, n]) + 1,
+                    "terminated": bool(log.terminated[last, n]),
+                    "episode_return": float(np.add.accumulate(steps)[-1]),
+                    "final_achievements": int(log.team_achievements[last, n]),
+                    "world_key": [int(x) for x in self.world_keys[episode]],
+                    "step_key": acc["step_key"],
+                },
+            )
 
 
 def _records(res: EpisodeResult, scores: Mapping[str, np.ndarray]) -> list[list[dict[str, float]]]:

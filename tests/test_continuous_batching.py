@@ -1,4 +1,5 @@
-"""CONTINUOUS BATCHING: batch slots fed from per-team episode queues inside the compiled loop."""
+"""CONTINUOUS BATCHING: batch slots fed from per-team episode queues inside the compiled loop;
+a free slot takes its team's next episode right after a step."""
 
 from __future__ import annotations
 
@@ -68,13 +69,13 @@ def test_a_queue_longer_than_the_batch_runs_every_episode_once_with_the_same_rec
     ):
         assert not diff_records(b, a), f"episode {i}: {diff_records(b, a)[:5]}"
         assert not diff_records(c, a), f"episode {i}: {diff_records(c, a)[:5]}"
-    # Each episode started at a chunk boundary, so its chunk count is ceil(length / chunk).
-    for rec, chunks in zip(queued.records[0], queued.chunks[0], strict=True):
-        assert chunks == math.ceil(rec["episode_length"] / queued.chunk)
-    # The slots ran exactly the schedule of a two-slot queue refilled at chunk boundaries.
-    lengths = [r["episode_length"] for r in queued.records[0]]
+    # The slots ran exactly the schedule of a two-slot queue refilled after every step:
+    # each episode starts at the step after a slot's previous episode ended.
+    lengths = [int(r["episode_length"]) for r in queued.records[0]]
+    assert list(queued.starts[0]) == queue_starts(lengths, slots=2, ports=1)
     assert queued.live_steps == sum(lengths)
-    assert queued.slot_steps == _makespan(list(queued.chunks[0]), slots=2) * queued.chunk * 2
+    ends = [s + n for s, n in zip(queued.starts[0], lengths, strict=True)]
+    assert queued.slot_steps == max(ends) * 2
     assert 0 < queued.utilisation <= 1
 
 
@@ -95,14 +96,20 @@ def test_episodes_end_at_their_own_caps_and_the_episodes_they_do_not_cut_keep_th
         _run([IPPO], [(0, 0, 0)], batch=2, episode_caps=[STEPS + 1] * FAST_EPISODES)
 
 
-def _makespan(chunks: list[int], *, slots: int) -> int:
-    """Loops a queue of episodes (in order) takes through ``slots`` slots when a free slot
-    takes the next episode at each loop boundary."""
-    free_at = [0] * slots
-    for c in chunks:
-        s = min(range(slots), key=lambda i: (free_at[i], i))
-        free_at[s] += int(c)
-    return max(free_at)
+def queue_starts(lengths: list[int], *, slots: int, ports: int) -> list[int]:
+    """The step each episode of a queue (in order) starts at when ``slots`` slots serve
+    it: every slot starts an episode at step 0; after each step, up to ``ports`` free
+    slots (lowest index first) take the next episodes."""
+    free_at, starts, t = [0] * slots, [], 0  # free_at: the step a slot is free from
+    while len(starts) < len(lengths):
+        budget = slots if t == 0 else ports
+        for s in range(slots):
+            if budget and len(starts) < len(lengths) and free_at[s] <= t:
+                free_at[s] = t + lengths[len(starts)]
+                starts.append(t)
+                budget -= 1
+        t += 1
+    return starts
 
 
 def test_batch_must_be_a_positive_count():

@@ -48,7 +48,7 @@ def fake_evaluator(monkeypatch):
         ]
         return evaluate.StackResult(
             records=records,
-            chunks=[],
+            starts=[],
             protocol=protocol,
             eval_difficulty=eval_difficulty,
             chunk=evaluate.CHUNK,
