@@ -1,12 +1,12 @@
 """Benchmark: slot utilisation and live throughput of continuous batching (not a test).
 
 A batch of ``K`` copies of a checkpoint x ``E`` episodes is scored with the fast protocol
-at several batch sizes / chunk lengths, all in one process:
+at several batch sizes, all in one process:
 
 * ``all at once``: one slot per episode (no refills: the batch runs until its longest
   episode ends, every finished slot idling meanwhile);
-* ``queued``: fewer slots than episodes, each team's slots refilled from its queue at
-  every chunk boundary.
+* ``queued``: fewer slots than episodes, a free slot taking its team's next episode
+  right after the step its episode ended.
 
 Each layout runs on two batches of the same episodes:
 
@@ -25,7 +25,7 @@ gets to what its parts cost; ``slot/limit`` the same for every slot-step, live o
 (the per-step overhead of the loop around the parts).
 
     .venv/bin/python bench/continuous_batching.py [--cell DIR] [--checkpoints 5]
-        [--episodes 20] [--runs 100:64,25:16,10:16] [--repeats 3] [--write]
+        [--episodes 20] [--runs 100,25,10] [--repeats 3] [--write]
 """
 
 from __future__ import annotations
@@ -147,7 +147,9 @@ def main() -> None:
     ap.add_argument("--checkpoints", type=int, default=5)
     ap.add_argument("--episodes", type=int, default=20)
     ap.add_argument("--max-steps", type=int, default=1024)
-    ap.add_argument("--runs", default="100:64,25:16,10:16", help="batch:chunk,...")
+    ap.add_argument(
+        "--runs", default="100,25,10", help="batch sizes (batch:chunk to set the steps per call)"
+    )
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
     args = ap.parse_args()
@@ -166,7 +168,7 @@ def main() -> None:
     rows: list[dict] = []
     reference = natural = None
     for spec in args.runs.split(","):
-        batch, chunk = (int(x) for x in spec.split(":"))
+        batch, chunk = (int(x) for x in (spec + f":{ev.CHUNK}").split(":")[:2])
         kw = dict(
             protocol="fast",
             eval_difficulty=difficulty,
@@ -213,7 +215,7 @@ def main() -> None:
             )
             print(rows[-1], flush=True)
     table = [
-        "| episodes | batch (slots) | chunk | utilisation | live env-steps/s | limit (env, policy) | "
+        "| episodes | batch (slots) | steps per call | utilisation | live env-steps/s | limit (env, policy) | "
         "live / limit | slot / limit | lengths as expected |",
         "|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
