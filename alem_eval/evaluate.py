@@ -88,7 +88,12 @@ SLOTS_PER_PORT = 16  # one refill port (a slot taking a new episode after a step
 RECORD_LOG_BYTES = 256 * 2**20
 CAPACITY_BUCKET = 1024  # the reward buffer is sized to max_steps rounded up to this
 # Batch slots when --batch is not given (continuous batching; see rollout()).
-DEFAULT_BATCH = {"cpu": 256, "gpu": 4096, "cuda": 4096, "rocm": 4096, "tpu": 4096}
+# Batch slots when --batch is not given (continuous batching; see Machine): on a CPU a
+# small multiple of the cores (BENCHMARKS.md: past a few dozen slots the vectorised step
+# gains little, while every extra slot lengthens the idle tail of ragged episodes), on an
+# accelerator enough to keep it full.
+CPU_SLOTS_PER_CORE = 16
+DEFAULT_BATCH = {"gpu": 4096, "cuda": 4096, "rocm": 4096, "tpu": 4096}
 ENV_MISMATCH_POLICIES: tuple[str, ...] = ("error", "warn", "ignore")
 
 # Diagnostics: how often each program kind traced its rollout, and compile timings.
@@ -464,6 +469,7 @@ class Machine:
     chunk: int  # steps per call (at most)
     capacity: int
     record: bool
+    cond_refill: bool = True  # skip the writes and refill on steps with nothing to do
 
     @property
     def num_teams(self) -> int:
@@ -604,24 +610,9 @@ class Machine:
         key = _select(live, key, c.key)
         team_of = jnp.asarray(np.repeat(np.arange(self.num_teams), self.slots))
         team_reward = jnp.mean(out.reward, axis=-1)
-        # The output buffer: every live step's reward, and each episode that ended.
+        # The output buffer: every live step's reward (then, below, each episode that ended).
         at_team = jnp.where(live, team_of, self.num_teams)  # out of bounds -> dropped
         rewards = done.rewards.at[at_team, c.episode, c.t].set(team_reward, mode="drop")
-        end_team = jnp.where(ended, team_of, self.num_teams)
-
-        def put(buf, value):
-            return buf.at[end_team, c.episode].set(value, mode="drop")
-
-        done = done._replace(
-            length=put(done.length, t),
-            terminated=put(done.terminated, out.done),
-            rewards=rewards,
-            snapshot=tuple(
-                put(b, v)
-                for b, v in zip(done.snapshot, self._snapshot(out.state, score_idx), strict=True)
-            ),
-            key=put(done.key, key),
-        )
         sched = sched._replace(  # (a recording's last call pads with steps nothing runs in)
             steps=sched.steps + jnp.any(live).astype(jnp.int32),
             finished=sched.finished + jnp.sum(ended, dtype=jnp.int32),
@@ -636,7 +627,31 @@ class Machine:
             policy_carry=pcarry,
             dones=out.agent_dones,
         )
-        loop = self._refill(Loop(new, done, sched), world, ports=min(self.ports, n))
+        snapshot = self._snapshot(out.state, score_idx)
+        end_team = jnp.where(ended, team_of, self.num_teams)
+
+        def finish_and_refill(lp: Loop) -> Loop:
+            def put(buf, value):
+                return buf.at[end_team, c.episode].set(value, mode="drop")
+
+            d = lp.done
+            d = d._replace(
+                length=put(d.length, t),
+                terminated=put(d.terminated, out.done),
+                snapshot=tuple(put(b, v) for b, v in zip(d.snapshot, snapshot, strict=True)),
+                key=put(d.key, key),
+            )
+            return self._refill(lp._replace(done=d), world, ports=min(self.ports, n))
+
+        loop = Loop(new, done._replace(rewards=rewards), sched)
+        # Most steps no episode ends and no slot waits: skip the writes and the refill's
+        # gathers (a few hundred small ops, one per env-state leaf) on those steps.
+        pending = (world[0].shape[0] - sched.next_episode > 0)[team_of]
+        busy = jnp.any(ended) | jnp.any(~new.alive & pending)
+        if self.cond_refill:
+            loop = jax.lax.cond(busy, finish_and_refill, lambda lp: lp, loop)
+        else:
+            loop = finish_and_refill(loop)
         if not log:
             return loop, None
         row = StepLog(
@@ -1419,9 +1434,13 @@ def _batch_structure(teams, cfgs, specs):
 
 
 def default_batch() -> int:
-    """Batch slots used when ``batch`` is not given: enough for a GPU to stay full, a few
-    hundred on a CPU (whose env step gains little from larger batches)."""
-    return DEFAULT_BATCH.get(jax.default_backend(), DEFAULT_BATCH["cpu"])
+    """Batch slots used when ``batch`` is not given: :data:`CPU_SLOTS_PER_CORE` per core
+    on a CPU, :data:`DEFAULT_BATCH` (thousands) on an accelerator."""
+    backend = jax.default_backend()
+    if backend in DEFAULT_BATCH:
+        return DEFAULT_BATCH[backend]
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return CPU_SLOTS_PER_CORE * max(1, cores or 1)
 
 
 def slots_per_team(num_teams: int, num_episodes: int, batch: int | None) -> int:
@@ -1456,7 +1475,7 @@ def _run_group(
     if record is not None and batch is None:  # bound what one call hands the host
         world_dims = statics[batch_teams[0][0]]
         per_slot = chunk * world_dims.num_agents * (world_dims.obs_dim + world_dims.num_actions) * 4
-        batch = max(1, RECORD_LOG_BYTES // per_slot)
+        batch = min(default_batch(), max(1, RECORD_LOG_BYTES // per_slot))
     if protocol == "fast":
         n_dev = _devices_for(num_episodes)
         padded = num_episodes + (-num_episodes) % n_dev
