@@ -242,7 +242,8 @@ def main() -> None:
         {os.cpu_count()} cores; load average before the run {load_before:.2f}. Timings: best
         of {args.repeats}, all runs of a layout alternating in one process. The limit is the
         env with random legal actions and the run's policy step (stacked weights), each
-        timed alone over the same slots, added up.
+        timed alone over the same slots, added up. `alem-eval score`'s default batch on
+        this machine: {ev.default_batch()} slots.
 
         """)
         + "\n".join(table)

@@ -78,9 +78,10 @@ def score(
         int | None,
         typer.Option(
             "--batch",
-            help="Batch slots of the compiled rollout (default: every episode at "
-            "once up to 256 on a CPU, 4096 on a GPU). A slot whose episode ended takes the next "
-            "one inside the compiled loop; fewer slots bound memory.",
+            help="Batch slots of the compiled rollout, shared out over the stack's cells "
+            "(default: 16 per core on a CPU, 4096 on a GPU). A slot whose episode ended takes "
+            "its cell's next episode at the next step, inside the compiled loop; fewer slots "
+            "bound memory and shorten the idle tail, more vectorise further.",
         ),
     ] = None,
     on_env_mismatch: EnvMismatchOpt = EnvMismatch.error,
