@@ -82,7 +82,8 @@ DEFAULT_PROTOCOL = "fast"
 FAST_WORLD_SEED = 9999
 FAST_NUM_EPISODES = 20
 FAST_MAX_STEPS = 10_000
-CHUNK = 64  # steps per compiled call: how often the host hears of progress (and records)
+CHUNK = 64  # steps per compiled call: how often the host hears of progress
+RECORD_CHUNK = 16  # steps per call when recording (each call hands the host their log)
 SLOTS_PER_PORT = 16  # one refill port (a slot taking a new episode after a step) per 16 slots
 # Recording: the default batch keeps what one call hands the host near this size.
 RECORD_LOG_BYTES = 256 * 2**20
@@ -554,7 +555,12 @@ class Machine:
             def body(lp: Loop, _):
                 return step(lp, log=True)
 
-            loop, log = jax.lax.scan(body, loop, None, length=self.chunk)
+            def steps(lp: Loop):
+                return jax.lax.scan(body, lp, None, length=self.chunk)
+
+            # The call the host queues after the end costs nothing (no step runs).
+            busy = jnp.any(loop.slots.alive)
+            loop, log = jax.lax.cond(busy, steps, lambda lp: (lp, self._idle_log(lp)), loop)
         else:  # a while_loop: it stops at the step after which no slot runs
 
             def more(state):
@@ -575,6 +581,30 @@ class Machine:
             s.steps * self.num_slots,
         )
         return loop, status, log
+
+    def _idle_log(self, lp: Loop) -> StepLog:
+        """The log of a call in which nothing runs (every row dead)."""
+        c = lp.slots
+        n, p = c.dones.shape
+
+        def zeros(shape, dtype):
+            return jnp.zeros((self.chunk, n) + shape, dtype)
+
+        return StepLog(
+            live=zeros((), bool),
+            episode=zeros((), jnp.int32),
+            t=zeros((), jnp.int32),
+            key=zeros((2,), c.key.dtype),
+            observations=zeros(c.obs.shape[1:], c.obs.dtype),
+            legal_actions=zeros((p, self.env.statics.num_actions), bool),
+            actions=zeros((p,), jnp.int32),
+            rewards=zeros((p,), jnp.float32),
+            dones=zeros((p,), bool),
+            team_achievements=zeros((), jnp.int32),
+            team_reward=zeros((), jnp.float32),
+            last=zeros((), bool),
+            terminated=zeros((), bool),
+        )
 
     # -- one step -------------------------------------------------------------------------
     def _step(self, lp: Loop, *, policy, world, max_steps, score_idx, log: bool):
@@ -1472,6 +1502,8 @@ def _run_group(
     world = statics[batch_teams[0][0]].world
     masking = any(cfgs[m].env.action_masking for team in batch_teams for m in team)
     capacity = _capacity(int(caps.max()))
+    if record is not None:  # a short log per call: a recording's last call pads it
+        chunk = min(chunk, RECORD_CHUNK)
     if record is not None and batch is None:  # bound what one call hands the host
         world_dims = statics[batch_teams[0][0]]
         per_slot = chunk * world_dims.num_agents * (world_dims.obs_dim + world_dims.num_actions) * 4
