@@ -124,3 +124,76 @@ def test_batch_must_be_a_positive_count():
             max_steps=4,
             batch=0,
         )
+
+
+def _two_team_loop(alive: list[bool], next_episode: list[int], *, steps: int = 5):
+    """A Machine of 2 teams x 3 slots over a toy world (no env, no policies) and its loop:
+    episode ``e``'s world is ``x = 10 e``, its key ``[e, e]``."""
+    import jax.numpy as jnp
+
+    m = ev.Machine(
+        env=None,
+        mask_env=None,
+        policies=(),
+        classes=(ev.TeamClass((), 2),),
+        slots=3,
+        chunk=1,
+        capacity=4,
+        record=False,
+    )
+    e = 4
+    world = (
+        jnp.arange(e, dtype=jnp.float32).reshape(e, 1, 1),  # obs [E, P, D]
+        {"x": jnp.arange(e) * 10},  # states
+        jnp.stack([jnp.full((2,), i, jnp.uint32) for i in range(e)]),  # keys
+    )
+    n, te = 6, (2, e)
+    slots = ev.SlotCarry(
+        episode=jnp.where(jnp.array(alive), 0, e).astype(jnp.int32),
+        t=jnp.full((n,), 7, jnp.int32),
+        alive=jnp.array(alive),
+        key=jnp.full((n, 2), 99, jnp.uint32),
+        state={"x": jnp.full((n,), -1)},
+        obs=jnp.full((n, 1, 1), -1.0),
+        policy_carry=((),),
+        dones=jnp.ones((n, 1), bool),
+    )
+    done = ev.EpisodeResult(
+        length=jnp.zeros(te, jnp.int32),
+        terminated=jnp.zeros(te, bool),
+        start=jnp.full(te, -1, jnp.int32),
+        rewards=jnp.zeros(te + (4,), jnp.float32),
+        snapshot=(),
+        key=jnp.zeros(te + (2,), jnp.uint32),
+    )
+    zero = jnp.zeros((), jnp.int32)
+    sched = ev.Schedule(jnp.int32(steps), jnp.array(next_episode, jnp.int32), zero, zero)
+    return m, ev.Loop(slots, done, sched), world
+
+
+@pytest.mark.parametrize("ports", [1, 3])
+def test_free_slots_take_their_teams_next_episodes_lowest_index_first_up_to_the_ports(ports):
+    """Team 0 (slots 0-2) has episodes 2 and 3 pending and slots 1, 2 free; team 1 (slots
+    3-5) has none left, so its free slots stay idle. One port: slot 1 takes episode 2;
+    three ports: slots 1 and 2 take episodes 2 and 3, each with its world, its key, a
+    fresh step count and reset flags, and the step it starts at."""
+    import numpy as np
+
+    m, loop, world = _two_team_loop([True, False, False, False, False, True], [2, 4])
+    out = m._refill(loop, world, ports=ports)
+    took = {1: 2} if ports == 1 else {1: 2, 2: 3}
+    c = out.slots
+    for s in range(6):
+        if s in took:
+            ep = took[s]
+            assert int(c.episode[s]) == ep and bool(c.alive[s]) and int(c.t[s]) == 0
+            assert int(c.state["x"][s]) == 10 * ep and float(c.obs[s, 0, 0]) == ep
+            assert list(np.asarray(c.key[s])) == [ep, ep] and not bool(c.dones[s, 0])
+        else:  # untouched
+            assert int(c.episode[s]) == int(loop.slots.episode[s])
+            assert bool(c.alive[s]) == bool(loop.slots.alive[s])
+            assert int(c.state["x"][s]) == -1 and int(c.t[s]) == 7
+    assert list(np.asarray(out.sched.next_episode)) == [2 + len(took), 4]
+    starts = np.asarray(out.done.start)
+    assert [int(starts[0, ep]) for ep in took.values()] == [5] * len(took)
+    assert (starts == 5).sum() == len(took)  # nothing else was written
