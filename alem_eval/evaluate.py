@@ -90,9 +90,9 @@ RECORD_LOG_BYTES = 256 * 2**20
 CAPACITY_BUCKET = 1024  # the reward buffer is sized to max_steps rounded up to this
 # Batch slots when --batch is not given (continuous batching; see rollout()).
 # Batch slots when --batch is not given (continuous batching; see Machine): on a CPU a
-# small multiple of the cores (BENCHMARKS.md: past a few dozen slots the vectorised step
-# gains little, while every extra slot lengthens the idle tail of ragged episodes), on an
-# accelerator enough to keep it full.
+# small multiple of the cores (BENCHMARKS.md: 100 slots vectorise better than 35, but on
+# ragged episode lengths their idle tail costs more than that gains), on an accelerator
+# enough to keep it full.
 CPU_SLOTS_PER_CORE = 16
 DEFAULT_BATCH = {"gpu": 4096, "cuda": 4096, "rocm": 4096, "tpu": 4096}
 ENV_MISMATCH_POLICIES: tuple[str, ...] = ("error", "warn", "ignore")
