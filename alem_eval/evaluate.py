@@ -88,7 +88,6 @@ SLOTS_PER_PORT = 16  # one refill port (a slot taking a new episode after a step
 # Recording: the default batch keeps what one call hands the host near this size.
 RECORD_LOG_BYTES = 256 * 2**20
 CAPACITY_BUCKET = 1024  # the reward buffer is sized to max_steps rounded up to this
-# Batch slots when --batch is not given (continuous batching; see rollout()).
 # Batch slots when --batch is not given (continuous batching; see Machine): on a CPU a
 # small multiple of the cores (BENCHMARKS.md: 100 slots vectorise better than 35, but on
 # ragged episode lengths their idle tail costs more than that gains), on an accelerator
@@ -481,6 +480,11 @@ class Machine:
         return self.num_teams * self.slots
 
     @property
+    def team_of(self) -> np.ndarray:
+        """``[N]`` (static): the team each batch slot belongs to."""
+        return np.repeat(np.arange(self.num_teams), self.slots)
+
+    @property
     def ports(self) -> int:
         """Slots that can take a new episode after one step (each port gathers one reset
         world into the batch): one per :data:`SLOTS_PER_PORT` slots."""
@@ -638,7 +642,7 @@ class Machine:
         t = c.t + live.astype(jnp.int32)
         ended = live & (out.done | (t >= self._cap(c.episode, max_steps)))
         key = _select(live, key, c.key)
-        team_of = jnp.asarray(np.repeat(np.arange(self.num_teams), self.slots))
+        team_of = self.team_of
         team_reward = jnp.mean(out.reward, axis=-1)
         # The output buffer: every live step's reward (then, below, each episode that ended).
         at_team = jnp.where(live, team_of, self.num_teams)  # out of bounds -> dropped
@@ -738,7 +742,7 @@ class Machine:
         else:
             sel = jnp.nonzero(wants, size=ports, fill_value=n)[0]
         # Per selected slot (out of bounds n: nothing to take): team, episode.
-        team = jnp.append(jnp.repeat(jnp.arange(n_teams), slots), n_teams)[sel]
+        team = jnp.asarray(np.append(self.team_of, n_teams))[sel]
         episode = jnp.where(
             sel < n,
             sched.next_episode[jnp.clip(team, 0, n_teams - 1)]
@@ -1502,12 +1506,14 @@ def _run_group(
     world = statics[batch_teams[0][0]].world
     masking = any(cfgs[m].env.action_masking for team in batch_teams for m in team)
     capacity = _capacity(int(caps.max()))
-    if record is not None:  # a short log per call: a recording's last call pads it
-        chunk = min(chunk, RECORD_CHUNK)
-    if record is not None and batch is None:  # bound what one call hands the host
-        world_dims = statics[batch_teams[0][0]]
-        per_slot = chunk * world_dims.num_agents * (world_dims.obs_dim + world_dims.num_actions) * 4
-        batch = min(default_batch(), max(1, RECORD_LOG_BYTES // per_slot))
+    if record is not None:
+        chunk = min(chunk, RECORD_CHUNK)  # a short log per call: the last call pads it
+        if batch is None:  # bound what one call hands the host
+            world_dims = statics[batch_teams[0][0]]
+            per_slot = (
+                chunk * world_dims.num_agents * (world_dims.obs_dim + world_dims.num_actions) * 4
+            )
+            batch = min(default_batch(), max(1, RECORD_LOG_BYTES // per_slot))
     if protocol == "fast":
         n_dev = _devices_for(num_episodes)
         padded = num_episodes + (-num_episodes) % n_dev
@@ -1632,8 +1638,9 @@ class RecordTo:
 class _RecordSink:
     """Turns the per-call :class:`StepLog` of one batch into the recorder's calls: a
     slot's live rows in one call are consecutive steps of one or more episodes (a slot
-    takes its next episode right after one ends); an episode's last row finishes it. A recorder error (unwritable or full disk)
-    stops the recording, never the evaluation: it is kept in :attr:`error`."""
+    takes its next episode right after one ends); an episode's last row finishes it. A
+    recorder error (unwritable or full disk) stops the recording, never the evaluation:
+    it is kept in :attr:`error`."""
 
     FIELDS = ("observations", "legal_actions", "actions", "rewards", "dones", "team_achievements")
 
