@@ -59,16 +59,24 @@ def test_slots_per_team_shares_the_batch_and_never_exceeds_the_episodes():
 def test_a_queue_longer_than_the_batch_runs_every_episode_once_with_the_same_records():
     """Two slots for four episodes: episodes 2 and 3 start as refills after 0 and 1 end,
     beside whatever the other slot runs; their records equal those of a batch that runs
-    all four at once, and of a batch shared with another team."""
+    all four at once, of a batch shared with another team, and of one slot that runs
+    each episode alone, one after another."""
     all_at_once = _run([IPPO], [(0, 0, 0)], batch=None)
     queued = _run([IPPO], [(0, 0, 0)], batch=2)
     beside = _run([IPPO, PQN], [(0, 0, 0), (1, 1, 1)], batch=4)  # 2 slots per team
+    alone = _run([IPPO], [(0, 0, 0)], batch=1)
     assert len(queued.records[0]) == FAST_EPISODES
-    for i, (a, b, c) in enumerate(
-        zip(all_at_once.records[0], queued.records[0], beside.records[0], strict=True)
+    for i, (a, *others) in enumerate(
+        zip(
+            all_at_once.records[0],
+            queued.records[0],
+            beside.records[0],
+            alone.records[0],
+            strict=True,
+        )
     ):
-        assert not diff_records(b, a), f"episode {i}: {diff_records(b, a)[:5]}"
-        assert not diff_records(c, a), f"episode {i}: {diff_records(c, a)[:5]}"
+        for other in others:
+            assert not diff_records(other, a), f"episode {i}: {diff_records(other, a)[:5]}"
     # The slots ran exactly the schedule of a two-slot queue refilled after every step:
     # each episode starts at the step after a slot's previous episode ended.
     lengths = [int(r["episode_length"]) for r in queued.records[0]]
@@ -77,6 +85,9 @@ def test_a_queue_longer_than_the_batch_runs_every_episode_once_with_the_same_rec
     ends = [s + n for s, n in zip(queued.starts[0], lengths, strict=True)]
     assert queued.slot_steps == max(ends) * 2
     assert 0 < queued.utilisation <= 1
+    # Alone: each episode starts the step after the previous one ended, no idle step.
+    assert list(alone.starts[0]) == queue_starts(lengths, slots=1, ports=1)
+    assert alone.slot_steps == alone.live_steps == sum(lengths)
 
 
 def test_episodes_end_at_their_own_caps_and_the_episodes_they_do_not_cut_keep_their_records():
