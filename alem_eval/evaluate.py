@@ -277,7 +277,7 @@ class Schedule(NamedTuple):
 
     steps: jax.Array  # [] int32: loop steps run (each one steps every slot)
     next_episode: jax.Array  # [teams] int32: episodes started per team (== E at the end)
-    finished: jax.Array  # [] int32: episodes written to the output buffer
+    finished: jax.Array  # [teams] int32: episodes written to the output buffer, per team
     live_steps: jax.Array  # [] int32: env steps that belonged to an episode
 
 
@@ -402,6 +402,7 @@ class Status(NamedTuple):
     finished: jax.Array  # [] int32: episodes handed to the output buffer so far
     live_steps: jax.Array  # [] int32: env steps that belonged to an episode so far
     slot_steps: jax.Array  # [] int32: steps run so far x slots (live or idle)
+    team_finished: jax.Array  # [teams] int32: ``finished`` per team (its queue is done at E)
 
 
 class StepLog(NamedTuple):
@@ -537,7 +538,8 @@ class Machine:
             key=jnp.zeros(te + (2,), jnp.uint32),
         )
         zero = jnp.zeros((), jnp.int32)
-        sched = Schedule(zero, jnp.zeros((self.num_teams,), jnp.int32), zero, zero)
+        teams = jnp.zeros((self.num_teams,), jnp.int32)
+        sched = Schedule(zero, teams, teams, zero)
         world = (world_obs, world_states, episode_keys)
         return self._refill(Loop(idle, done, sched), world, ports=n)
 
@@ -580,9 +582,10 @@ class Machine:
         s = loop.sched
         status = Status(
             jnp.sum(loop.slots.alive, dtype=jnp.int32),
-            s.finished,
+            jnp.sum(s.finished),
             s.live_steps,
             s.steps * self.num_slots,
+            s.finished,
         )
         return loop, status, log
 
@@ -649,7 +652,8 @@ class Machine:
         rewards = done.rewards.at[at_team, c.episode, c.t].set(team_reward, mode="drop")
         sched = sched._replace(  # (a recording's last call pads with steps nothing runs in)
             steps=sched.steps + jnp.any(live).astype(jnp.int32),
-            finished=sched.finished + jnp.sum(ended, dtype=jnp.int32),
+            finished=sched.finished
+            + jnp.sum(ended.reshape(self.num_teams, self.slots), axis=1, dtype=jnp.int32),
             live_steps=sched.live_steps + jnp.sum(live, dtype=jnp.int32),
         )
         new = c._replace(
@@ -1088,6 +1092,15 @@ class _Program:
 
         return shard_map(per_device, mesh=mesh, in_specs=specs, out_specs=d, check_rep=False)
 
+    def host_status(self, status: Status) -> Status:
+        """A call's :class:`Status` (host arrays, per device) -> totals, ``team_finished``
+        in batch order."""
+        per_team: Any = np.asarray(status.team_finished)
+        if per_team.ndim == 2:  # [D, teams]: fast splits episodes, reference teams
+            per_team = per_team.reshape(-1) if self.key.protocol == "reference" else per_team.sum(0)
+        running, finished, live, slot = (np.sum(np.asarray(x)) for x in status[:4])
+        return Status(running, finished, live, slot, per_team)
+
     def merge(self, tree: Any) -> Any:
         """Per-device results -> one: ``[D, T, E/D, ...] -> [T, E]`` (``fast``) or
         ``[D, T/D, E, ...] -> [T, E]`` (``reference``); single-device results pass through."""
@@ -1203,13 +1216,16 @@ def run_stack(
     on_progress: Callable[[RolloutProgress], None] | None = None,
     record: RecordTo | None = None,
     episode_caps: Sequence[int] | None = None,
+    on_team: Callable[[int, list[dict[str, float]]], None] | None = None,
 ) -> StackResult:
     """Self-play evaluation of a stack of checkpoints (any algorithms) on ``eval_difficulty``.
 
     ``cfgs[k]`` describes ``weights[k]`` (a weights tree in the released disk layout, or at
     least its policy part). Each checkpoint drives all agents of its own team; all teams
     that share the world's env configuration run in ONE compiled program (one trace of the
-    Alem step, whatever the algorithms). The result keeps the input order.
+    Alem step, whatever the algorithms). The result keeps the input order;
+    ``on_team(k, records)`` gets checkpoint ``k``'s records as soon as its last episode
+    ends (see :func:`run_teams`).
     """
     teams = [(k,) * (cfg.env.num_agents if cfg is not None else 1) for k, cfg in enumerate(cfgs)]
     return run_teams(
@@ -1226,6 +1242,7 @@ def run_stack(
         on_progress=on_progress,
         record=record,
         episode_caps=episode_caps,
+        on_team=on_team,
     )
 
 
@@ -1244,6 +1261,7 @@ def run_teams(
     on_progress: Callable[[RolloutProgress], None] | None = None,
     record: RecordTo | None = None,
     episode_caps: Sequence[int] | None = None,
+    on_team: Callable[[int, list[dict[str, float]]], None] | None = None,
 ) -> StackResult:
     """Evaluate teams whose agent slots are driven by any of the given checkpoints.
 
@@ -1255,6 +1273,10 @@ def run_teams(
     ``records[team][episode]``. With ``record``, every evaluated step of every episode
     streams to ``record.recorder`` as the rollout runs (see :class:`RecordTo`); a recorder
     failure ends the recording, not the evaluation (``StackResult.record_error``).
+
+    ``on_team(i, records)`` is called with team ``i``'s records as soon as its last
+    episode ends, while other teams may still run (a caller can save a finished cell
+    before the whole call ends); they are the records the result holds.
 
     ``episode_caps[e]`` (benchmarks, tests) truncates episode ``e`` of every team at its
     own step limit, at most the cap: a batch ragged by design, as policies that end
@@ -1340,6 +1362,7 @@ def run_teams(
             batch,
             on_status,
             record,
+            None if on_team is None else functools.partial(_team_in, on_team, idx),
         )
         record_error = record_error or error
         for j, i in enumerate(idx):
@@ -1356,6 +1379,11 @@ def run_teams(
         slot_steps=slot,
         record_error=record_error,
     )
+
+
+def _team_in(on_team: Callable[[int, Any], None], idx: Sequence[int], j: int, records) -> None:
+    """``on_team`` of a group's ``j``-th team, ``idx[j]`` in the caller's order."""
+    on_team(idx[j], records)
 
 
 def _episode_caps(caps: Sequence[int] | None, num_episodes: int, cap: int) -> np.ndarray:
@@ -1499,7 +1527,13 @@ def _run_group(
     batch,
     on_status: Callable[[Status], None],
     record: RecordTo | None = None,
+    on_team: Callable[[int, list[dict[str, float]]], None] | None = None,
 ):
+    """Evaluate one group of teams (one world and settings) in one program -> (records,
+    starts, slot-steps, live env-steps, recording error), per team in the group's order.
+    A team's records are made as soon as its last episode ends (``on_team(i, records)``,
+    ``i`` its index in ``teams``), from the same output buffer and score program as at the
+    end."""
     keys, group_specs, classes, order = _batch_structure(teams, cfgs, specs)
     batch_teams = [teams[i] for i in order]  # class by class
     t = len(batch_teams)
@@ -1576,36 +1610,52 @@ def _run_group(
         if record is None
         else _RecordSink(record, prog, batch_teams[:t], np.stack(worlds), num_episodes)
     )
-    res, slot_steps = _drive(prog, loop, (*shared, *keys_arg, obs0, state0, steps), on_status, sink)
-    res = jax.tree_util.tree_map(lambda x: x[:t, :num_episodes], prog.merge(res))
-    t_roll = time.perf_counter()
     template = jax.tree_util.tree_map(lambda x: x[0], state0)
-    exact = _scores_eager if protocol == "reference" else _scores
-    scores = exact(world, res.snapshot, template, t, num_episodes)
-    t_score = time.perf_counter()
-    small = jax.device_get(res._replace(snapshot=()))
-    records = _records(small, scores)
+    queue = len(steps)  # a team's queue (fast: with the episodes padding it to the devices)
+    made: dict[int, list[dict[str, float]]] = {}  # batch row -> its episodes' records
+    scoring = {"s": 0.0}
+
+    def make_records(rows: list[int], done: EpisodeResult) -> None:
+        t0 = time.perf_counter()
+        res = jax.tree_util.tree_map(lambda x: x[:t, :num_episodes], prog.merge(done))
+        for j, recs in zip(rows, _team_records(protocol, world, res, template, rows), strict=True):
+            made[j] = recs
+            if on_team is not None:
+                on_team(order[j], recs)
+        scoring["s"] += time.perf_counter() - t0
+
+    def status(st: Status, done: EpisodeResult) -> None:
+        on_status(st)
+        rows = [j for j in range(t) if j not in made and st.team_finished[j] >= queue]
+        if rows:
+            make_records(rows, done)
+
+    done, slot_steps = _drive(prog, loop, (*shared, *keys_arg, obs0, state0, steps), status, sink)
+    t_roll, in_roll = time.perf_counter(), scoring["s"]
+    rest = [j for j in range(t) if j not in made]
+    if rest:  # (every team's last status came with its records: none, unless cut short)
+        make_records(rest, done)
+    starts = np.asarray(prog.merge(done).start)[:t, :num_episodes]
     LAST_TIMINGS.clear()
     LAST_TIMINGS.update(
         resets_s=t_reset - clock,
-        rollout_s=t_roll - t_reset,
-        scores_s=t_score - t_roll,
-        records_s=time.perf_counter() - t_score,
+        rollout_s=t_roll - t_reset - in_roll,
+        records_s=scoring["s"],  # scores and records, also those made during the rollout
     )
     out_records: list[Any] = [None] * t
     out_starts: list[Any] = [None] * t
-    all_starts = np.asarray(small.start)
     for j, i in enumerate(order):
-        out_records[i], out_starts[i] = records[j], all_starts[j]
+        out_records[i], out_starts[i] = made[j], starts[j]
+    live_steps = sum(int(r["episode_length"]) for recs in made.values() for r in recs)
     error = None if sink is None else sink.error
-    return out_records, out_starts, slot_steps, int(np.sum(small.length)), error
+    return out_records, out_starts, slot_steps, live_steps, error
 
 
 def _drive(
     prog: _Program,
     loop: Loop,
     call_args: tuple,
-    on_status: Callable[[Status], None],
+    on_status: Callable[[Status, EpisodeResult], None],
     on_log: Callable[[StepLog], None] | None = None,
 ):
     """Call ``prog.advance`` until no slot runs -> (output buffer, slot-steps run).
@@ -1613,16 +1663,17 @@ def _drive(
     The next call is queued before the host reads the last call's :class:`Status` and
     :class:`StepLog` (the loop state never leaves the device, its buffers are donated call
     to call), so the device computes while the host reports and records; the one call
-    queued after the end changes nothing.
+    queued after the end changes nothing. ``on_status`` also gets the queued call's output
+    buffer (device arrays: every episode the status counts as finished is final in it).
     """
     pending = prog.advance(loop, *call_args)
     while True:
         loop, status, log = pending
         pending = prog.advance(loop, *call_args)
-        st = Status(*(np.sum(np.asarray(x)) for x in jax.device_get(status)))
+        st = prog.host_status(jax.device_get(status))
         if on_log is not None and log is not None:
             on_log(jax.device_get(log))
-        on_status(st)
+        on_status(st, pending[0].done)
         if st.running == 0:
             return pending[0].done, int(st.slot_steps)
 
@@ -1709,6 +1760,24 @@ class _RecordSink:
                     "step_key": acc["step_key"],
                 },
             )
+
+
+def _team_records(
+    protocol: str, world, res: EpisodeResult, template: Any, rows: Sequence[int]
+) -> list[list[dict[str, float]]]:
+    """Records of the teams in ``rows`` of a ``[T, E]`` output buffer. ``fast`` scores the
+    whole buffer with its one compiled score program (the same numbers whichever rows are
+    asked for); ``reference`` scores each asked terminal state eagerly."""
+    pick = np.asarray(rows)
+    if protocol == "reference":
+        res = jax.tree_util.tree_map(lambda x: x[pick], res)
+        scores = _scores_eager(world, res.snapshot, template, len(rows), res.length.shape[1])
+        pick = np.arange(len(rows))
+    else:
+        scores = _scores(world, res.snapshot, template, *res.length.shape)
+    small = jax.device_get(res._replace(snapshot=()))
+    small = jax.tree_util.tree_map(lambda x: np.asarray(x)[pick], small)
+    return _records(small, {name: v[pick] for name, v in scores.items()})
 
 
 def _records(res: EpisodeResult, scores: Mapping[str, np.ndarray]) -> list[list[dict[str, float]]]:

@@ -9,6 +9,8 @@ the same provenance is read back instead of recomputed.
 
 from __future__ import annotations
 
+import functools
+
 import math
 import time
 from pathlib import Path
@@ -255,6 +257,31 @@ def score_cells(
                 )
             )
 
+    def save(job: _Job, episodes: Sequence[dict[str, float]]) -> None:
+        """Store a cell's scores: as soon as its last episode ends (a run killed
+        while other cells of its stack still run keeps it)."""
+        if store is not None:
+            store.write(
+                build_rows(job.key, episodes),
+                job.key,
+                extra=_extra(job, options.protocol),
+            )
+        done[(job.cell.id, job.eval_difficulty)] = CellScore(
+            job.cell,
+            job.eval_difficulty,
+            options.protocol,
+            tuple(episodes),
+            provenance=_provenance(job.key),
+        )
+        if on_progress:
+            on_progress(f"scored {job.cell.id}", len(done), total)
+
+    def finished(job_at: dict[int, _Job], k: int, episodes: list[dict[str, float]]) -> None:
+        """Save the job at index ``k`` of the stack's checkpoints once (padding repeats: none)."""
+        job = job_at.get(k)
+        if job is not None and (job.cell.id, job.eval_difficulty) not in done:
+            save(job, episodes)
+
     for stack, padded in plan:
         loaded = {
             id(j): load_cell(
@@ -270,6 +297,9 @@ def score_cells(
         cfgs = [loaded[id(j)].cfg for j in padded]
         weights = [loaded[id(j)].weights for j in padded]
         difficulty = stack[0].eval_difficulty
+        real = {id(j): k for k, j in reversed(list(enumerate(padded)))}  # first = real
+        job_at = {real[id(j)]: j for j in stack}
+
         result = run_stack(
             cfgs,
             weights,
@@ -285,28 +315,13 @@ def score_cells(
                 if recorders is None
                 else RecordTo(recorders.get(difficulty), [j.cell.id for j in padded])
             ),
+            on_team=functools.partial(finished, job_at),
         )
         records = result.records
         ran["episodes"] += len(padded) * stack[0].num_episodes
         ran["steps"] += sum(int(ep["episode_length"]) for rec in records for ep in rec)
-        real = {id(j): k for k, j in reversed(list(enumerate(padded)))}  # first = real
-        records = [records[real[id(j)]] for j in stack]
-        for job, episodes in zip(stack, records):
-            if store is not None:
-                store.write(
-                    build_rows(job.key, episodes),
-                    job.key,
-                    extra=_extra(job, options.protocol),
-                )
-            done[(job.cell.id, job.eval_difficulty)] = CellScore(
-                job.cell,
-                job.eval_difficulty,
-                options.protocol,
-                tuple(episodes),
-                provenance=_provenance(job.key),
-            )
-        if on_progress:
-            on_progress(f"scored {', '.join(j.cell.id for j in stack)}", len(done), total)
+        for k in job_at:  # (each was saved as it finished)
+            finished(job_at, k, records[k])
         if result.record_error is not None:
             raise DatasetError(
                 f"recording into {record_dir} stopped: {result.record_error} (the scores "
@@ -377,7 +392,8 @@ def _stacks(jobs: Sequence[_Job], max_stack: int) -> list[tuple[list[_Job], list
     stack shape by shape, in the same order for every stack, completing a short shape with
     repeats of its last job; the real jobs are ``padded``'s entries that are in ``stack``.
     Every stack of a selection so has one structure: one compiled program scores them all,
-    and results are stored stack by stack (a killed run keeps every finished stack)."""
+    and each cell is stored as soon as its last episode ends (a killed run keeps every
+    finished cell, also one whose stack still ran)."""
     by_key: dict[str, list[_Job]] = {}
     for job in jobs:
         by_key.setdefault(job.cfg.network_key, []).append(job)

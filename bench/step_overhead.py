@@ -7,6 +7,9 @@ episode has ended yet) on the cell's stack, in three variants of :class:`Machine
   ``lax.cond``, only on steps where an episode ended or a slot waits;
 * ``uncond``: the same writes and refill on every step;
 * ``bare``: no writes and no refill at all (the floor of the loop around the parts);
+* ``call``: the shipped compiled call itself (``advance``: a ``while_loop`` of ``cond``
+  steps whose whole loop state -- slots, output buffer, schedule -- is its output; in the
+  three scans above XLA may drop what their summed output does not need);
 
 beside the parts alone over the same slots: the env with random legal actions, the
 stacked policy step (``bench/continuous_batching.py``'s limit). Best of ``--repeats``,
@@ -93,6 +96,14 @@ def main() -> None:
         v: variant_runner(seen["prog"], seen["loop"], call_args, v, args.steps)
         for v in ("cond", "uncond", "bare")
     }
+    prog, loop = seen["prog"], seen["loop"]
+    if args.steps == ev.CHUNK:  # one call runs CHUNK steps while every slot stays live
+
+        def call():
+            fresh = jax.tree_util.tree_map(jnp.copy, loop)  # the call donates its loop
+            return prog.advance(fresh, *call_args)[0].slots.obs
+
+        fns["call"] = call
     fns.update(part_callables(seen))  # their own scan length: bench PART_STEPS
     walls, _ = best_of(fns, args.repeats)
     from continuous_batching import PART_STEPS
@@ -103,9 +114,9 @@ def main() -> None:
         for name, w in walls.items()
     }
     limit = 1 / (1 / rates["env"] + 1 / rates["policy"])
-    print(f"{n} slots; slot-steps/s and the ratio to the limit ({limit:.0f}):")
+    print(f"{n} slots; slot-steps/s, the ratio to the limit ({limit:.0f}) and to bare:")
     for name, r in rates.items():
-        print(f"  {name:8s} {r:8.0f}  {r / limit:.2f}")
+        print(f"  {name:8s} {r:8.0f}  {r / limit:.2f}  {r / rates['bare']:.2f}")
 
 
 if __name__ == "__main__":

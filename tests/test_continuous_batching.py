@@ -19,7 +19,7 @@ PQN = "tiny/pqn-vdn-rnn/easy/seed0"
 STEPS = 1000  # the cap of the shared fast-protocol tests: these near-untrained teams die early
 
 
-def _run(cell_ids, teams, batch, on_progress=None, episode_caps=None):
+def _run(cell_ids, teams, batch, on_progress=None, episode_caps=None, on_team=None):
     cells = [load(c) for c in cell_ids]
     return ev.run_teams(
         [c.cfg for c in cells],
@@ -32,6 +32,7 @@ def _run(cell_ids, teams, batch, on_progress=None, episode_caps=None):
         batch=batch,
         on_progress=on_progress,
         episode_caps=episode_caps,
+        on_team=on_team,
     )
 
 
@@ -46,6 +47,27 @@ def test_finished_episodes_are_reported_as_they_finish():
     assert {p.episodes_total for p in seen} == {FAST_EPISODES}
     assert seen[-1].live_steps == res.live_steps
     assert all(a.elapsed_s <= b.elapsed_s for a, b in itertools.pairwise(seen))
+
+
+def test_a_teams_records_are_handed_over_once_equal_to_the_returned_ones():
+    """Two teams of two slots each: each team's records reach ``on_team`` once, when the
+    status counts its last episode, equal to the returned ones (these near-untrained teams
+    end their episodes at the same steps, so both arrive after the same call; the store
+    side of a cell saved mid-stack is tested in test_scoring)."""
+    events: list[tuple] = []
+    res = _run(
+        [IPPO, PQN],
+        [(0, 0, 0), (1, 1, 1)],
+        batch=4,
+        on_progress=lambda p: events.append(("progress", p.episodes_done)),
+        on_team=lambda i, recs: events.append(("team", i, recs)),
+    )
+    handed = [e for e in events if e[0] == "team"]
+    assert sorted(i for _, i, _ in handed) == [0, 1]
+    for _, i, recs in handed:
+        assert recs == res.records[i]
+    first = events.index(handed[0])
+    assert events[first - 1] == ("progress", 2 * FAST_EPISODES)
 
 
 def test_slots_per_team_shares_the_batch_and_never_exceeds_the_episodes():
@@ -178,7 +200,12 @@ def _two_team_loop(alive: list[bool], next_episode: list[int], *, steps: int = 5
         key=jnp.zeros(te + (2,), jnp.uint32),
     )
     zero = jnp.zeros((), jnp.int32)
-    sched = ev.Schedule(jnp.int32(steps), jnp.array(next_episode, jnp.int32), zero, zero)
+    sched = ev.Schedule(
+        jnp.int32(steps),
+        jnp.array(next_episode, jnp.int32),
+        jnp.zeros(len(next_episode), jnp.int32),
+        zero,
+    )
     return m, ev.Loop(slots, done, sched), world
 
 

@@ -20,11 +20,17 @@ from alem_eval.sources import open_source
 CELL = "tiny/ippo-rnn/easy/seed0"
 
 
+class _Calls(list):
+    kill_after: int | None = None
+
+
 @pytest.fixture
 def fake_evaluator(monkeypatch):
     """``evaluate.run_stack`` without the compile: it checks the env version of every
-    config under the policy it is given, as the real one does before compiling anything."""
-    calls = []
+    config under the policy it is given, as the real one does before compiling anything.
+    Checkpoint k's episodes end k-th (``on_team``); ``calls.kill_after = k`` kills the
+    call right after that."""
+    calls = _Calls()
 
     def run_stack(
         cfgs,
@@ -38,6 +44,7 @@ def fake_evaluator(monkeypatch):
         batch=None,
         on_progress=None,
         record=None,
+        on_team=None,
     ):
         for i, cfg in enumerate(cfgs):
             evaluate.check_env_version(cfg, on_mismatch=on_env_mismatch, where=f"checkpoint {i}")
@@ -46,6 +53,11 @@ def fake_evaluator(monkeypatch):
             [{"Team/achievement_pct": 0.25, "episode_length": 4.0} for _ in range(num_episodes)]
             for _ in cfgs
         ]
+        for k, recs in enumerate(records):  # checkpoint 0's episodes end first, and so on
+            if on_team is not None:
+                on_team(k, recs)
+            if calls.kill_after == k:
+                raise KeyboardInterrupt  # the run is killed while the next ones still run
         return evaluate.StackResult(
             records=records,
             starts=[],
@@ -111,6 +123,42 @@ def test_scoring_hashes_the_checkpoint_it_restores(cell_copy, fake_evaluator):
     [score] = score_cells(src, src.select([CELL]), options=ScoreOptions(num_episodes=1))
     assert score.provenance["checkpoint_hash"] == ckpt.checkpoint_hash(d / "checkpoint_v3")
     assert score.provenance["checkpoint_hash"] != ckpt.checkpoint_hash(d / "checkpoint")
+
+
+def test_a_cell_is_stored_when_its_episodes_end_so_a_kill_mid_stack_keeps_it(
+    cell_copy, fake_evaluator, tmp_path
+):
+    """Two cells in one stack; the run is killed after the first cell's last episode ended
+    but while the second still runs: the first is in the store, and a rerun evaluates only
+    the second."""
+    from alem_eval.results import ResultsStore
+
+    cell_copy("tiny/pqn-vdn-rnn/easy/seed0")
+    src, _ = _source(cell_copy)
+    cells = src.select(["tiny/ippo-rnn/easy/seed0", "tiny/pqn-vdn-rnn/easy/seed0"])
+    store = ResultsStore(tmp_path / "res")
+    options = ScoreOptions(num_episodes=2, max_steps=4, max_stack=2)
+    seen: list[str] = []
+    fake_evaluator.kill_after = 0
+    with pytest.raises(KeyboardInterrupt):
+        score_cells(
+            src, cells, options=options, store=store, on_progress=lambda m, *_: seen.append(m)
+        )
+    assert [c["n"] for c in fake_evaluator] == [2]  # one stack of both cells
+    assert len(store.entries()) == 1 and seen[-1].startswith("scored tiny/")
+    first = seen[-1].removeprefix("scored ")
+
+    fake_evaluator.kill_after = None
+    seen.clear()
+    scores = score_cells(
+        src, cells, options=options, store=store, on_progress=lambda m, *_: seen.append(m)
+    )
+    assert [c["n"] for c in fake_evaluator] == [2, 1]  # only the missing cell ran
+    assert seen[0] == "reused from the results store"
+    assert [m for m in seen if m.startswith("scored")] == [
+        f"scored {c.id}" for c in cells if c.id != first
+    ]
+    assert len(store.entries()) == 2 and [s.cell.id for s in scores] == [c.id for c in cells]
 
 
 @pytest.mark.parametrize(
