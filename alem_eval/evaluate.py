@@ -1274,9 +1274,9 @@ def run_teams(
     streams to ``record.recorder`` as the rollout runs (see :class:`RecordTo`); a recorder
     failure ends the recording, not the evaluation (``StackResult.record_error``).
 
-    ``on_team(i, records)`` is called with team ``i``'s records as soon as its last
-    episode ends, while other teams may still run (a caller can save a finished cell
-    before the whole call ends); they are the records the result holds.
+    ``on_team(i, records)`` is called once per team, with team ``i``'s records, as soon
+    as its last episode ends, while other teams may still run (a caller can save a
+    finished cell before the whole call ends); they are the records the result holds.
 
     ``episode_caps[e]`` (benchmarks, tests) truncates episode ``e`` of every team at its
     own step limit, at most the cap: a batch ragged by design, as policies that end
@@ -1635,7 +1635,7 @@ def _run_group(
     rest = [j for j in range(t) if j not in made]
     if rest:  # (every team's last status came with its records: none, unless cut short)
         make_records(rest, done)
-    starts = np.asarray(prog.merge(done).start)[:t, :num_episodes]
+    starts = np.asarray(prog.merge(done.start))[:t, :num_episodes]
     LAST_TIMINGS.clear()
     LAST_TIMINGS.update(
         resets_s=t_reset - clock,

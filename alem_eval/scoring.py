@@ -10,7 +10,6 @@ the same provenance is read back instead of recomputed.
 from __future__ import annotations
 
 import functools
-
 import math
 import time
 from pathlib import Path
@@ -277,9 +276,10 @@ def score_cells(
             on_progress(f"scored {job.cell.id}", len(done), total)
 
     def finished(job_at: dict[int, _Job], k: int, episodes: list[dict[str, float]]) -> None:
-        """Save the job at index ``k`` of the stack's checkpoints once (padding repeats: none)."""
+        """``on_team`` of a stack: save the job at index ``k`` of its checkpoints (run_stack
+        calls it once per checkpoint; padding repeats are no job)."""
         job = job_at.get(k)
-        if job is not None and (job.cell.id, job.eval_difficulty) not in done:
+        if job is not None:
             save(job, episodes)
 
     for stack, padded in plan:
@@ -317,11 +317,8 @@ def score_cells(
             ),
             on_team=functools.partial(finished, job_at),
         )
-        records = result.records
         ran["episodes"] += len(padded) * stack[0].num_episodes
-        ran["steps"] += sum(int(ep["episode_length"]) for rec in records for ep in rec)
-        for k in job_at:  # (each was saved as it finished)
-            finished(job_at, k, records[k])
+        ran["steps"] += sum(int(ep["episode_length"]) for rec in result.records for ep in rec)
         if result.record_error is not None:
             raise DatasetError(
                 f"recording into {record_dir} stopped: {result.record_error} (the scores "
