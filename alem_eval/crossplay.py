@@ -696,8 +696,9 @@ def run_crossplay(
 
     ``eval_difficulty`` defaults to the cells' training difficulty (they must share it).
     Teams already in ``store`` under the same provenance are read back, the others are
-    scored in one :func:`~alem_eval.evaluate.run_teams` call and written to it before any
-    statistic is computed. Raises :class:`~alem_eval.errors.AlemEvalError` s, one line
+    scored in one :func:`~alem_eval.evaluate.run_teams` call, each written to the store as
+    soon as its last episode ends (a run killed part-way keeps every team that finished),
+    before any statistic is computed. Raises :class:`~alem_eval.errors.AlemEvalError` s, one line
     each, naming the cell: cells that cannot be resolved or loaded, cells that need
     different env configurations, bad options.
     """
@@ -745,12 +746,29 @@ def run_crossplay(
         f"{len(teams)} teams on {eval_difficulty}: {len(teams) - len(todo)} read back from "
         f"the cross-play store, {len(todo)} to score"
     )
+
+    def keep(team: Team, episodes: Sequence[Mapping[str, float]]) -> None:
+        """A team whose episodes all ended: into the store at once, on its own."""
+        if store is None:
+            return
+        rows = store_rows(
+            team,
+            keys[team],
+            episodes,
+            eval_difficulty=eval_difficulty,
+            num_episodes=num_episodes,
+            max_steps=max_steps,
+            env_version=cell_keys[team.slots[0]].env_version,
+        )
+        note(f"scored {team.label()}; stored in {store.write(rows, eval_difficulty)}")
+
     fresh = (
         _score(
             source,
             cells,
             todo,
             run_teams,
+            keep,
             eval_difficulty=eval_difficulty,
             num_episodes=num_episodes,
             max_steps=max_steps,
@@ -758,22 +776,6 @@ def run_crossplay(
         if todo
         else {}
     )
-    if store is not None and fresh:
-        rows = [
-            r
-            for t, eps in fresh.items()
-            for r in store_rows(
-                t,
-                keys[t],
-                eps,
-                eval_difficulty=eval_difficulty,
-                num_episodes=num_episodes,
-                max_steps=max_steps,
-                env_version=cell_keys[t.slots[0]].env_version,
-            )
-        ]
-        path = store.write(rows, eval_difficulty)
-        note(f"scored {len(fresh)} teams; stored in {path}")
     scores = tuple(
         TeamScore(
             t, keys[t], tuple(fresh[t] if t in fresh else stored[keys[t]]), reused=t not in fresh
@@ -873,12 +875,14 @@ def _score(
     cells,
     teams: Sequence[Team],
     run_teams,
+    on_team: Callable[[Team, list[dict[str, float]]], None],
     *,
     eval_difficulty: str,
     num_episodes: int,
     max_steps: int,
 ) -> dict[Team, list[dict[str, float]]]:
-    """Load the cells the teams use and score every team in one ``run_teams`` call."""
+    """Load the cells the teams use and score every team in one ``run_teams`` call;
+    ``on_team(team, records)`` as each team's last episode ends."""
     from .loader import load_cell
 
     used = [c for c in cells if any(c.id in t.slots for t in teams)]
@@ -902,8 +906,9 @@ def _score(
         eval_difficulty=eval_difficulty,
         num_episodes=num_episodes,
         max_steps=max_steps,
-        on_env_mismatch="ignore",
-    )  # checked per cell
+        on_env_mismatch="ignore",  # checked per cell
+        on_team=lambda i, records: on_team(teams[i], records),
+    )
     return {t: list(recs) for t, recs in zip(teams, result.records, strict=True)}
 
 

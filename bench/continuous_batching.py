@@ -85,9 +85,12 @@ def best_of(fns: dict, repeats: int) -> tuple[dict[str, float], dict]:
     return best, last
 
 
-def part_callables(seen: dict) -> dict:
-    """The env alone (random legal actions) and the run's policy step alone, over the
-    run's slots, each ``PART_STEPS`` steps in one compiled scan."""
+def part_steps(seen: dict):
+    """One step of each part alone over the run's slots -> ``(env_step, policy_step,
+    start)``: ``env_step(state, key) -> (state, obs)`` plays random legal actions;
+    ``policy_step(params, carry, obs) -> (carry, obs)`` is the run's stacked policy step
+    (its actions nudge the observation it returns, so that nothing is dropped as dead
+    code); ``start`` holds the run's first slots (``state, variables, carry, obs``)."""
     import jax
     import jax.numpy as jnp
 
@@ -98,46 +101,61 @@ def part_callables(seen: dict) -> dict:
     role_vars, role_mask, dyn = seen["args"][:3]
     env, n = m.env, slots.t.shape[0]
 
+    def env_step(state, key):
+        legal = jax.vmap(env.action_mask, (0, None))(state, dyn)
+        acts = jax.random.categorical(key, jnp.where(legal, 0.0, -jnp.inf)).astype(jnp.int32)
+        out = jax.vmap(env.step, (0, 0, 0, None))(jax.random.split(key, n), state, acts, dyn)
+        return out.state, out.obs
+
+    def policy_step(params, carry, obs):
+        carry, a = team_actions(
+            m.policies,
+            m.classes,
+            params,
+            role_mask,
+            carry,
+            obs,
+            slots.dones,
+            None,
+            episodes=m.slots,
+            num_actions=env.statics.num_actions,
+        )
+        return carry, obs + (a[..., None] == 0).astype(obs.dtype) * 1e-6
+
+    start = dict(state=slots.state, variables=role_vars, carry=slots.policy_carry, obs=slots.obs)
+    return env_step, policy_step, start
+
+
+def part_callables(seen: dict) -> dict:
+    """The env alone (random legal actions) and the run's policy step alone, over the
+    run's slots, each ``PART_STEPS`` steps in one compiled scan."""
+    import jax
+
+    prog = seen["prog"]
+    env_step, policy_step, start = part_steps(seen)
+
     @jax.jit
     def env_alone(state, obs, key):
         def body(carry, kk):
-            st, _ = carry
-            ks = jax.random.split(kk, n)
-            legal = jax.vmap(env.action_mask, (0, None))(st, dyn)
-            acts = jax.random.categorical(kk, jnp.where(legal, 0.0, -jnp.inf)).astype(jnp.int32)
-            out = jax.vmap(env.step, (0, 0, 0, None))(ks, st, acts, dyn)
-            return (out.state, out.obs), None
+            return env_step(carry[0], kk), None
 
         (_, obs), _ = jax.lax.scan(body, (state, obs), jax.random.split(key, PART_STEPS))
         return obs.sum()
 
     @jax.jit
-    def policy_alone(variables, carries, obs, dones):
+    def policy_alone(variables, carries, obs):
         params = prog._prepare(variables)
 
         def body(carry, _):
-            pc, o = carry
-            pc, a = team_actions(
-                m.policies,
-                m.classes,
-                params,
-                role_mask,
-                pc,
-                o,
-                dones,
-                None,
-                episodes=m.slots,
-                num_actions=env.statics.num_actions,
-            )
-            return (pc, o + (a[..., None] == 0).astype(o.dtype) * 1e-6), None
+            return policy_step(params, *carry), None
 
         (_, obs), _ = jax.lax.scan(body, (carries, obs), None, length=PART_STEPS)
         return obs.sum()
 
     key = jax.random.PRNGKey(0)
     return {
-        "env": lambda: env_alone(slots.state, slots.obs, key),
-        "policy": lambda: policy_alone(role_vars, slots.policy_carry, slots.obs, slots.dones),
+        "env": lambda: env_alone(start["state"], start["obs"], key),
+        "policy": lambda: policy_alone(start["variables"], start["carry"], start["obs"]),
     }
 
 

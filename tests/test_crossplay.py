@@ -227,6 +227,63 @@ def test_a_selector_matching_nothing_is_a_one_line_error(tmp_path):
     assert proc.returncode == 2 and proc.stdout == ""
 
 
+def test_a_team_is_stored_when_its_episodes_end_so_a_kill_mid_run_keeps_it(
+    tmp_path, monkeypatch
+):
+    from alem_eval import evaluate
+    from alem_eval.crossplay import GAP_METRICS, CrossplayStore, run_crossplay
+    from alem_eval.sources import open_source
+
+    calls: list[list[tuple[int, ...]]] = []
+    kill_after: list[int | None] = [0]
+
+    def run_teams(cfgs, weights, teams, *, num_episodes, on_team=None, **_):
+        """``run_teams`` without the compile: team i's episodes end i-th; a kill after
+        ``kill_after`` teams."""
+        calls.append(list(teams))
+        records = [
+            [{**dict.fromkeys(GAP_METRICS, 0.1 * i), "episode_length": 4.0}] * num_episodes
+            for i in range(len(teams))
+        ]
+        for i, recs in enumerate(records):
+            on_team(i, recs)
+            if kill_after[0] == i:
+                raise KeyboardInterrupt
+        return evaluate.StackResult(records, [], "fast", "hard", evaluate.CHUNK)
+
+    monkeypatch.setattr(evaluate, "run_teams", run_teams)
+    source = open_source(str(FIXTURES))
+    store = CrossplayStore(tmp_path / "crossplay")
+
+    def run(seen):
+        return run_crossplay(
+            source,
+            source.select(["tiny/ippo-rnn"]),
+            eval_difficulty="hard",
+            num_episodes=2,
+            max_steps=32,
+            reps=10,
+            store=store,
+            on_progress=seen.append,
+        )
+
+    seen: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        run(seen)
+    assert len(calls[0]) == 8 and seen[-1].startswith("scored ")
+    assert len(store.load("hard")) == 1  # the first team, stored before the kill
+
+    kill_after[0] = None
+    seen.clear()
+    result = run(seen)
+    assert calls[1] == calls[0][1:]  # only the missing teams ran
+    assert seen[0].endswith("1 read back from the cross-play store, 7 to score")
+    assert result.teams_reused == 1 and result.teams_scored == 7
+    assert len(store.load("hard")) == 8 and len([m for m in seen if m.startswith("scored ")]) == 7
+    first = next(t for t in result.teams if t.reused)
+    assert first.episodes == ({**dict.fromkeys(GAP_METRICS, 0.0), "episode_length": 4.0},) * 2
+
+
 # ----------------------------------------------------------------------------------------
 # End to end: one compiled rollout, then everything read back
 # ----------------------------------------------------------------------------------------
