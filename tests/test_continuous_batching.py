@@ -17,9 +17,10 @@ pytestmark = pytest.mark.xdist_group(EVALUATOR_GROUP)
 IPPO = "tiny/ippo-rnn/easy/seed0"
 PQN = "tiny/pqn-vdn-rnn/easy/seed0"
 STEPS = 1000  # the cap of the shared fast-protocol tests: these near-untrained teams die early
+PAIR = dict(batch=4, chunk=1)  # IPPO beside PQN, 2 slots each, one step per call (one program)
 
 
-def _run(cell_ids, teams, batch, on_progress=None, episode_caps=None, on_team=None):
+def _run(cell_ids, teams, batch, on_progress=None, episode_caps=None, on_team=None, chunk=ev.CHUNK):
     cells = [load(c) for c in cell_ids]
     return ev.run_teams(
         [c.cfg for c in cells],
@@ -33,6 +34,7 @@ def _run(cell_ids, teams, batch, on_progress=None, episode_caps=None, on_team=No
         on_progress=on_progress,
         episode_caps=episode_caps,
         on_team=on_team,
+        chunk=chunk,
     )
 
 
@@ -49,25 +51,36 @@ def test_finished_episodes_are_reported_as_they_finish():
     assert all(a.elapsed_s <= b.elapsed_s for a, b in itertools.pairwise(seen))
 
 
-def test_a_teams_records_are_handed_over_once_equal_to_the_returned_ones():
-    """Two teams of two slots each: each team's records reach ``on_team`` once, when the
-    status counts its last episode, equal to the returned ones (these near-untrained teams
-    end their episodes at the same steps, so both arrive after the same call; the store
-    side of a cell saved mid-stack is tested in test_scoring)."""
+def test_a_team_is_handed_over_after_the_call_its_last_episode_ends_in_while_others_run():
+    """Two teams of two slots, one step per call: each team's records reach ``on_team``
+    once, right after the report of the call in which its last episode ended, equal to
+    the returned ones. These near-untrained teams play episodes of the same lengths, but
+    with one refill port the second team's refills start a step after the first's (lowest
+    slot first), so the first team is handed over while the second still runs."""
     events: list[tuple] = []
     res = _run(
         [IPPO, PQN],
         [(0, 0, 0), (1, 1, 1)],
-        batch=4,
+        **PAIR,
         on_progress=lambda p: events.append(("progress", p.episodes_done)),
         on_team=lambda i, recs: events.append(("team", i, recs)),
     )
     handed = [e for e in events if e[0] == "team"]
-    assert sorted(i for _, i, _ in handed) == [0, 1]
+    assert [i for _, i, _ in handed] == [0, 1]
     for _, i, recs in handed:
         assert recs == res.records[i]
-    first = events.index(handed[0])
-    assert events[first - 1] == ("progress", 2 * FAST_EPISODES)
+    ends = [
+        max(int(s) + int(r["episode_length"]) for s, r in zip(res.starts[i], res.records[i]))
+        for i in (0, 1)
+    ]
+    assert ends[0] < ends[1]
+    # One report per call, one step per call: a team is handed over right after the
+    # report of the call that ran its last step, and team 1 still ran when team 0 came.
+    for (_, i, _), at in zip(handed, (events.index(h) for h in handed), strict=True):
+        assert events[at - 1][0] == "progress"
+        assert sum(e[0] == "progress" for e in events[:at]) == ends[i]
+    assert FAST_EPISODES <= events[events.index(handed[0]) - 1][1] < 2 * FAST_EPISODES
+    assert events[-2] == ("progress", 2 * FAST_EPISODES)
 
 
 def test_slots_per_team_shares_the_batch_and_never_exceeds_the_episodes():
@@ -85,7 +98,7 @@ def test_a_queue_longer_than_the_batch_runs_every_episode_once_with_the_same_rec
     each episode alone, one after another."""
     all_at_once = _run([IPPO], [(0, 0, 0)], batch=None)
     queued = _run([IPPO], [(0, 0, 0)], batch=2)
-    beside = _run([IPPO, PQN], [(0, 0, 0), (1, 1, 1)], batch=4)  # 2 slots per team
+    beside = _run([IPPO, PQN], [(0, 0, 0), (1, 1, 1)], **PAIR)  # 2 slots per team
     alone = _run([IPPO], [(0, 0, 0)], batch=1)
     assert len(queued.records[0]) == FAST_EPISODES
     for i, (a, *others) in enumerate(

@@ -227,9 +227,7 @@ def test_a_selector_matching_nothing_is_a_one_line_error(tmp_path):
     assert proc.returncode == 2 and proc.stdout == ""
 
 
-def test_a_team_is_stored_when_its_episodes_end_so_a_kill_mid_run_keeps_it(
-    tmp_path, monkeypatch
-):
+def test_a_team_is_stored_when_its_episodes_end_so_a_kill_mid_run_keeps_it(tmp_path, monkeypatch):
     from alem_eval import evaluate
     from alem_eval.crossplay import GAP_METRICS, CrossplayStore, run_crossplay
     from alem_eval.sources import open_source
