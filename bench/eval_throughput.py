@@ -288,8 +288,14 @@ def _time_evaluator(cfg, weights, difficulty, k, e, t, repeats) -> dict:
     from alem_eval import evaluate as ev
 
     cfgs, ws = [cfg] * k, [weights] * k
-    run = lambda: ev.run_stack(
-        cfgs, ws, protocol="fast", eval_difficulty=difficulty, num_episodes=e, max_steps=t
+    run = lambda: ev.run_stack(  # every episode in its own slot: the parts' batch B
+        cfgs,
+        ws,
+        protocol="fast",
+        eval_difficulty=difficulty,
+        num_episodes=e,
+        max_steps=t,
+        batch=k * e,
     )
     t0 = time.perf_counter()
     first = run()
