@@ -33,7 +33,8 @@ Protocols (spec §3):
   3-way split per step) from ``fold_in(PRNGKey(9999 + i), 1)``, independent of the
   checkpoint, its SEED, the difficulty and the slot that runs it (common random numbers),
   so all episodes run in parallel. Defaults: 20 episodes, at most 10000 steps, and
-  ``batch`` = :func:`default_batch` slots shared out over the teams. Deterministic: a
+  ``batch`` = :func:`default_batch` slots shared out over the teams (at least
+  ``MIN_SLOTS_PER_TEAM`` each, see :func:`slots_per_team`). Deterministic: a
   repeat gives identical records, and for a given batch an episode's records do not
   depend on which slot ran it or when. (Batch shapes enter the float rounding of the
   policy's matmuls, so a different batch, episode count or device split may, in rare
@@ -91,8 +92,14 @@ CAPACITY_BUCKET = 1024  # the reward buffer is sized to max_steps rounded up to 
 # Batch slots when --batch is not given (continuous batching; see Machine): on a CPU a
 # small multiple of the cores (BENCHMARKS.md: 100 slots vectorise better than 35, but on
 # ragged episode lengths their idle tail costs more than that gains), on an accelerator
-# enough to keep it full.
+# enough to keep it full; and never fewer than MIN_SLOTS_PER_TEAM per team (or all its
+# episodes): a team's policy step reads all of its weights once per step however few
+# slots it drives, and on a CPU one or two slots per team leave most of the step to that
+# (BENCHMARKS.md, "Slots per team").
 CPU_SLOTS_PER_CORE = 16
+MIN_SLOTS_PER_TEAM = 8
+# ... up to this many slots in all (~7 MB of working memory per slot on a CPU).
+FLOOR_MAX_SLOTS = 1024
 DEFAULT_BATCH = {"gpu": 4096, "cuda": 4096, "rocm": 4096, "tpu": 4096}
 ENV_MISMATCH_POLICIES: tuple[str, ...] = ("error", "warn", "ignore")
 
@@ -1506,11 +1513,16 @@ def default_batch() -> int:
 
 
 def slots_per_team(num_teams: int, num_episodes: int, batch: int | None) -> int:
-    """Batch slots each team gets: ``batch`` (default :func:`default_batch`) shared out,
-    at least 1 and at most the episode count (then every episode runs at once)."""
+    """Batch slots each team gets: ``batch`` shared out, at least 1 and at most the
+    episode count (then every episode runs at once). Without ``batch``: the
+    :func:`default_batch` shared out, but at least :data:`MIN_SLOTS_PER_TEAM` as long as
+    that keeps the slots in all within :data:`FLOOR_MAX_SLOTS` (so many teams may get
+    more slots in all than the default batch)."""
+    least = 1
     if batch is None:
         batch = default_batch()
-    return max(1, min(num_episodes, -(-batch // num_teams)))
+        least = min(MIN_SLOTS_PER_TEAM, max(batch, FLOOR_MAX_SLOTS) // num_teams)
+    return max(1, min(num_episodes, max(least, -(-batch // num_teams))))
 
 
 def _run_group(

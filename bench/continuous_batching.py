@@ -260,8 +260,8 @@ def main() -> None:
         {os.cpu_count()} cores; load average before the run {load_before:.2f}. Timings: best
         of {args.repeats}, all runs of a layout alternating in one process. The limit is the
         env with random legal actions and the run's policy step (stacked weights), each
-        timed alone over the same slots, added up. `alem-eval score`'s default batch on
-        this machine: {ev.default_batch()} slots.
+        timed alone over the same slots, added up. `alem-eval score`'s default layout
+        for this stack on this machine: {ev.slots_per_team(k, e, None) * k} slots.
 
         """)
         + "\n".join(table)

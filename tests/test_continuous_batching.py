@@ -88,7 +88,21 @@ def test_slots_per_team_shares_the_batch_and_never_exceeds_the_episodes():
     assert ev.slots_per_team(3, 20, 8) == 3  # ceil(8 / 3)
     assert ev.slots_per_team(2, 4, 1000) == 4  # at most every episode at once
     assert ev.slots_per_team(200, 20, 16) == 1  # at least one slot per team
-    assert ev.slots_per_team(5, 20, None) == min(20, math.ceil(ev.default_batch() / 5))
+    shared = math.ceil(ev.default_batch() / 5)
+    assert ev.slots_per_team(5, 20, None) == min(20, max(ev.MIN_SLOTS_PER_TEAM, shared))
+
+
+def test_without_a_batch_every_team_gets_enough_slots_to_amortise_its_weights():
+    """The default shares out default_batch(), but many teams each still get
+    MIN_SLOTS_PER_TEAM slots (or all their episodes) up to FLOOR_MAX_SLOTS in all; an
+    explicit batch is taken as is."""
+    most = max(ev.default_batch(), ev.FLOOR_MAX_SLOTS)
+    many = most // ev.MIN_SLOTS_PER_TEAM
+    assert ev.slots_per_team(many, 20, None) == ev.MIN_SLOTS_PER_TEAM
+    assert ev.slots_per_team(many, 3, None) == 3
+    assert ev.slots_per_team(many, 20, many) == 1
+    assert ev.slots_per_team(2 * many, 20, None) == ev.MIN_SLOTS_PER_TEAM // 2
+    assert ev.slots_per_team(10 * most, 20, None) == 1
 
 
 def test_a_queue_longer_than_the_batch_runs_every_episode_once_with_the_same_records():

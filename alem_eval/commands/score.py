@@ -79,7 +79,8 @@ def score(
         typer.Option(
             "--batch",
             help="Batch slots of the compiled rollout, shared out over the stack's cells "
-            "(default: 16 per core on a CPU, 4096 on a GPU). A slot whose episode ended takes "
+            "(default: 16 per core on a CPU, 4096 on a GPU, and at least 8 per cell or all "
+            "its episodes). A slot whose episode ended takes "
             "its cell's next episode at the next step, inside the compiled loop; fewer slots "
             "bound memory and shorten the idle tail, more vectorise further.",
         ),
