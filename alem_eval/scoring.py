@@ -35,7 +35,7 @@ class ScoreOptions:
     max_steps: int | None = None
     eval_difficulties: tuple[str, ...] | None = None  # report filter (never changes keys)
     max_stack: int = 5
-    batch: int | None = None  # evaluator batch slots (None: evaluate.default_batch())
+    batch: int | None = None  # evaluator batch slots (None: evaluate.slots_per_team's default)
     on_env_mismatch: str = "error"  # evaluate.ENV_MISMATCH_POLICIES: error | warn | ignore
 
     def __post_init__(self) -> None:
