@@ -698,9 +698,9 @@ def run_crossplay(
     Teams already in ``store`` under the same provenance are read back, the others are
     scored in one :func:`~alem_eval.evaluate.run_teams` call, each written to the store as
     soon as its last episode ends (a run killed part-way keeps every team that finished),
-    before any statistic is computed. Raises :class:`~alem_eval.errors.AlemEvalError` s, one line
-    each, naming the cell: cells that cannot be resolved or loaded, cells that need
-    different env configurations, bad options.
+    before any statistic is computed. Raises :class:`~alem_eval.errors.AlemEvalError` s,
+    one line each, naming the cell: cells that cannot be resolved or loaded, cells that
+    need different env configurations, bad options.
     """
     from .evaluate import (
         FAST_MAX_STEPS,
