@@ -98,7 +98,7 @@ CAPACITY_BUCKET = 1024  # the reward buffer is sized to max_steps rounded up to 
 # (BENCHMARKS.md, "Slots per team").
 CPU_SLOTS_PER_CORE = 16
 MIN_SLOTS_PER_TEAM = 8
-# ... up to this many slots in all (~7 MB of working memory per slot on a CPU).
+# ... up to this many slots in all, per device (~7 MB of working memory per slot on a CPU).
 FLOOR_MAX_SLOTS = 1024
 DEFAULT_BATCH = {"gpu": 4096, "cuda": 4096, "rocm": 4096, "tpu": 4096}
 ENV_MISMATCH_POLICIES: tuple[str, ...] = ("error", "warn", "ignore")
@@ -1517,7 +1517,8 @@ def slots_per_team(num_teams: int, num_episodes: int, batch: int | None) -> int:
     episode count (then every episode runs at once). Without ``batch``: the
     :func:`default_batch` shared out, but at least :data:`MIN_SLOTS_PER_TEAM` as long as
     that keeps the slots in all within :data:`FLOOR_MAX_SLOTS` (so many teams may get
-    more slots in all than the default batch)."""
+    more slots in all than the default batch). ``fast`` on several devices asks this per
+    device, with the episodes each device runs."""
     least = 1
     if batch is None:
         batch = default_batch()
