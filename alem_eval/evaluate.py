@@ -1780,17 +1780,17 @@ def _team_records(
 ) -> list[list[dict[str, float]]]:
     """Records of the teams in ``rows`` of a ``[T, E]`` output buffer. ``fast`` scores the
     whole buffer with its one compiled score program (the same numbers whichever rows are
-    asked for); ``reference`` scores each asked terminal state eagerly."""
+    asked for); ``reference`` scores each asked terminal state eagerly. Only the asked
+    rows leave the device."""
     pick = np.asarray(rows)
     if protocol == "reference":
-        res = jax.tree_util.tree_map(lambda x: x[pick], res)
-        scores = _scores_eager(world, res.snapshot, template, len(rows), res.length.shape[1])
-        pick = np.arange(len(rows))
+        snapshot = jax.tree_util.tree_map(lambda x: x[pick], res.snapshot)
+        scores = _scores_eager(world, snapshot, template, len(rows), res.length.shape[1])
     else:
-        scores = _scores(world, res.snapshot, template, *res.length.shape)
-    small = jax.device_get(res._replace(snapshot=()))
-    small = jax.tree_util.tree_map(lambda x: np.asarray(x)[pick], small)
-    return _records(small, {name: v[pick] for name, v in scores.items()})
+        every = _scores(world, res.snapshot, template, *res.length.shape)
+        scores = {name: v[pick] for name, v in every.items()}
+    small = jax.tree_util.tree_map(lambda x: x[pick], res._replace(snapshot=()))
+    return _records(jax.device_get(small), scores)
 
 
 def _records(res: EpisodeResult, scores: Mapping[str, np.ndarray]) -> list[list[dict[str, float]]]:
