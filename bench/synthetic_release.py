@@ -15,7 +15,12 @@ pass, slot utilisation (live env-steps / slot-steps), live env-steps/s, slots, a
 device's peak memory where JAX reports it.
 
     python bench/synthetic_release.py [--seeds 5] [--budgets 2] [--episodes 20]
-        [--max-steps 10000] [--batches default,1200] [--json FILE]
+        [--max-steps 10000] [--batches default,400] [--json FILE]
+    .venv/bin/python bench/synthetic_release.py --render FILE [--write]
+
+Meant for a GPU (the device tool's machines run their own image's jax, not the pin: the
+script sets the release's PRNG mode itself). ``--render`` turns a run's ``--json`` into the
+BENCHMARKS.md block (``--write`` replaces it there), so the numbers there are the file's.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import os
 import platform
 import sys
 import time
+from datetime import date
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,14 +51,16 @@ def synthetic_weights(budgets: int, seeds: int) -> dict:
     from alem_eval.networks import build_network
 
     out = {}
+    host = jax.devices("cpu")[0]  # built where they will be read from: the host
     for b in range(budgets):
         for a, algo in enumerate(all_algorithms()):
             for s in range(seeds):
                 cfg = training_run_config(
                     algo.name, difficulty="easy", seed=s, overrides=RELEASED_ENV
                 )
-                key = jax.random.PRNGKey(1000 * b + 100 * a + s)
-                out[b, algo.name, s] = jax.device_get(build_network(cfg).init_variables(key))
+                with jax.default_device(host):
+                    key = jax.random.PRNGKey(1000 * b + 100 * a + s)
+                    out[b, algo.name, s] = jax.device_get(build_network(cfg).init_variables(key))
     return out
 
 
@@ -75,6 +83,7 @@ def score_release(stacks, *, episodes: int, max_steps: int, batch: int | None) -
     live = slot_steps = 0
     lengths: list[int] = []
     slots = 0
+    parts = dict.fromkeys(("resets_s", "rollout_s", "records_s"), 0.0)
     for difficulty, (cfgs, weights) in stacks.items():
         res = ev.run_stack(
             cfgs,
@@ -85,6 +94,8 @@ def score_release(stacks, *, episodes: int, max_steps: int, batch: int | None) -
             max_steps=max_steps,
             batch=batch,
         )
+        for k in parts:  # the evaluator's own split of its last group
+            parts[k] += ev.LAST_TIMINGS[k]
         live += res.live_steps
         slot_steps += res.slot_steps
         lengths += [int(r["episode_length"]) for recs in res.records for r in recs]
@@ -92,6 +103,8 @@ def score_release(stacks, *, episodes: int, max_steps: int, batch: int | None) -
     wall = time.perf_counter() - t
     return dict(
         wall_s=wall,
+        **parts,
+        setup_s=wall - sum(parts.values()),  # checks, weights staged, program looked up
         live=live,
         slot_steps=slot_steps,
         episodes=len(lengths),
@@ -103,11 +116,71 @@ def score_release(stacks, *, episodes: int, max_steps: int, batch: int | None) -
     )
 
 
+def commit() -> str:
+    """The measured tree's commit (the device tool sends no .git: ALEM_EVAL_COMMIT then)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return os.environ.get("ALEM_EVAL_COMMIT", "commit not recorded")
+
+
 def peak_bytes() -> int | None:
     import jax
 
     stats = jax.devices()[0].memory_stats() or {}
     return stats.get("peak_bytes_in_use")
+
+
+def render(path: Path) -> str:
+    """The BENCHMARKS.md block of a saved run."""
+    run = json.loads(path.read_text())
+    info = run["info"]
+    table = [
+        "| layout (slots) | first pass s (compile s) | second pass s | setup / resets / "
+        "rollout / records s | utilisation | live env-steps/s | peak device memory |",
+        "|---|---:|---:|---|---:|---:|---:|",
+    ]
+    for r in run["rows"]:
+        parts = " / ".join(
+            f"{r[k]:.1f}" if k in r else "-"
+            for k in ("setup_s", "resets_s", "rollout_s", "records_s")
+        )
+        peak = f"{r['peak_bytes'] / 2**30:.1f} GiB" if r.get("peak_bytes") else "-"
+        table.append(
+            f"| {r['layout']} ({r['slots']} per difficulty) | {r['cold_s']:.0f} "
+            f"({r['compile_s']:.0f}) | {r['wall_s']:.1f} | {parts} | "
+            f"{r['utilisation']:.3f} ({r['live']:,}/{r['slot_steps']:,}) | "
+            f"{r['live_sps']:,.0f} | {peak} |"
+        )
+    r0 = run["rows"][0]
+    lines = [
+        "## The whole release on a GPU",
+        "",
+        f"Measured by `bench/synthetic_release.py` on {run.get('date', 'the run date')} "
+        f"({run.get('commit', 'commit not recorded')}): "
+        f"{info['cells']} synthetic cells (2 budgets x 4 algorithms x 3 difficulties x 5 "
+        "seeds, released network sizes, fresh weights), "
+        f"{info['episodes']} episodes each ({r0['episodes']:,} episodes), fast protocol, "
+        f"cap {info['max_steps']:,}, scored as `score` scores them (one call per "
+        f"difficulty). Device: {info['device']} ({info['backend']}), jax {info['jax']} "
+        f"(the machine's image, not the pin; release PRNG mode), Python {info['python']}, "
+        f"{info['cores']} host cores. Episode lengths {r0['min_len']}-{r0['max_len']} (mean "
+        f"{r0['mean_len']:.0f}, {r0['at_cap']} at the cap): random policies end their "
+        "episodes early, so the cap never binds. The first pass includes tracing and "
+        "compiling (compile s: the rollout programs alone); the second is the steady "
+        "state.",
+        "",
+        *table,
+    ]
+    return "\n".join(lines) + "\n" + run.get("note", "")
 
 
 def main() -> None:
@@ -119,7 +192,17 @@ def main() -> None:
     ap.add_argument("--batches", default="default,1200")
     ap.add_argument("--difficulties", default=",".join(DIFFICULTIES))
     ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument("--render", type=Path, help="print the BENCHMARKS.md block of a --json")
+    ap.add_argument("--write", action="store_true", help="with --render: update BENCHMARKS.md")
     args = ap.parse_args()
+    if args.render:
+        text = render(args.render)
+        print(text)
+        if args.write:
+            from benchmarks_md import write_block
+
+            write_block("synthetic-release", text)
+        return
 
     import jax
 
@@ -138,6 +221,7 @@ def main() -> None:
         cores=os.cpu_count(),
         default_batch=ev.default_batch(),
     )
+    when = dict(date=str(date.today()), commit=commit())
     print(json.dumps(info), flush=True)
     t = time.perf_counter()
     weights = synthetic_weights(args.budgets, args.seeds)
@@ -168,7 +252,7 @@ def main() -> None:
         rows.append(row)
         print(json.dumps(row), flush=True)
         if args.json:  # after every layout: a run stopped at its time limit keeps the rest
-            args.json.write_text(json.dumps(dict(info=info, rows=rows), indent=1))
+            args.json.write_text(json.dumps(dict(**when, info=info, rows=rows), indent=1))
 
 
 if __name__ == "__main__":

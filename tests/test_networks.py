@@ -67,6 +67,23 @@ def test_pqn_single_params_lstm_and_batch_stats():
     assert s["params/Dense_1/kernel"] == (1024, 60)
 
 
+def test_the_expected_tree_is_traced_once_per_network_and_each_caller_gets_its_own():
+    """A stack of many checkpoints of one network asks the tree once per checkpoint per
+    evaluation call: equal specs share one trace; a caller's edits reach no other caller."""
+    from alem_eval.networks import _expected_tree
+
+    first, again = released("ippo-rnn"), released("ippo-rnn")
+    assert first is not again and first == again
+    first.expected_tree()
+    before = _expected_tree.cache_info()
+    mine, theirs = again.expected_tree(), first.expected_tree()
+    after = _expected_tree.cache_info()
+    assert (after.hits - before.hits, after.misses - before.misses) == (2, 0)
+    assert shapes(mine) == shapes(theirs)
+    mine["params"].clear()
+    assert shapes(first.expected_tree()) == shapes(theirs)
+
+
 def test_gru_resets_carry_before_the_step_that_sees_the_done_flag():
     values, _ = resolve_values("ippo-rnn", overrides={"FC_DIM_SIZE": 8, "GRU_HIDDEN_DIM": 16})
     spec = build_network(build_run_config("ippo-rnn", values))
