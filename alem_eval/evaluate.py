@@ -1781,16 +1781,28 @@ def _team_records(
     """Records of the teams in ``rows`` of a ``[T, E]`` output buffer. ``fast`` scores the
     whole buffer with its one compiled score program (the same numbers whichever rows are
     asked for); ``reference`` scores each asked terminal state eagerly. Only the asked
-    rows leave the device."""
-    pick = np.asarray(rows)
+    rows leave the device (with padding, see :func:`_row_pick`)."""
+    n, pick = len(rows), _row_pick(rows, res.length.shape[0])
+
+    def picked(tree):  # gathered on the device, the padding dropped on the host
+        got = jax.device_get(jax.tree_util.tree_map(lambda x: x[pick], tree))
+        return jax.tree_util.tree_map(lambda x: np.asarray(x)[:n], got)
+
     if protocol == "reference":
-        snapshot = jax.tree_util.tree_map(lambda x: x[pick], res.snapshot)
-        scores = _scores_eager(world, snapshot, template, len(rows), res.length.shape[1])
+        scores = _scores_eager(world, picked(res.snapshot), template, n, res.length.shape[1])
     else:
         every = _scores(world, res.snapshot, template, *res.length.shape)
-        scores = {name: v[pick] for name, v in every.items()}
-    small = jax.tree_util.tree_map(lambda x: x[pick], res._replace(snapshot=()))
-    return _records(jax.device_get(small), scores)
+        scores = {name: v[np.asarray(rows)] for name, v in every.items()}
+    return _records(picked(res._replace(snapshot=())), scores)
+
+
+def _row_pick(rows: Sequence[int], total: int) -> np.ndarray:
+    """``rows`` padded (repeating the last) to the next power of two, at most ``total``.
+    Each length of a device gather compiles its own program (slow on a GPU), and teams
+    hand over in groups of any size: padded, a run of ``T`` teams compiles at most
+    ``log2(T) + 1`` of them per leaf, and moves at most twice the rows asked for."""
+    size = min(total, 1 << max(0, (len(rows) - 1).bit_length()))
+    return np.asarray([*rows, *[rows[-1]] * (size - len(rows))], dtype=np.int32)
 
 
 def _records(res: EpisodeResult, scores: Mapping[str, np.ndarray]) -> list[list[dict[str, float]]]:

@@ -105,6 +105,20 @@ def test_without_a_batch_every_team_gets_enough_slots_to_amortise_its_weights():
     assert ev.slots_per_team(10 * most, 20, None) == 1
 
 
+def test_handed_over_rows_are_padded_so_few_gather_shapes_ever_compile():
+    """Teams hand over in groups of any size; the rows picked on the device are padded to
+    a power of two (at most T) by repeating the last, so 40 teams compile at most 7
+    gather lengths, and the asked rows come first, in order."""
+    lengths = set()
+    for n in range(1, 41):
+        for rows in (list(range(n)), list(range(40 - n, 40))):
+            pick = ev._row_pick(rows, 40)
+            assert list(pick[:n]) == rows and set(pick[n:]) <= {rows[-1]}
+            assert len(pick) < 2 * n
+            lengths.add(len(pick))
+    assert lengths == {1, 2, 4, 8, 16, 32, 40}
+
+
 def test_a_queue_longer_than_the_batch_runs_every_episode_once_with_the_same_records():
     """Two slots for four episodes: episodes 2 and 3 start as refills after 0 and 1 end,
     beside whatever the other slot runs; their records equal those of a batch that runs
