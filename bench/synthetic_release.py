@@ -85,6 +85,7 @@ def score_release(stacks, *, episodes: int, max_steps: int, batch: int | None) -
     slots = 0
     parts = dict.fromkeys(("resets_s", "rollout_s", "records_s"), 0.0)
     for difficulty, (cfgs, weights) in stacks.items():
+        t_call = time.perf_counter()
         res = ev.run_stack(
             cfgs,
             weights,
@@ -96,6 +97,8 @@ def score_release(stacks, *, episodes: int, max_steps: int, batch: int | None) -
         )
         for k in parts:  # the evaluator's own split of its last group
             parts[k] += ev.LAST_TIMINGS[k]
+        call = dict(difficulty=difficulty, wall_s=time.perf_counter() - t_call)
+        print(json.dumps({**call, **ev.LAST_TIMINGS}), flush=True)  # a cut run keeps these
         live += res.live_steps
         slot_steps += res.slot_steps
         lengths += [int(r["episode_length"]) for recs in res.records for r in recs]
