@@ -1440,8 +1440,40 @@ def _world_diff(a, b) -> str:
 def _resets(world, dyn, keys: Sequence[Any]) -> tuple[jax.Array, Any]:
     """Reset worlds for the given keys (one shared compiled reset), stacked on axis 0."""
     reset, _ = _world_programs(world)
-    outs = [reset(k, dyn) for k in keys]
-    return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *outs)
+    return _stacked(*[reset(k, dyn) for k in keys])
+
+
+# Array plumbing between the compiled programs, each jitted as a whole: run eagerly, every
+# leaf of the Alem state (~130) compiles its own tiny program on first use, ~45 ms each
+# on a GPU (an H200 run compiled 658 of them before its first reset).
+@jax.jit
+def _stacked(*trees: Any) -> Any:
+    """The trees' leaves stacked on a new axis 0."""
+    return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *trees)
+
+
+@jax.jit
+def _first(tree: Any) -> Any:
+    """Row 0 of every leaf."""
+    return jax.tree_util.tree_map(lambda x: x[0], tree)
+
+
+@jax.jit
+def _rows(tree: Any, pick: jax.Array) -> Any:
+    """Rows ``pick`` of every leaf."""
+    return jax.tree_util.tree_map(lambda x: x[pick], tree)
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _flat_padded(snapshot: tuple, padded: int) -> tuple:
+    """``[K, E, ...]`` leaves as ``[padded, ...]``: K*E rows, then copies of the first."""
+
+    def flat(x):
+        x = x.reshape((-1,) + x.shape[2:])
+        n = x.shape[0]
+        return jnp.concatenate([x, jnp.broadcast_to(x[:1], (padded - n,) + x.shape[1:])])
+
+    return tuple(flat(x) for x in snapshot)
 
 
 def _scores(world, snapshot: tuple, template: Any, k: int, e: int) -> dict[str, np.ndarray]:
@@ -1450,12 +1482,7 @@ def _scores(world, snapshot: tuple, template: Any, k: int, e: int) -> dict[str, 
     _, score = _world_programs(world)
     n = k * e
     padded = 1 << max(0, (n - 1).bit_length())
-
-    def flat(x):
-        x = x.reshape((n,) + x.shape[2:])
-        return jnp.concatenate([x, jnp.broadcast_to(x[:1], (padded - n,) + x.shape[1:])])
-
-    out = jax.device_get(score(tuple(flat(x) for x in snapshot), template))
+    out = jax.device_get(score(_flat_padded(tuple(snapshot), padded), template))
     return {name: np.asarray(v)[:n].reshape((k, e) + np.shape(v)[1:]) for name, v in out.items()}
 
 
@@ -1623,7 +1650,7 @@ def _run_group(
         if record is None
         else _RecordSink(record, prog, batch_teams[:t], np.stack(worlds), num_episodes)
     )
-    template = jax.tree_util.tree_map(lambda x: x[0], state0)
+    template = _first(state0)
     queue = len(steps)  # a team's queue (fast: with the episodes padding it to the devices)
     made: dict[int, list[dict[str, float]]] = {}  # batch row -> its episodes' records
     scoring = {"s": 0.0}
@@ -1785,7 +1812,7 @@ def _team_records(
     n, pick = len(rows), _row_pick(rows, res.length.shape[0])
 
     def picked(tree):  # gathered on the device, the padding dropped on the host
-        got = jax.device_get(jax.tree_util.tree_map(lambda x: x[pick], tree))
+        got = jax.device_get(_rows(tree, pick))
         return jax.tree_util.tree_map(lambda x: np.asarray(x)[:n], got)
 
     if protocol == "reference":

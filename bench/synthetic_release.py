@@ -75,6 +75,20 @@ def synthetic_stack(difficulty: str, weights: dict):
     return cfgs, list(weights.values())
 
 
+COMPILES = {"n": 0, "s": 0.0}  # every XLA compile in this process (eager ones too)
+
+
+def count_compiles() -> None:
+    import jax
+
+    def listen(event: str, seconds: float, **_) -> None:
+        if event == "/jax/core/compile/backend_compile_duration":
+            COMPILES["n"] += 1
+            COMPILES["s"] += seconds
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+
+
 def score_release(stacks, *, episodes: int, max_steps: int, batch: int | None) -> dict:
     """One pass over the release: a ``run_stack`` call per difficulty."""
     from alem_eval import evaluate as ev
@@ -85,7 +99,7 @@ def score_release(stacks, *, episodes: int, max_steps: int, batch: int | None) -
     slots = 0
     parts = dict.fromkeys(("resets_s", "rollout_s", "records_s"), 0.0)
     for difficulty, (cfgs, weights) in stacks.items():
-        t_call = time.perf_counter()
+        t_call, before = time.perf_counter(), dict(COMPILES)
         res = ev.run_stack(
             cfgs,
             weights,
@@ -97,7 +111,12 @@ def score_release(stacks, *, episodes: int, max_steps: int, batch: int | None) -
         )
         for k in parts:  # the evaluator's own split of its last group
             parts[k] += ev.LAST_TIMINGS[k]
-        call = dict(difficulty=difficulty, wall_s=time.perf_counter() - t_call)
+        call = dict(
+            difficulty=difficulty,
+            wall_s=time.perf_counter() - t_call,
+            xla_compiles=COMPILES["n"] - before["n"],
+            xla_compile_s=COMPILES["s"] - before["s"],
+        )
         print(json.dumps({**call, **ev.LAST_TIMINGS}), flush=True)  # a cut run keeps these
         live += res.live_steps
         slot_steps += res.slot_steps
@@ -226,6 +245,7 @@ def main() -> None:
     )
     when = dict(date=str(date.today()), commit=commit())
     print(json.dumps(info), flush=True)
+    count_compiles()
     t = time.perf_counter()
     weights = synthetic_weights(args.budgets, args.seeds)
     stacks = {d: synthetic_stack(d, weights) for d in args.difficulties.split(",")}
