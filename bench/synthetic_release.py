@@ -197,8 +197,8 @@ def render(path: Path) -> str:
         f"{info['cores']} host cores. Episode lengths {r0['min_len']}-{r0['max_len']} (mean "
         f"{r0['mean_len']:.0f}, {r0['at_cap']} at the cap): random policies end their "
         "episodes early, so the cap never binds. The first pass includes tracing and "
-        "compiling (compile s: the rollout programs alone); the second is the steady "
-        "state.",
+        "compiling (compile s: the trace and compile of the evaluator's four programs: "
+        "reset, score, start and advance of the rollout); the second is the steady state.",
         "",
         *table,
     ]
@@ -211,7 +211,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--episodes", type=int, default=20)
     ap.add_argument("--max-steps", type=int, default=10_000)
-    ap.add_argument("--batches", default="default,1200")
+    ap.add_argument("--batches", default="default,400")
     ap.add_argument("--difficulties", default=",".join(DIFFICULTIES))
     ap.add_argument("--json", type=Path, help="also write the results here")
     ap.add_argument("--render", type=Path, help="print the BENCHMARKS.md block of a --json")
