@@ -22,7 +22,7 @@ Meant for a GPU (the device tool's machines run their own image's jax, not the p
 script sets the release's PRNG mode itself). There, with alem-env 0.1.0's wheel in an
 ignored ``.whl/`` carried along: ``pip install --no-deps --target /tmp/site .whl/*.whl``,
 ``PYTHONPATH=/tmp/site ALEM_EVAL_COMMIT=<hash> python3 bench/synthetic_release.py --json
-$OUT/r.json``. On an H200 the first pass took 338 s and the weights 68 s (BENCHMARKS.md):
+$OUT/r.json``. On an H200 the first pass took 338 s and the weights 37 s (built on the host):
 leave room for both in the time limit. ``--render`` turns a run's ``--json`` into the
 BENCHMARKS.md block (``--write`` replaces it there), so the numbers there are the file's.
 """
