@@ -1445,7 +1445,8 @@ def _resets(world, dyn, keys: Sequence[Any]) -> tuple[jax.Array, Any]:
 
 # Array plumbing between the compiled programs, each jitted as a whole: run eagerly, every
 # leaf of the Alem state (~130) compiles its own tiny program on first use, ~45 ms each
-# on a GPU (an H200 run compiled 658 of them before its first reset).
+# on a GPU (an H200 run compiled 658 small programs before its first reset, alem-env's
+# import-time constants among them; on a CPU this plumbing was 173 of a first call's 272).
 @jax.jit
 def _stacked(*trees: Any) -> Any:
     """The trees' leaves stacked on a new axis 0."""
@@ -1481,8 +1482,7 @@ def _scores(world, snapshot: tuple, template: Any, k: int, e: int) -> dict[str, 
     axes over the ``template`` state's other leaves) -> host ``[K, E, ...]``."""
     _, score = _world_programs(world)
     n = k * e
-    padded = 1 << max(0, (n - 1).bit_length())
-    out = jax.device_get(score(_flat_padded(tuple(snapshot), padded), template))
+    out = jax.device_get(score(_flat_padded(tuple(snapshot), _pow2_at_least(n)), template))
     return {name: np.asarray(v)[:n].reshape((k, e) + np.shape(v)[1:]) for name, v in out.items()}
 
 
@@ -1823,12 +1823,18 @@ def _team_records(
     return _records(picked(res._replace(snapshot=())), scores)
 
 
+def _pow2_at_least(n: int) -> int:
+    """The smallest power of two >= n, for n >= 1: the sizes compiled programs are
+    padded to, so few of them ever compile."""
+    return 1 << max(0, (n - 1).bit_length())
+
+
 def _row_pick(rows: Sequence[int], total: int) -> np.ndarray:
     """``rows`` padded (repeating the last) to the next power of two, at most ``total``.
     Each length of a device gather compiles its own program (slow on a GPU), and teams
     hand over in groups of any size: padded, a run of ``T`` teams compiles at most
     ``log2(T) + 1`` of them per leaf, and moves at most twice the rows asked for."""
-    size = min(total, 1 << max(0, (len(rows) - 1).bit_length()))
+    size = min(total, _pow2_at_least(len(rows)))
     return np.asarray([*rows, *[rows[-1]] * (size - len(rows))], dtype=np.int32)
 
 
