@@ -72,6 +72,7 @@ _EPISODE_DIR = re.compile(r"episode-(\d{6,})$")
 CARD_FORMAT = "alem-eval-dataset-card"
 VAULT_PER: tuple[str, ...] = ("cell", "group")
 VAULT_FORMATS: tuple[str, ...] = ("vault",)
+STAGING_DIR = ".staging"  # out/<protocol>/.staging: vaults being written or replaced
 
 Team = tuple[str, ...]
 
@@ -864,6 +865,12 @@ def card_markdown(card: Mapping[str, Any]) -> str:
     ]
     vault = card.get("vault")
     if vault:
+        # older cards have no rel_dir: the directory holding the .vlt directory
+        rel_dir = vault.get("rel_dir") or f"<the directory holding {vault['vault_name']}>"
+        where_from = (
+            "the directory holding this vault's `.vlt` directory, as `dataset export` was "
+            "given it (relative to where it ran, unless absolute)"
+        )
         lines += [
             "",
             "## Loading",
@@ -871,9 +878,11 @@ def card_markdown(card: Mapping[str, Any]) -> str:
             "```python",
             "from flashbax.vault import Vault",
             f'vault = Vault(vault_name="{vault["vault_name"]}", vault_uid="{vault["vault_uid"]}",',
-            '              rel_dir="<the directory holding ' + vault["vault_name"] + '>")',
+            f'              rel_dir="{rel_dir}")',
             "experience = vault.read().experience  # OG-MARL's structure: [1, T, ...]",
             "```",
+            "",
+            f"`rel_dir` is {where_from}.",
             "",
             "| key | shape | dtype |",
             "| --- | --- | --- |",
@@ -884,7 +893,15 @@ def card_markdown(card: Mapping[str, Any]) -> str:
             "",
             "Episodes follow each other on the time axis in the order of `episode_list` in "
             "card.json; the last step of each has `terminals` (the env ended it) or "
-            "`truncations` (the step cap) set for every agent.",
+            "`truncations` (the step cap) set for every agent. Evaluation episodes often "
+            "end at the cap, so split episodes on both: OG-MARL's `og_marl.vault_utils` "
+            'take `done_flags=("terminals", "truncations")` (their default, '
+            "`terminals` alone, merges a capped episode into the next).",
+            "",
+            "`rewards` are each agent's own reward. The episode return above is the sum "
+            "over steps of the mean over agents (the team's reward); OG-MARL's return "
+            "utilities (`calculate_returns`, `describe_episode_returns`) read agent 0's "
+            "reward, which differs unless the env shares its reward.",
         ]
     return "\n".join(lines) + "\n"
 
@@ -922,7 +939,7 @@ def export_vault(
     *,
     per: str = "cell",
     state: bool = True,
-    obs_dtype: str | None = None,
+    obs_dtype: str | None = "float32",
 ) -> list[Path]:
     """Write the complete episodes of a recording as Flashbax Vaults (flashbax's own
     writer) under ``out`` (:func:`vault_location`), each with ``card.json`` and
@@ -934,9 +951,13 @@ def export_vault(
     ``actions [1, T, P]`` int32, ``rewards [1, T, P]``, ``terminals [1, T, P]``,
     ``truncations [1, T, P]`` float32, ``infos.legals [1, T, P, A]`` float32 and, with
     ``state``, ``infos.state [1, T, P * D]`` (the agents' observations concatenated: what
-    Alem's MAPPO critic sees). Observations keep the narrowest dtype exact for every part
-    (``obs_dtype="float32"`` widens them). A vault is written under a temporary name and
-    renamed into place, replacing an older export of the same name.
+    Alem's MAPPO critic sees). Observations and state are float32, as OG-MARL's offline
+    systems read them without a cast; ``obs_dtype=None`` keeps the narrowest dtype exact
+    for every part instead (smaller, for readers that cast). A vault is written in a
+    staging directory beside the ``.vlt`` directories (``out/<protocol>/.staging``, so a
+    killed export never leaves a half-written vault where OG-MARL's ``get_available_uids``
+    or :func:`dataset_info` look) and renamed into place, replacing an older export of
+    the same name.
     """
     if obs_dtype not in (None, "float32"):
         raise DatasetError(f"obs_dtype must be float32 or None, not {obs_dtype!r}")
@@ -954,6 +975,7 @@ def export_vault(
             _write_vault(
                 episodes,
                 vault_location(out, protocol, difficulty, uid),
+                rel_dir=str(out / protocol),
                 state=state,
                 obs_dtype=obs_dtype,
             )
@@ -962,7 +984,12 @@ def export_vault(
 
 
 def _write_vault(
-    episodes: Sequence[EpisodeRecord], where: Path, *, state: bool, obs_dtype: str | None
+    episodes: Sequence[EpisodeRecord],
+    where: Path,
+    *,
+    rel_dir: str,
+    state: bool,
+    obs_dtype: str | None,
 ) -> Path:
     from flashbax.buffers.trajectory_buffer import TrajectoryBufferState
     from flashbax.vault import Vault
@@ -972,13 +999,14 @@ def _write_vault(
     p, d, a = card["num_agents"], card["obs_dim"], card["num_actions"]
     structure = _vault_structure(p, d, a, dtype, state)
     parent = where.parent
-    tmp_uid = f".tmp-{where.name}-{secrets.token_hex(4)}"
-    tmp = parent / tmp_uid
+    staging = parent.parent / STAGING_DIR  # same file system, outside every .vlt
+    tmp_uid = f"{where.name}-{secrets.token_hex(4)}"
+    tmp = staging / tmp_uid
     _write(parent, lambda: parent.mkdir(parents=True, exist_ok=True))
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # flashbax prints as it goes
             vault = Vault(
-                vault_name=parent.name,
+                vault_name=STAGING_DIR,
                 experience_structure=_zeros(structure),
                 rel_dir=str(parent.parent.resolve()),
                 vault_uid=tmp_uid,
@@ -1002,6 +1030,7 @@ def _write_vault(
         card["vault"] = {
             "vault_name": parent.name,
             "vault_uid": where.name,
+            "rel_dir": rel_dir,
             "structure": {
                 key: {"shape": [1, total, *shape], "dtype": t}
                 for key, (shape, t) in _flat(structure)
@@ -1009,10 +1038,13 @@ def _write_vault(
         }
         _write(tmp, lambda: write_text_atomic(tmp / "card.json", json.dumps(card, indent=1)))
         _write(tmp, lambda: write_text_atomic(tmp / "card.md", card_markdown(card)))
-        _replace_dir(tmp, where)
+        _replace_dir(tmp, where, staging)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        with contextlib.suppress(OSError):
+            staging.rmdir()  # only once empty: a concurrent export may still use it
     return where
 
 
@@ -1071,11 +1103,12 @@ def _vault_steps(
     }
 
 
-def _replace_dir(tmp: Path, where: Path) -> None:
-    """Move ``tmp`` to ``where``; an older ``where`` is removed once the new one is there."""
+def _replace_dir(tmp: Path, where: Path, staging: Path) -> None:
+    """Move ``tmp`` to ``where``; an older ``where`` is moved to ``staging`` first and
+    removed once the new one is there."""
     old = None
     if where.exists():
-        old = where.with_name(f".old-{where.name}-{secrets.token_hex(4)}")
+        old = staging / f"old-{where.name}-{secrets.token_hex(4)}"
         _write(where, lambda: where.rename(old))
     _write(where, lambda: tmp.rename(where))
     if old is not None:
@@ -1099,7 +1132,11 @@ def dataset_info(path: str | os.PathLike) -> dict[str, Any]:
         return _recording_info(open_recording(root))
     if _is_vault(root):
         return _vault_info(root)
-    vaults = sorted(m.parent for m in root.rglob("metadata.json") if _is_vault(m.parent))
+    vaults = sorted(
+        m.parent
+        for m in root.rglob("metadata.json")
+        if _is_vault(m.parent) and not _hidden(m.parent.relative_to(root))
+    )
     if vaults:
         return {"kind": "vaults", "path": str(root), "vaults": [_vault_info(v) for v in vaults]}
     raise DatasetError(
@@ -1177,6 +1214,11 @@ def _recording_info(rec: Recording) -> dict[str, Any]:
     }
 
 
+def _hidden(rel: Path) -> bool:
+    """A path below a dot-directory (a staging area, a killed export's leftovers)."""
+    return any(part.startswith(".") for part in rel.parts)
+
+
 def _is_vault(path: Path) -> bool:
     try:
         meta = json.loads((path / "metadata.json").read_text(encoding="utf-8"))
@@ -1217,4 +1259,7 @@ def _vault_info(path: Path) -> dict[str, Any]:
         "bytes": _dir_bytes(path),
         "structure": structure,
         "card": card,
+        # False when steps were appended after the export (flashbax's Vault.write): the
+        # card then describes only the exported ones
+        "card_matches": card is not None and card.get("steps") == steps,
     }

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -391,12 +392,17 @@ def test_vaults_read_back_with_flashbax_and_equal_the_recording(recorded, tmp_pa
     assert np.flatnonzero(truncations.any(axis=1)).tolist() == [t - 1]  # episode 1 capped
     assert truncations[-1].tolist() == [1.0] * P
 
-    # The seed-1 vault is all small integers: uint8 observations, exactly.
-    exp_b = read_vault(out / "tiny_ippo-rnn_easy_seed1").experience
-    assert exp_b["observations"].dtype == np.uint8
+    # The seed-1 recording is all small integers: float32 in the vault all the same (what
+    # OG-MARL's systems read without a cast), uint8 only when asked for the narrowest.
     want_b = concat([data[(SELF_B, 0)], data[(SELF_B, 1)]])
+    exp_b = read_vault(out / "tiny_ippo-rnn_easy_seed1").experience
+    assert exp_b["observations"].dtype == exp_b["infos"]["state"].dtype == np.float32
+    np.testing.assert_array_equal(np.asarray(exp_b["observations"][0]), want_b["observations"])
+    ds.export_vault(root, tmp_path / "narrow", obs_dtype=None)
+    narrow = read_vault(tmp_path / "narrow/fast/easy.vlt/tiny_ippo-rnn_easy_seed1").experience
+    assert narrow["observations"].dtype == np.uint8
     np.testing.assert_array_equal(
-        np.asarray(exp_b["observations"][0]).astype(np.float32), want_b["observations"]
+        np.asarray(narrow["observations"][0]).astype(np.float32), want_b["observations"]
     )
 
 
@@ -470,12 +476,59 @@ def test_the_card_is_computed_from_the_episodes(recorded, tmp_path):
 
 def test_export_replaces_an_earlier_export(recorded, tmp_path):
     root, _ = recorded
-    first = ds.export_vault(root, tmp_path / "v")
-    again = ds.export_vault(root, tmp_path / "v", obs_dtype="float32")
+    first = ds.export_vault(root, tmp_path / "v", obs_dtype=None)
+    assert read_vault(first[2]).experience["observations"].dtype == np.uint8
+    again = ds.export_vault(root, tmp_path / "v")
     assert first == again
     exp = read_vault(again[2]).experience
     assert exp["observations"].dtype == np.float32 and exp["actions"].shape[1] == 200
     assert not [p for p in again[0].parent.iterdir() if p.name.startswith(".")]
+    assert not (tmp_path / "v" / "fast" / ds.STAGING_DIR).exists()  # removed once empty
+
+
+def test_a_killed_exports_leftovers_are_never_taken_for_a_vault(recorded, tmp_path):
+    root, _ = recorded
+    out = tmp_path / "v"
+    ds.export_vault(root, out)
+    # A vault half written (or an old one half removed) when the export was killed: it
+    # lies in the staging directory beside the .vlt directories, not inside one.
+    staging = out / "fast" / ds.STAGING_DIR
+    shutil.copytree(out / "fast/easy.vlt/tiny_ippo-rnn_easy_seed1", staging / "seed1-dead")
+    assert len(ds.dataset_info(out)["vaults"]) == 3
+    assert not [p for p in (out / "fast/easy.vlt").iterdir() if p.name.startswith(".")]
+    assert len(ds.export_vault(root, out)) == 3  # a rerun is not stopped by them
+
+
+def test_the_cards_loading_code_runs_as_written(recorded, tmp_path, monkeypatch):
+    root, _ = recorded
+    monkeypatch.chdir(tmp_path)
+    (path, *_) = ds.export_vault(root, Path("vaults"))
+    md = (tmp_path / path / "card.md").read_text()
+    code = md.split("```python\n")[1].split("```")[0]
+    scope: dict = {}
+    exec(code, scope)  # the card's own snippet, as a reader pastes it
+    assert (
+        scope["experience"]["actions"].shape[1]
+        == json.loads((tmp_path / path / "card.json").read_text())["steps"]
+    )
+    assert 'done_flags=("terminals", "truncations")' in md and "agent 0" in md
+
+
+def test_info_says_when_steps_were_appended_after_the_card(recorded, tmp_path):
+    from flashbax.buffers.trajectory_buffer import TrajectoryBufferState
+    from flashbax.vault import Vault
+
+    root, _ = recorded
+    (path,) = [p for p in ds.export_vault(root, tmp_path / "v") if p.name.endswith("seed1")]
+    assert ds.dataset_info(path)["card_matches"] is True
+    exp = read_vault(path).experience  # its first 5 steps appended through flashbax
+    vault = Vault(vault_name=path.parent.name, vault_uid=path.name, rel_dir=str(path.parent.parent))
+    state = TrajectoryBufferState(
+        experience=exp, current_index=np.asarray(5), is_full=np.asarray(False)
+    )
+    vault.write(state, source_interval=(0, 5))
+    info = ds.dataset_info(path)
+    assert (info["steps"], info["card"]["steps"], info["card_matches"]) == (205, 200, False)
 
 
 def test_info_describes_recordings_and_vaults(recorded, tmp_path):
@@ -492,7 +545,8 @@ def test_info_describes_recordings_and_vaults(recorded, tmp_path):
     assert info["bytes"] == sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
     assert json.loads(json.dumps(info)) == info  # plain JSON types
 
-    (vault,) = [p for p in ds.export_vault(root, tmp_path / "v") if p.name.endswith("seed1")]
+    exported = ds.export_vault(root, tmp_path / "v", obs_dtype=None)
+    (vault,) = [p for p in exported if p.name.endswith("seed1")]
     vinfo = ds.dataset_info(vault)
     assert vinfo["kind"] == "vault" and vinfo["steps"] == 200
     assert vinfo["structure"]["observations"] == {"shape": [1, 200, P, D], "dtype": "uint8"}

@@ -65,11 +65,12 @@ def export(
     obs_float32: Annotated[
         bool,
         typer.Option(
-            "--obs-float32",
-            help="Store observations as float32 (default: the narrowest dtype holding every "
-            "recorded value exactly).",
+            "--obs-float32/--obs-narrow",
+            help="Observations and state as float32, as OG-MARL's offline systems read them "
+            "(default), or in the narrowest dtype holding every recorded value exactly "
+            "(smaller, for readers that cast to float32 themselves).",
         ),
-    ] = False,
+    ] = True,
 ) -> None:
     """Write the complete episodes of a recording as Flashbax Vaults, each with a dataset
     card (card.json, card.md) in its directory; prints the vault directories.
