@@ -10,9 +10,10 @@ Alem maps onto it as environment ``"alem"``, task = eval difficulty, algorithm =
 ``"<algorithm>_<budget>"`` (lower case), run = ``"seed<N>"``. Only the final checkpoints are
 scored, so each run has one logging step (``step_count`` = the budget in env steps when it
 is numeric, else 0) and ``absolute_metrics`` holds the same per-episode values. marl-eval
-lower-cases metric names and splits them on ``_``; metric keys are therefore written as
-``team_reward_pct_of_max`` etc. (``/`` -> ``_``, lower case) and keep their raw scale
-(fractions in [0, 1]).
+lower-cases every key, turns ``_`` into spaces in its axis labels and puts metric names
+into the file names of its tables (where a ``/`` would name a directory); metric keys are
+therefore written as ``team_reward_pct_of_max`` etc. (``/`` -> ``_``, lower case) and
+keep their raw scale (fractions in [0, 1]: use ``metrics_to_normalize=[]``).
 
 :func:`merge_results` imports the files of another alem-eval results directory: new keys
 are copied (bytes unchanged, atomically), identical ones skipped, and two kinds of
@@ -143,31 +144,61 @@ def to_marl_eval(
     metrics: Sequence[str] | None = None,
     *,
     environment: str = MARL_EVAL_ENVIRONMENT,
-) -> dict[str, Any]:
-    """The prepared rows in marl-eval's raw-data layout (see the module docstring); a
-    complete grid only (see :func:`rectangular`)."""
+) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The prepared rows in marl-eval's raw-data layout (see the module docstring), and
+    notes on what was left out; a complete grid only (see :func:`rectangular`).
+
+    Every run must hold a value of every exported metric: marl-eval averages each run's
+    list, and an empty one turns into NaN in its matrices (or an error when normalised). A
+    metric some run has no finite value of is left out of every run (a note says which);
+    non-finite values are dropped from their run's list (a note counts them). Names that
+    coincide once lower-cased (metrics, ``<algorithm>_<budget>``, tasks) are an error, not
+    one silently overwriting the other."""
     df, _ = rectangular(prepared)
     keys = list(metrics) if metrics else [m for m in df.columns if m not in NON_METRIC_COLUMNS]
     names = {k: marl_eval_metric_name(k) for k in keys}
-    clash = len(set(names.values())) != len(names) or "step_count" in names.values()
-    if clash:
+    if len(set(names.values())) != len(names) or "step_count" in names.values():
         raise UsageError(
             "metric names collide once lower-cased for marl-eval; export fewer metrics"
         )
-    tasks: dict[str, Any] = {}
+    algos = {(str(a), str(b)) for a, b in zip(df["algorithm"], df["budget"], strict=True)}
+    diffs = {str(d) for d in df["eval_difficulty"]}
+    for what, lowered, n in (
+        ("names <algorithm>_<budget>", {marl_eval_algorithm_name(*x) for x in algos}, len(algos)),
+        ("task names (eval difficulties)", {d.lower() for d in diffs}, len(diffs)),
+    ):
+        if len(lowered) != n:
+            raise UsageError(f"{what} collide once lower-cased for marl-eval: narrow the selection")
+    runs = []
     for (diff, budget, alg, seed), g in df.groupby(
         ["eval_difficulty", "budget", "algorithm", "seed"], sort=True
     ):
         g = g.sort_values("episode")
-        values = {names[k]: [float(v) for v in g[k].to_numpy(dtype=float)] for k in keys}
-        values = {k: [v for v in vs if np.isfinite(v)] for k, vs in values.items()}
+        runs.append(((diff, budget, alg, seed), {k: g[k].to_numpy(dtype=float) for k in keys}))
+    empty = [k for k in keys if any(not np.isfinite(v[k]).any() for _, v in runs)]
+    dropped = sum(int((~np.isfinite(v[k])).sum()) for _, v in runs for k in keys if k not in empty)
+    notes = []
+    if empty:
+        notes.append(
+            f"left out {', '.join(names[k] for k in empty)}: some runs have no value of it"
+        )
+    if dropped:
+        notes.append(f"{dropped} non-finite value(s) left out of their runs' lists")
+    if len({seed for (_, _, _, seed), _ in runs}) == 1:
+        notes.append("one seed per algorithm: marl-eval's intervals over runs have zero width")
+    kept = [k for k in keys if k not in empty]
+    if not kept:
+        raise UsageError("no metric has a value in every run: nothing to export")
+    tasks: dict[str, Any] = {}
+    for (diff, budget, alg, seed), values in runs:
+        lists = {names[k]: [float(x) for x in values[k] if np.isfinite(x)] for k in kept}
         run = {
-            "step_0": {"step_count": budget_steps(str(budget)) or 0, **values},
-            "absolute_metrics": {k: list(v) for k, v in values.items()},
+            "step_0": {"step_count": budget_steps(str(budget)) or 0, **lists},
+            "absolute_metrics": {k: list(v) for k, v in lists.items()},
         }
         algo = marl_eval_algorithm_name(str(alg), str(budget))
         tasks.setdefault(str(diff).lower(), {}).setdefault(algo, {})[f"seed{int(seed)}"] = run
-    return {environment: tasks}
+    return {environment: tasks}, tuple(notes)
 
 
 def export_marl_eval(
@@ -198,7 +229,9 @@ def export_marl_eval(
     frame, note = rectangular(prepared, complete_subgrid=complete_subgrid)
     if note:
         prepared = dataclasses.replace(prepared, frame=frame, notes=(*prepared.notes, note))
-    data = to_marl_eval(prepared, keys)
+    data, notes = to_marl_eval(prepared, keys)
+    if notes:
+        prepared = dataclasses.replace(prepared, notes=(*prepared.notes, *notes))
     text = json.dumps(data, indent=1, allow_nan=False) + "\n"
     if out is not None:
         write_text_atomic(out, text)

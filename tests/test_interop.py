@@ -55,6 +55,51 @@ def test_marl_eval_export_of_chosen_metrics_and_collisions(tmp_path):
         to_marl_eval(prepared, ["Team/reward_pct_of_max", "team/reward_pct_of_max"])
 
 
+def _write_cell(store, budget, seed, edit=lambda recs: recs):
+    recs = edit(synthetic_records(budget, "ippo-rnn", "easy", seed, num_episodes=3))
+    key = key_for(budget, "ippo-rnn", "easy", seed, num_episodes=3)
+    store.write(build_rows(key, recs, jax_version="0.4.38"), key)
+
+
+def test_marl_eval_never_gets_an_empty_or_silently_short_list(tmp_path):
+    """marl-eval averages each run's list: an empty one becomes NaN in its matrices."""
+    store = ResultsStore(tmp_path / "res")
+
+    def older(recs):  # scored before the metric existed: no value of it at all
+        return [{k: v for k, v in r.items() if k != "Team/achievement_pct"} for r in recs]
+
+    def one_nan(recs):
+        recs[1]["Team/reward_pct_of_max"] = float("nan")
+        return recs
+
+    _write_cell(store, "1B", 0, older)
+    _write_cell(store, "1B", 1, one_nan)
+    text, prepared = export_marl_eval(store, None)
+    runs = json.loads(text)["alem"]["easy"]["ippo-rnn_1b"]
+    for run in runs.values():
+        assert "team_achievement_pct" not in run["absolute_metrics"]
+        assert all(len(v) > 0 for v in run["absolute_metrics"].values())
+    assert len(runs["seed1"]["absolute_metrics"]["team_reward_pct_of_max"]) == 2
+    assert len(runs["seed0"]["absolute_metrics"]["team_reward_pct_of_max"]) == 3
+    notes = " | ".join(prepared.notes)
+    assert "left out team_achievement_pct" in notes and "1 non-finite value" in notes
+
+
+def test_marl_eval_names_that_coincide_once_lower_cased_are_an_error(tmp_path):
+    store = ResultsStore(tmp_path / "res")
+    _write_cell(store, "tiny", 0)
+    _write_cell(store, "Tiny", 0)  # marl-eval would keep one of the two ippo-rnn_tiny
+    with pytest.raises(UsageError, match="collide once lower-cased"):
+        export_marl_eval(store, None)
+
+
+def test_marl_eval_export_notes_one_seed(tmp_path):
+    store = ResultsStore(tmp_path / "res")
+    _write_cell(store, "1B", 0)
+    _, prepared = export_marl_eval(store, None)
+    assert any("zero width" in n for n in prepared.notes)
+
+
 def test_merge_copies_skips_and_reports_conflicts(tmp_path):
     ours, theirs = ResultsStore(tmp_path / "ours"), ResultsStore(tmp_path / "theirs")
     fill_store(ours, **{**SMALL, "budgets": ["1B"]})
