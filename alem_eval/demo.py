@@ -104,7 +104,8 @@ def ensure_demo_source(root: Path | None = None) -> Path:
     if missing:
         raise SourceError(
             f"the demo cells are missing from {root} ({', '.join(missing)}): a broken "
-            "install? Reinstall alem-eval, or regenerate them: scripts/make_demo_cells.py"
+            "install? Reinstall alem-eval, or regenerate them from a checkout of its "
+            "repository: scripts/make_demo_cells.py"
         )
     return root
 

@@ -27,12 +27,16 @@ def atomic_write(
     binary: bool = True,
     prefix: str = TMP_PREFIX,
     suffix: str = "",
+    tmp_dir: str | os.PathLike | None = None,
 ) -> Path:
     """Write ``path`` atomically: ``write(fh)`` fills a temp file opened in ``"wb"`` (or
-    ``"w"``, UTF-8, with ``binary=False``) beside it. Returns ``path``."""
+    ``"w"``, UTF-8, with ``binary=False``) beside it, or in ``tmp_dir`` (on the same file
+    system: for a directory whose readers must never see a temp file). Returns ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = _create_temp(path.parent, prefix, suffix)
+    staging = path.parent if tmp_dir is None else Path(tmp_dir)
+    staging.mkdir(parents=True, exist_ok=True)
+    fd, tmp = _create_temp(staging, prefix, suffix)
     try:
         with os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8") as fh:
             write(fh)

@@ -149,10 +149,16 @@ class _JsonStore:
             _atomic_write(self.path, json.dumps(data, indent=1, sort_keys=True))
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    """The one atomic writer (:mod:`alem_eval.fsutil`), temp files named ``.NAME.*.tmp``."""
+def _atomic_write(path: Path, text: str, tmp_dir: Path | None = None) -> None:
+    """The one atomic writer (:mod:`alem_eval.fsutil`), temp files named ``.NAME.*.tmp``
+    (beside ``path``, or in ``tmp_dir``)."""
     atomic_write(
-        path, lambda fh: fh.write(text), binary=False, prefix=f".{path.name}.", suffix=".tmp"
+        path,
+        lambda fh: fh.write(text),
+        binary=False,
+        prefix=f".{path.name}.",
+        suffix=".tmp",
+        tmp_dir=tmp_dir,
     )
 
 
@@ -891,7 +897,9 @@ class HubSource(Source):
 
     def _write_ref(self, commit: str) -> None:
         if not self._is_commit(self.revision) and self._read_ref() != commit:
-            _atomic_write(self._ref_path(), commit)
+            # Staged outside refs/: huggingface_hub reads every file there as a ref (a temp
+            # file left by a kill would make scan_cache_dir call the repo corrupted).
+            _atomic_write(self._ref_path(), commit, tmp_dir=self.storage / _STATE_DIRNAME)
 
     def _best_effort(self, fn: Callable[[], None]) -> None:
         try:
@@ -918,6 +926,10 @@ class HubSource(Source):
     def cells(self) -> list[Cell]:
         listing = self.listing
         if listing.commit is None:
+            if self.repo != HUB_REPO:  # the manifest knows the release, not this repo
+                raise SourceError(
+                    f"{listing.problem}; nothing is cached for {self.repo}@{self.revision}"
+                )
             self._note(
                 f"{listing.problem}; nothing cached for {self.repo}@{self.revision}: "
                 "showing the released cells from the manifest"
@@ -989,7 +1001,12 @@ class HubSource(Source):
         want = _cell_key(cell)
         for cell_id, commit in self._pulled.all().items():
             with contextlib.suppress(SelectorError):
-                if isinstance(commit, str) and _cell_key(Cell.from_id(cell_id)) == want:
+                if (
+                    isinstance(commit, str)
+                    and _cell_key(Cell.from_id(cell_id)) == want
+                    # still there: a revision removed from the cache (`hf cache rm`) is not
+                    and (self.storage / "snapshots" / commit / cell_id).is_dir()
+                ):
                     return commit
         return self.listing.commit if self.state(cell) != "remote" else None
 

@@ -33,6 +33,19 @@ def test_a_failed_write_keeps_the_old_file_and_removes_its_temp(tmp_path):
     assert path.read_text() == "old" and os.listdir(tmp_path) == ["out.json"]
 
 
+def test_a_temp_can_be_staged_where_the_targets_readers_never_look(tmp_path):
+    refs, staging = tmp_path / "refs", tmp_path / "state"
+    seen = []
+
+    def write(fh):
+        seen.append(sorted(os.listdir(refs)))  # what a reader of refs/ sees mid-write
+        fh.write(b"abc")
+
+    fsutil.atomic_write(refs / "main", write, tmp_dir=staging)
+    assert seen == [[]] and (refs / "main").read_bytes() == b"abc"
+    assert os.listdir(staging) == []
+
+
 def test_atomic_files_get_the_permissions_of_a_plain_open(tmp_path):
     old = os.umask(0o022)
     try:

@@ -349,6 +349,43 @@ def test_unreachable_with_cached_listing_serves_cached_cells_only(hub, cache):
         dead.pull(dead.select(["tiny/mappo-rnn"]))
 
 
+def test_huggingface_hub_reads_the_cache_pull_fills(hub, cache):
+    """The cache is huggingface_hub's own: its scanner and local_files_only find the files."""
+    from huggingface_hub import hf_hub_download, scan_cache_dir
+
+    hub_source(hub, cache).pull([Cell.from_id(IPPO_EASY)])
+    info = scan_cache_dir(cache)
+    assert info.warnings == []
+    (repo,) = info.repos
+    assert (repo.repo_id, [r.commit_hash for r in repo.revisions]) == (hub.repo, [hub.commit])
+    assert {ref for r in repo.revisions for ref in r.refs} == {"main"}
+    assert repo.nb_files == len(hub.files_under(IPPO_EASY))
+    path = hf_hub_download(
+        hub.repo, f"{IPPO_EASY}/config.json", cache_dir=cache, local_files_only=True
+    )
+    assert Path(path).read_bytes() == (FIXTURES / IPPO_EASY / "config.json").read_bytes()
+    refs = cache / "models--alem-world--alem-rl-baselines" / "refs"
+    assert sorted(p.name for p in refs.iterdir()) == ["main"]  # no temp file, ever
+
+
+def test_a_revision_removed_from_the_cache_is_not_named_as_the_cells_commit(hub, cache):
+    import shutil
+
+    cell = Cell.from_id(IPPO_EASY)
+    hub_source(hub, cache).pull([cell])
+    storage = cache / "models--alem-world--alem-rl-baselines"
+    shutil.rmtree(storage / "snapshots" / hub.commit)  # what `hf cache rm <commit>` does
+    (storage / "refs" / "main").unlink()
+    dead = open_source("hub", cache_dir=cache, endpoint=closed_port_url())
+    assert dead.commit(cell) is None and dead.state(cell) == "remote"
+
+
+def test_another_repo_with_nothing_cached_says_so_not_that_the_manifest_lacks_it(cache):
+    src = open_source("hub", repo="me/my-runs", cache_dir=cache, endpoint=closed_port_url())
+    with pytest.raises(SourceError, match=r"nothing is cached for me/my-runs@main"):
+        src.select(["mine/ippo/easy/0"])
+
+
 def test_unknown_repo_and_revision_are_one_line_errors(hub, cache):
     with pytest.raises(SourceError, match="Hub repo 'nobody/nothing' not found"):
         hub_source(hub, cache, repo="nobody/nothing").select([])
