@@ -73,6 +73,38 @@ def _register() -> None:
                 raise
 
 
+INTERRUPTED = "alem-eval: interrupted; completed work is kept and a rerun resumes it"
+
+
+class _CtrlC:
+    """Ctrl-C while a command runs: typer turns the KeyboardInterrupt into a silent exit
+    130, so whether SIGINT arrived is noted here (the handler then raises as Python's own
+    does) and said once on the way out. ``train`` installs its own handler and says what
+    it saved instead."""
+
+    def __init__(self) -> None:
+        self.seen = False
+        self._previous: object = None
+
+    def _handler(self, signum: int, frame: object) -> None:
+        self.seen = True
+        raise KeyboardInterrupt
+
+    def __enter__(self) -> _CtrlC:
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import signal
+
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)  # type: ignore[arg-type]
+
+
 def main(argv: list[str] | None = None) -> None:
     from .runtime import enable_compilation_cache
 
@@ -80,18 +112,21 @@ def main(argv: list[str] | None = None) -> None:
     # persistent cache is on (the demo used to compile its cells before turning it on).
     enable_compilation_cache()
     _register()
-    try:
-        app(args=argv, standalone_mode=True)
-    except AlemEvalError as err:
-        if os.environ.get("ALEM_EVAL_DEBUG"):
+    with _CtrlC() as ctrl_c:
+        try:
+            app(args=argv, standalone_mode=True)
+        except AlemEvalError as err:
+            if os.environ.get("ALEM_EVAL_DEBUG"):
+                raise
+            print(f"alem-eval: error: {err}", file=sys.stderr)
+            sys.exit(err.exit_code)
+        except KeyboardInterrupt:
+            print(INTERRUPTED, file=sys.stderr)
+            sys.exit(130)
+        except SystemExit as exc:
+            if exc.code == 130 and ctrl_c.seen:
+                print(INTERRUPTED, file=sys.stderr)
             raise
-        print(f"alem-eval: error: {err}", file=sys.stderr)
-        sys.exit(err.exit_code)
-    except KeyboardInterrupt:
-        print(
-            "alem-eval: interrupted; completed work is kept and a rerun resumes it", file=sys.stderr
-        )
-        sys.exit(130)
 
 
 if __name__ == "__main__":  # `python -m alem_eval.cli`: use the registered module's app

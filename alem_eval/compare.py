@@ -10,6 +10,8 @@ have at least two cells, else episodes. Difficulties are compared separately, ne
 
 from __future__ import annotations
 
+import contextlib
+
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -110,9 +112,8 @@ def score_source(
             max_steps=max_steps,
         )
         for (c, _), eps in zip(members, records, strict=True):
-            if eps and metric not in eps[0]:
-                resolve_metric(metric, eps[0].keys())  # raises a UsageError with hints
-            out[diff][c.id] = [float(e[metric]) for e in eps]
+            key = resolve_metric(metric, eps[0].keys()) if eps else metric  # or UsageError
+            out[diff][c.id] = [float(e[key]) for e in eps]
     return out
 
 
@@ -133,6 +134,10 @@ def compare_sources(
     mean_A, mean_B`` and the keys of :func:`compare_scores`."""
     if len(sources) != 2:
         raise UsageError(f"compare needs exactly two --source options (got {len(sources)})")
+    from .metrics import METRICS, resolve_metric
+
+    with contextlib.suppress(UsageError):  # a registered metric's key, label or alias: its key
+        metric = resolve_metric(metric, [m.key for m in METRICS])  # before minutes of scoring
     scored = [
         score_source(
             s,

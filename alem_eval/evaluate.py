@@ -153,13 +153,20 @@ def check_env_version(
         installed = installed_env_version()
     if cfg.env_version == installed:
         return None
+    from .config import PAPER_ENV_VERSION
+
+    fix = (
+        "install alem-env==0.1.0, the paper's environment"
+        if installed != PAPER_ENV_VERSION
+        else "its worlds and scoring may differ from the ones it was trained on"
+    )
     msg = (
-        f"{where + ': ' if where else ''}checkpoint was scored on alem env version "
-        f"{cfg.env_version!r} but the installed alem is {installed!r}; numbers will not "
-        f"reproduce the released evaluation (install alem-env==0.1.0)"
+        f"{where + ': ' if where else ''}checkpoint was trained on alem env version "
+        f"{cfg.env_version!r} but the installed alem is {installed!r}; its scores here may "
+        f"not match the ones it was trained and scored with ({fix})"
     )
     if on_mismatch == "error":
-        raise EvaluationError(msg + "; pass the mismatch policy 'warn' to score anyway")
+        raise EvaluationError(msg + "; --on-env-mismatch warn scores it anyway")
     if on_mismatch == "warn":
         warnings.warn(msg, EnvVersionWarning, stacklevel=2)
     return msg

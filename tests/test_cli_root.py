@@ -36,3 +36,24 @@ def test_every_command_help_shows_an_example(command):
     assert result.exit_code == 0, result.output
     assert "Example" in result.output, f"`alem-eval {command} --help` shows no example"
     assert f"alem-eval {command} " in result.output.split("Example", 1)[1]
+
+
+def test_ctrl_c_says_that_completed_work_is_kept(monkeypatch, capsys, fixtures_root):
+    """typer turns Ctrl-C into a silent exit 130; the user is told what happened."""
+    import os
+    import signal
+
+    from alem_eval import cli
+    from alem_eval.sources import LocalSource
+
+    def interrupted(self):
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the command works
+        raise AssertionError("SIGINT did not interrupt")
+
+    monkeypatch.setattr(LocalSource, "cells", interrupted)
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["list", "--source", str(fixtures_root)])
+    assert exit_.value.code == 130
+    assert capsys.readouterr().err.strip() == cli.INTERRUPTED
+    assert signal.getsignal(signal.SIGINT) is before  # restored for the caller

@@ -78,3 +78,11 @@ def test_compare_sources_input_errors(two_sources):
         compare_sources([a], ["tiny"])
     with pytest.raises(UsageError, match="unknown metric 'Team/achievment_pct'"):
         compare_sources([a, b], ["tiny"], metric="Team/achievment_pct", episodes=2, reps=10)
+
+
+def test_compare_takes_a_metric_by_label_or_alias_as_its_help_shows(two_sources):
+    a, b = two_sources("tiny/ippo-rnn/easy/seed0")
+    for name in ("achievement", "Ach%", "Team/achievement_pct"):
+        two_sources.calls.clear()  # the stub scores the first source's call higher
+        [row] = compare_sources([a, b], ["tiny/ippo-rnn/easy/seed0"], metric=name, episodes=3)
+        assert row["metric"] == "Team/achievement_pct" and row["verdict"] == "A better"

@@ -30,7 +30,7 @@ def test_verify_reports_a_contradicting_config_and_exits_1(tmp_path, fixtures_ro
     cfg["reload_overrides"]["HYPERNET_HIDDEN_DIMS"] = [32]
     cfg_path.write_text(json.dumps(cfg))
     proc = run_cli(
-        ["verify", "tiny", "--source", str(src), "--format", "json"],
+        ["verify", "--source", str(src), "--format", "json"],  # every cell of the directory
         cli_env(tmp_path, closed_port_url()),
     )
     assert proc.returncode == 1, proc.stderr
@@ -63,3 +63,6 @@ def test_verify_usage_errors_exit_2(tmp_path, fixtures_root):
     assert proc.returncode == 2
     proc = run_cli(["verify", "tiny", "--source", str(tmp_path / "nowhere")], env)
     assert_one_line_error(proc)
+    proc = run_cli(["verify"], env)  # the whole Hub release: never without asking
+    assert_one_line_error(proc, "name the Hub cells")
+    assert proc.returncode == 2

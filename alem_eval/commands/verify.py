@@ -15,8 +15,12 @@ from ..options import CacheDirOpt, FormatOpt, RepoOpt, RevisionOpt, SourceOpt
 @app.command("verify")
 def verify(
     selectors: Annotated[
-        list[str], typer.Argument(help="Cells, e.g. 1B/ippo-rnn/hard or 'tiny/*/*/*'.")
-    ],
+        list[str] | None,
+        typer.Argument(
+            help="Cells, e.g. 1B/ippo-rnn/hard or 'tiny/*/*/*' (default: every cell of a "
+            "local --source; the Hub needs a selection)."
+        ),
+    ] = None,
     source: SourceOpt = "hub",
     repo: RepoOpt = None,
     revision: RevisionOpt = None,
@@ -32,11 +36,14 @@ def verify(
       alem-eval verify 1B/ippo-rnn/hard
       alem-eval verify --source runs
     """
-    from ..sources import open_source
+    from ..errors import UsageError
+    from ..sources import HubSource, open_source
     from ..verify import verify_cells
 
     src = open_source(source, repo=repo, revision=revision, cache_dir=cache_dir)
-    results = verify_cells(src, src.select(selectors))
+    if not selectors and isinstance(src, HubSource):  # would download the whole release
+        raise UsageError("verify: name the Hub cells to check, e.g. 1B/ippo-rnn/hard")
+    results = verify_cells(src, src.select(list(selectors or [])))
     if fmt == OutputFormat.table:
         for r in results:
             print(
