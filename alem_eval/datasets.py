@@ -995,7 +995,7 @@ def _write_vault(
     from flashbax.vault import Vault
 
     card = dataset_card(episodes, name=where.name)
-    dtype = obs_dtype or card["observation_dtype"]
+    dtype = card["observation_dtype"] = obs_dtype or card["observation_dtype"]  # as stored
     p, d, a = card["num_agents"], card["obs_dim"], card["num_actions"]
     structure = _vault_structure(p, d, a, dtype, state)
     parent = where.parent

@@ -397,6 +397,8 @@ def test_vaults_read_back_with_flashbax_and_equal_the_recording(recorded, tmp_pa
     want_b = concat([data[(SELF_B, 0)], data[(SELF_B, 1)]])
     exp_b = read_vault(out / "tiny_ippo-rnn_easy_seed1").experience
     assert exp_b["observations"].dtype == exp_b["infos"]["state"].dtype == np.float32
+    card_b = json.loads((out / "tiny_ippo-rnn_easy_seed1" / "card.json").read_text())
+    assert card_b["observation_dtype"] == "float32"  # what the vault holds
     np.testing.assert_array_equal(np.asarray(exp_b["observations"][0]), want_b["observations"])
     ds.export_vault(root, tmp_path / "narrow", obs_dtype=None)
     narrow = read_vault(tmp_path / "narrow/fast/easy.vlt/tiny_ippo-rnn_easy_seed1").experience
