@@ -78,3 +78,52 @@ os.environ.pop("HF_HUB_OFFLINE", None)
 os.environ["HF_ENDPOINT"] = "http://127.0.0.1:9"  # discard port: nothing listens
 os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
 # --- end Hub / sources --------------------------------------------------------------------
+
+
+# --- Where the suite's time goes (ALEM_EVAL_TEST_COMPILE_LOG=DIR) --------------------------
+# Each worker writes DIR/<worker>.json: per test, its XLA compiles (count, seconds) in this
+# process (CLI subprocesses are not seen) and its duration. For keeping the suite short:
+# most of its time is compiling the Alem step, once per distinct program shape.
+_COMPILE_LOG = os.environ.get("ALEM_EVAL_TEST_COMPILE_LOG")
+if _COMPILE_LOG:
+    import json as _json
+    import time as _time
+
+    _per_test: dict[str, dict[str, float]] = {}
+    _current = {"test": "<collection>"}
+
+    def _on_duration(event: str, duration: float, **_: object) -> None:
+        if event == "/jax/core/compile/backend_compile_duration":
+            row = _per_test.setdefault(_current["test"], {"compiles": 0, "compile_s": 0.0})
+            row["compiles"] += 1
+            row["compile_s"] += duration
+
+    import ctypes as _ctypes
+
+    def _rss_gib() -> float:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**30
+
+    def _trim_and_rss() -> float:
+        _ctypes.CDLL("libc.so.6").malloc_trim(0)
+        return _rss_gib()
+
+    import jax as _jax
+
+    _jax.monitoring.register_event_duration_secs_listener(_on_duration)
+
+    @pytest.fixture(autouse=True)
+    def _compile_log(request):
+        _current["test"] = request.node.nodeid
+        t0 = _time.perf_counter()
+        yield
+        row = _per_test.setdefault(request.node.nodeid, {"compiles": 0, "compile_s": 0.0})
+        row["wall_s"] = _time.perf_counter() - t0
+        row["order"] = len(_per_test)
+        row["rss_gib"] = _rss_gib()
+        row["rss_after_trim_gib"] = _trim_and_rss()
+
+    def pytest_sessionfinish(session):
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        Path(_COMPILE_LOG).mkdir(parents=True, exist_ok=True)
+        (Path(_COMPILE_LOG) / f"{worker}.json").write_text(_json.dumps(_per_test, indent=1))

@@ -293,8 +293,19 @@ def test_ippo_learns_on_easy(tmp_path):
 # ----------------------------------------------------------------------------------------
 # MAPPO, HyperMARL, PQN: one compilation each
 # ----------------------------------------------------------------------------------------
+@pytest.fixture
+def one_use_trainer():
+    """These trainers are compiled for one test only: dropped after it, so the worker does
+    not carry every algorithm's compiled trainer (about 1 GiB each) to the end of the
+    suite beside the other worker's (the suite's peak memory, on a 24 GiB CI machine)."""
+    yield
+    from trainers.common import clear_trainer_cache
+
+    clear_trainer_cache()
+
+
 @pytest.mark.parametrize("algo", ["mappo-rnn", "hypermarl-rnn", "pqn-vdn-rnn"])
-def test_trainer_writes_released_layout(algo, tmp_path, fixtures):
+def test_trainer_writes_released_layout(algo, tmp_path, fixtures, one_use_trainer):
     res, dirs = _train(algo, tmp_path, (0,), 2)
     loaded = check_released_cell(dirs[0], algo, 2, fixtures)
     assert res[0].summary["steps_per_second"] > 0

@@ -398,6 +398,11 @@ def cached_trainer(
     return _TRAINERS[key]
 
 
+def clear_trainer_cache() -> None:
+    """Drop every cached :class:`Trainer` (and so its compiled programs and their memory)."""
+    _TRAINERS.clear()
+
+
 def seed_key(seed: int) -> jax.Array:
     """The training key of a seed: upstream's ``split(PRNGKey(SEED), NUM_SEEDS=1)[0]``."""
     return jax.random.split(jax.random.PRNGKey(seed), 1)[0]
