@@ -604,11 +604,11 @@ def md_table(
     def cell(v: Any) -> str:
         return str(v).replace("|", "\\|").replace("\n", " ")
 
-    if align is None:  # numbers (and "–") right-aligned, text left-aligned
+    if align is None:  # numbers (and "–", and columns with nothing scored) right-aligned
 
         def numeric(col: int) -> bool:
             vals = [str(r[col]) for r in rows if str(r[col]) not in (MISSING, "")]
-            return bool(vals) and all(re.match(r"^\*{0,2}[-+]?\d", v) for v in vals)
+            return all(re.match(r"^\*{0,2}[-+]?\d", v) for v in vals)
 
         align = ["r" if numeric(i) else "l" for i in range(len(header))]
     sep = ["---:" if a == "r" else ":---:" if a == "c" else ":---" for a in align]

@@ -228,3 +228,10 @@ def test_report_clips_embed_one_gif_per_algorithm(scored, tmp_path, capsys, monk
     assert "![mappo-rnn](clips/mappo-rnn.gif)" in episodes
     assert "`1B/ippo-rnn/easy/seed0`, easy): 7 steps, 1 team achievements" in episodes
     assert "2 clips in" in " ".join(err.split())
+
+
+def test_a_markdown_column_with_nothing_scored_is_aligned_as_a_number_column():
+    from alem_eval.report import MISSING, md_table
+
+    table = md_table(["cell", "easy", "hard"], [["a", "1.0", MISSING], ["b", "2.0", MISSING]])
+    assert table.splitlines()[1] == "| :--- | ---: | ---: |"

@@ -173,7 +173,7 @@ def _vaults_table(vaults: list[dict[str, Any]], fmt: OutputFormat) -> None:
                 "return_mean": ret.get("mean"),
             }
         )
-    emit_records(rows, fmt, title="vaults")
+    emit_records(rows, fmt, title="vault" if len(vaults) == 1 else "vaults")
     if fmt == OutputFormat.table and len(vaults) == 1:
         for key, spec in vaults[0]["structure"].items():
             err_console.print(f"{key}: {spec['shape']} {spec['dtype']}", highlight=False)
