@@ -927,9 +927,7 @@ class HubSource(Source):
         listing = self.listing
         if listing.commit is None:
             if self.repo != HUB_REPO:  # the manifest knows the release, not this repo
-                raise SourceError(
-                    f"{listing.problem}; nothing is cached for {self.repo}@{self.revision}"
-                )
+                raise self._nothing_cached(listing)
             self._note(
                 f"{listing.problem}; nothing cached for {self.repo}@{self.revision}: "
                 "showing the released cells from the manifest"
@@ -945,6 +943,14 @@ class HubSource(Source):
                 f"{listing.problem}; using the cached listing of {self.repo}@{self.revision}"
             )
         return sort_cells(self._cell_files)
+
+    def _nothing_cached(self, listing: _Listing) -> SourceError:
+        """The Hub did not answer (``listing.problem``) and the cache holds nothing of the
+        repo at this revision."""
+        return SourceError(
+            f"{listing.problem}; nothing is cached for {self.repo}@{self.revision}"
+            + (f" in {self.cache_dir}" if not self.offline_mode else "")
+        )
 
     def _note(self, text: str) -> None:
         if text not in self.warnings:
@@ -1046,11 +1052,7 @@ class HubSource(Source):
     ) -> PullReport:
         listing = self.listing
         if listing.commit is None:
-            raise SourceError(
-                f"{listing.problem}; nothing is cached for "
-                f"{self.repo}@{self.revision}"
-                + (f" in {self.cache_dir}" if not self.offline_mode else "")
-            )
+            raise self._nothing_cached(listing)
         wanted: dict[str, RemoteFile] = {}
         for cell in cells:
             wanted.update(self._files_of(cell))
