@@ -20,7 +20,7 @@ Metric names, labels and scales come from :mod:`alem_eval.metrics`.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -379,6 +379,25 @@ class PreparedResults:
     notes: tuple[str, ...]  # what the loader skipped or chose, for the user
     root: str
     entries: tuple = ()  # the StoreEntry of every file read (keys, extras)
+
+
+def with_one_seed_note(prepared: PreparedResults, runs: str) -> PreparedResults:
+    """``prepared`` with a note when seeds are the runs and some (budget, algorithm, eval
+    difficulty) has a single seed: its interval then has zero width (that seed's mean),
+    which a table of intervals would otherwise pass off as certainty."""
+    df = prepared.frame
+    if runs != "seeds" or df.empty:
+        return prepared
+    seeds = df.groupby(["budget", "algorithm", "eval_difficulty"])["seed"].nunique()
+    one = [f"{a} ({b}) {d}" for (b, a, d), n in seeds.items() if n == 1]
+    if not one:
+        return prepared
+    named = ", ".join(one[:3]) + (", ..." if len(one) > 3 else "")
+    note = (
+        f"{len(one)} of {len(seeds)} groups have one seed ({named}): with seeds as runs, "
+        "their intervals have zero width"
+    )
+    return replace(prepared, notes=(*prepared.notes, note))
 
 
 def prepare(

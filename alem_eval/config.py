@@ -502,7 +502,13 @@ def parse_config_json(
         raise ConfigError(
             f"{where}: field algorithm={declared!r} is not one of {', '.join(ALGORITHMS)}"
         )
-    algo = algo or (_algorithm(algorithm, where).name if algorithm else None)
+    placed = _algorithm(algorithm, where).name if algorithm else None
+    if algo and placed and algo != placed:  # its scores would be filed under the wrong name
+        raise ConfigError(
+            f"{where}: config.json says algorithm {declared!r} but the cell sits under "
+            f"{placed!r} (move the cell or correct the file)"
+        )
+    algo = algo or placed
     if algo is None:
         raise ConfigError(f"{where}: cannot tell the algorithm (no 'algorithm' field, no layout)")
 

@@ -933,6 +933,12 @@ def vault_location(out: Path, protocol: str, eval_difficulty: str, uid: str) -> 
     return out / protocol / f"{eval_difficulty}.vlt" / uid
 
 
+@dataclass(frozen=True)
+class VaultExport:
+    vaults: tuple[Path, ...]  # the vault directories written
+    incomplete: tuple[IncompleteEpisode, ...]  # left out: not finished on disk
+
+
 def export_vault(
     recording_dir: str | os.PathLike,
     out: str | os.PathLike,
@@ -940,10 +946,11 @@ def export_vault(
     per: str = "cell",
     state: bool = True,
     obs_dtype: str | None = "float32",
-) -> list[Path]:
+) -> VaultExport:
     """Write the complete episodes of a recording as Flashbax Vaults (flashbax's own
     writer) under ``out`` (:func:`vault_location`), each with ``card.json`` and
-    ``card.md`` inside its directory. Returns the vault directories.
+    ``card.md`` inside its directory. Returns the vault directories and the recording's
+    incomplete episodes, which no vault holds.
 
     The experience structure is OG-MARL's (``og_marl/replay_buffers.py``
     ``FlashbaxReplayBuffer.add``: per-agent values stacked on axis 0; read by
@@ -980,7 +987,7 @@ def export_vault(
                 obs_dtype=obs_dtype,
             )
         )
-    return written
+    return VaultExport(tuple(written), recording.incomplete)
 
 
 def _write_vault(

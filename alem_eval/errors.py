@@ -33,6 +33,10 @@ class SourceError(AlemEvalError):
     """A checkpoint source (Hub or local directory) cannot provide what was asked."""
 
 
+class SourceUsageError(SourceError, UsageError):
+    """``--source`` names no directory: the command line is wrong (exit 2)."""
+
+
 class DownloadError(SourceError):
     """A transfer from the Hub failed or produced a file that does not match the listing."""
 

@@ -27,6 +27,7 @@ from .analysis import (
     grid,
     prepare,
     summarize,
+    with_one_seed_note,
 )
 from .bootstrap import BootstrapSettings, Interval
 from .config import DIFFICULTIES
@@ -138,6 +139,7 @@ def leaderboard_from(prepared: PreparedResults, settings: BootstrapSettings) -> 
     from . import __version__
 
     settings = BootstrapSettings(settings.reps, settings.seed, settings.confidence, "seeds")
+    prepared = with_one_seed_note(prepared, settings.runs)
     df = prepared.frame
     keys = [k for k in LEADERBOARD_METRICS.values() if k in df.columns]
     if not keys:

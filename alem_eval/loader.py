@@ -110,8 +110,8 @@ def verify_cell(
         loaded = load_cell(
             cell_dir, algorithm=algorithm, difficulty=difficulty, seed=seed, where=cell_id
         )
-    except AlemEvalError as err:
-        return VerifyResult(cell_id, False, None, str(err))
+    except AlemEvalError as err:  # the result names the cell: the message need not repeat it
+        return VerifyResult(cell_id, False, None, str(err).removeprefix(f"{cell_id}: "))
     warnings = list(loaded.cfg.warnings)
     from .config import PAPER_ENV_VERSION
 

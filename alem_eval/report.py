@@ -40,6 +40,7 @@ from .analysis import (
     grid,
     prepare,
     summarize,
+    with_one_seed_note,
 )
 from .bootstrap import AGGREGATE_LABELS, AGGREGATES, BootstrapSettings, Interval
 from .fsutil import write_text_atomic
@@ -175,6 +176,7 @@ def write_report(
     unknown = sorted(set(formats) - set(FIGURE_FORMATS))
     if unknown:
         raise ValueError(f"unknown figure format(s) {unknown}; choose from {FIGURE_FORMATS}")
+    prepared = with_one_seed_note(prepared, settings.runs)
     out_dir.mkdir(parents=True, exist_ok=True)
     fig_dir = out_dir / "figures"
     fig_dir.mkdir(exist_ok=True)

@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from . import __version__
 from .fsutil import atomic_write
 from .layout import is_cell_dir
-from .errors import DownloadError, SelectorError, SourceError, UsageError
+from .errors import DownloadError, SelectorError, SourceError, SourceUsageError, UsageError
 from .manifest import DEFAULT_REVISION, HUB_REPO, Cell, load_manifest, parse_seed_dir, sort_cells
 from .selectors import select_cells
 
@@ -347,12 +347,12 @@ class LocalSource(Source):
         super().__init__()
         path = Path(root).expanduser()
         if not path.exists():
-            raise SourceError(
+            raise SourceUsageError(
                 f"source {str(root)!r} does not exist (give 'hub' or a directory "
                 "laid out as BUDGET/ALGORITHM/DIFFICULTY/seedN/)"
             )
         if not path.is_dir():
-            raise SourceError(f"source {str(root)!r} is not a directory")
+            raise SourceUsageError(f"source {str(root)!r} is not a directory")
         path = path.resolve()
         self._only: Cell | None = None
         seed = parse_seed_dir(path.name)

@@ -61,6 +61,26 @@ def cell_copy(tmp_path, fixtures_root):
     return make
 
 
+# --- xdist groups -------------------------------------------------------------------------
+# Tests that share compiled programs (module fixtures, jit caches) carry an xdist_group mark:
+# with --dist loadgroup one worker runs each group. pytest-xdist <= 3.8 marks a grouped test
+# by rewriting its node id, which pytest 9.2 ignores (pytest-dev/pytest-xdist#1386): grouping
+# silently stops and each worker compiles the group's programs again. Refuse that pairing.
+def pytest_configure(config):
+    if config.getoption("dist", "no") != "loadgroup" or hasattr(config, "workerinput"):
+        return
+    import xdist
+    from packaging.version import Version
+
+    if Version(pytest.__version__) >= Version("9.2") and Version(xdist.__version__) < Version(
+        "3.9"
+    ):
+        raise pytest.UsageError(
+            f"pytest {pytest.__version__} with pytest-xdist {xdist.__version__} ignores "
+            "--dist loadgroup (pytest-dev/pytest-xdist#1386): install requirements.lock"
+        )
+
+
 # --- Hub / sources (tests/test_hub.py) ---------------------------------------------------
 # huggingface_hub reads HF_* variables once, at import. Before anything imports it, point it
 # at an isolated home and at a dead local endpoint, so no test can reach the real Hub or the
@@ -69,8 +89,14 @@ def cell_copy(tmp_path, fixtures_root):
 import atexit as _atexit
 import tempfile as _tempfile
 
-os.environ["HF_HOME"] = _tempfile.mkdtemp(prefix="alem-eval-test-hf-")
-_atexit.register(shutil.rmtree, os.environ["HF_HOME"], ignore_errors=True)
+_HF_HOME = os.environ["HF_HOME"] = _tempfile.mkdtemp(prefix="alem-eval-test-hf-")
+_atexit.register(shutil.rmtree, _HF_HOME, ignore_errors=True)
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(_HF_HOME, ignore_errors=True)  # xdist workers end without running atexit
+
+
 os.environ.pop("HF_TOKEN", None)
 os.environ.pop("HF_HUB_CACHE", None)
 os.environ.pop("HUGGINGFACE_HUB_CACHE", None)
@@ -112,12 +138,14 @@ if _COMPILE_LOG:
 
     _jax.monitoring.register_event_duration_secs_listener(_on_duration)
 
-    @pytest.fixture(autouse=True)
-    def _compile_log(request):
-        _current["test"] = request.node.nodeid
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item, nextitem):
+        # The whole protocol: a module fixture's set-up (often the test's compile) and
+        # teardown count for the test that triggers them.
+        _current["test"] = item.nodeid
         t0 = _time.perf_counter()
         yield
-        row = _per_test.setdefault(request.node.nodeid, {"compiles": 0, "compile_s": 0.0})
+        row = _per_test.setdefault(item.nodeid, {"compiles": 0, "compile_s": 0.0})
         row["wall_s"] = _time.perf_counter() - t0
         row["order"] = len(_per_test)
         row["rss_gib"] = _rss_gib()

@@ -108,3 +108,13 @@ def test_algorithm_aliases():
     assert canonical_algorithm("IPPO_RNN") == "ippo-rnn"
     assert canonical_algorithm("pqn") == "pqn-vdn-rnn"
     assert canonical_algorithm("sac") is None
+
+
+def test_a_config_naming_another_algorithm_than_its_directory_is_refused():
+    """The file and the layout must agree: a MAPPO config under ippo-rnn/ would be scored as
+    MAPPO and filed as IPPO. Spellings of the same algorithm agree; an unrecognised name in
+    the file leaves the layout's."""
+    with pytest.raises(ConfigError, match=r"algorithm 'mappo-rnn' but the cell sits under 'ippo"):
+        parse_config_json({"algorithm": "mappo-rnn"}, algorithm="ippo-rnn", where="x")
+    assert parse_config_json({"algorithm": "IPPO_RNN"}, algorithm="ippo").algorithm == "ippo-rnn"
+    assert parse_config_json({"algorithm": "my-ippo"}, algorithm="ippo-rnn").algorithm == "ippo-rnn"

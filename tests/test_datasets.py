@@ -363,7 +363,7 @@ def read_vault(path: Path):
 
 def test_vaults_read_back_with_flashbax_and_equal_the_recording(recorded, tmp_path):
     root, data = recorded
-    paths = ds.export_vault(root, tmp_path / "vaults")
+    paths = list(ds.export_vault(root, tmp_path / "vaults").vaults)
     out = tmp_path / "vaults" / "fast" / "easy.vlt"
     assert paths == [
         out / ("mixed_" + ds.team_path(MIXED).split("/")[1]),
@@ -413,7 +413,7 @@ def test_a_vault_samples_through_a_flashbax_trajectory_buffer(recorded, tmp_path
     import jax
 
     root, _ = recorded
-    (path,) = [p for p in ds.export_vault(root, tmp_path / "v") if p.name.endswith("seed1")]
+    (path,) = [p for p in ds.export_vault(root, tmp_path / "v").vaults if p.name.endswith("seed1")]
     state = read_vault(path)
     exp = state.experience
     t = exp["actions"].shape[1]
@@ -439,7 +439,7 @@ def test_a_vault_samples_through_a_flashbax_trajectory_buffer(recorded, tmp_path
 
 def test_the_card_is_computed_from_the_episodes(recorded, tmp_path):
     root, data = recorded
-    paths = ds.export_vault(root, tmp_path / "v", per="group", state=False)
+    paths = ds.export_vault(root, tmp_path / "v", per="group", state=False).vaults
     names = [p.name for p in paths]
     assert names == ["mixed_" + ds.team_path(MIXED).split("/")[1], "tiny_ippo-rnn_easy"]
     group = paths[1]
@@ -478,9 +478,9 @@ def test_the_card_is_computed_from_the_episodes(recorded, tmp_path):
 
 def test_export_replaces_an_earlier_export(recorded, tmp_path):
     root, _ = recorded
-    first = ds.export_vault(root, tmp_path / "v", obs_dtype=None)
+    first = ds.export_vault(root, tmp_path / "v", obs_dtype=None).vaults
     assert read_vault(first[2]).experience["observations"].dtype == np.uint8
-    again = ds.export_vault(root, tmp_path / "v")
+    again = ds.export_vault(root, tmp_path / "v").vaults
     assert first == again
     exp = read_vault(again[2]).experience
     assert exp["observations"].dtype == np.float32 and exp["actions"].shape[1] == 200
@@ -498,13 +498,13 @@ def test_a_killed_exports_leftovers_are_never_taken_for_a_vault(recorded, tmp_pa
     shutil.copytree(out / "fast/easy.vlt/tiny_ippo-rnn_easy_seed1", staging / "seed1-dead")
     assert len(ds.dataset_info(out)["vaults"]) == 3
     assert not [p for p in (out / "fast/easy.vlt").iterdir() if p.name.startswith(".")]
-    assert len(ds.export_vault(root, out)) == 3  # a rerun is not stopped by them
+    assert len(ds.export_vault(root, out).vaults) == 3  # a rerun is not stopped by them
 
 
 def test_the_cards_loading_code_runs_as_written(recorded, tmp_path, monkeypatch):
     root, _ = recorded
     monkeypatch.chdir(tmp_path)
-    (path, *_) = ds.export_vault(root, Path("vaults"))
+    (path, *_) = ds.export_vault(root, Path("vaults")).vaults
     md = (tmp_path / path / "card.md").read_text()
     code = md.split("```python\n")[1].split("```")[0]
     scope: dict = {}
@@ -521,7 +521,7 @@ def test_info_says_when_steps_were_appended_after_the_card(recorded, tmp_path):
     from flashbax.vault import Vault
 
     root, _ = recorded
-    (path,) = [p for p in ds.export_vault(root, tmp_path / "v") if p.name.endswith("seed1")]
+    (path,) = [p for p in ds.export_vault(root, tmp_path / "v").vaults if p.name.endswith("seed1")]
     assert ds.dataset_info(path)["card_matches"] is True
     exp = read_vault(path).experience  # its first 5 steps appended through flashbax
     vault = Vault(vault_name=path.parent.name, vault_uid=path.name, rel_dir=str(path.parent.parent))
@@ -548,7 +548,9 @@ def test_info_describes_recordings_and_vaults(recorded, tmp_path):
     assert json.loads(json.dumps(info)) == info  # plain JSON types
 
     exported = ds.export_vault(root, tmp_path / "v", obs_dtype=None)
-    (vault,) = [p for p in exported if p.name.endswith("seed1")]
+    (left_out,) = exported.incomplete  # the recording's unfinished episode, in no vault
+    assert left_out.path == open_recording(root).incomplete[0].path
+    (vault,) = [p for p in exported.vaults if p.name.endswith("seed1")]
     vinfo = ds.dataset_info(vault)
     assert vinfo["kind"] == "vault" and vinfo["steps"] == 200
     assert vinfo["structure"]["observations"] == {"shape": [1, 200, P, D], "dtype": "uint8"}
@@ -592,6 +594,7 @@ def test_cli_info_and_export_print_the_library_results(recorded, tmp_path):
         out / "fast" / "easy.vlt" / "tiny_ippo-rnn_easy",
     ]
     assert "wrote 2 vault(s)" in proc.stderr
+    assert "left out 1 incomplete episode(s)" in proc.stderr  # said, not silently skipped
     proc = run_cli(["dataset", "info", str(printed[1]), "--format", "json"], env)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == ds.dataset_info(printed[1])

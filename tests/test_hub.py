@@ -227,8 +227,9 @@ def test_local_source_discovers_the_layout(tmp_path):
 def test_local_source_single_cell_dir_and_missing_path(tmp_path):
     src = open_source(FIXTURES / IPPO_EASY, cache_dir=tmp_path)
     assert ids(src.cells()) == [IPPO_EASY]
-    with pytest.raises(SourceError, match="does not exist"):
+    with pytest.raises(SourceError, match="does not exist") as missing:
         open_source(tmp_path / "nope")
+    assert missing.value.exit_code == 2  # the command line names no directory
     (tmp_path / "empty").mkdir()
     with pytest.raises(SourceError, match="no cells under"):
         open_source(tmp_path / "empty").select([])

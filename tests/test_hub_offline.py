@@ -78,7 +78,8 @@ def test_offline_verify_catches_a_damaged_blob_of_a_foreign_cache(hub, tmp_path)
     proc = run_cli(["verify", IPPO_EASY], cli_env(tmp_path, hub.url, offline=True))
     assert proc.returncode == 1
     [line] = proc.stdout.strip().splitlines()
-    assert line.startswith(f"FAIL  {IPPO_EASY}")
+    assert line.startswith(f"FAIL  {IPPO_EASY}  ")
+    assert not line.startswith(f"FAIL  {IPPO_EASY}  {IPPO_EASY}:")  # the id once
     assert "0 file(s) not cached, 1 damaged" in line and f"{BIG_FILE}: sha256 " in line
     assert blob.read_bytes() == bytes(data)  # offline, nothing is deleted
     assert hub.requests == []

@@ -200,3 +200,17 @@ def test_leaderboard_command(store, tmp_path, capsys):
     assert code == 0 and out.startswith("% alem-eval leaderboard")
     code, out, err = run(["leaderboard", "--results", str(store.root), "--format", "xls"], capsys)
     assert code == 2 and "--format must be one of" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_group_with_one_seed_is_noted_not_passed_off_as_an_interval(lb, tmp_path, capsys):
+    assert not [n for n in lb.notes if "one seed" in n]  # three seeds everywhere
+    one = ResultsStore(tmp_path / "one")
+    fill_store(one, budgets=["1B"], algorithms=["ippo-rnn"], seeds=[0], num_episodes=3)
+    fill_store(one, budgets=["1B"], algorithms=["mappo-rnn"], seeds=[0, 1], num_episodes=3)
+    board = build_leaderboard(one, settings=SETTINGS)
+    (note,) = [n for n in board.notes if "one seed" in n]
+    assert note.startswith("3 of 6 groups have one seed (ippo-rnn (1B) easy, ippo-rnn (1B) ")
+    iv = board.rows[0].score("easy", "total")
+    assert iv.lo == iv.point == iv.hi  # what the note explains
+    code, _, err = run(["leaderboard", "--results", str(one.root), "--reps", "300"], capsys)
+    assert code == 0 and "3 of 6 groups have one seed" in err

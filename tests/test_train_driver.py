@@ -254,3 +254,30 @@ def test_batch_log_lines_are_throttled_but_never_skip_the_first_or_last(capsys):
         "40/40 steps",
     ]
     assert all(x[:4].isdigit() and " g: " in x for x in lines)
+
+
+def test_finished_line_shows_no_rate_when_every_update_ran_in_the_compiling_call(capsys, tmp_path):
+    """A run short enough that only the first (compiling, untimed) call ran has no measured
+    throughput: the closing line says '-' instead of claiming 0 steps/s."""
+    from types import SimpleNamespace
+
+    from alem_eval.commands.train import LineView, Render
+    from alem_eval.training import CellResult, GroupOutcome
+
+    summary = {
+        "total_timesteps": 32,
+        "wall_time_s": 1.0,
+        "compile_time_s": 40.0,
+        "steps_per_second": None,
+        "final_metrics": {"mean_episode_return": 0.5},
+    }
+    group = SimpleNamespace(label="g", cells=[SimpleNamespace(id="tiny/ippo-rnn/easy/seed0")])
+    results = [CellResult(tmp_path, summary)]
+    Render(LineView(0)).finished(GroupOutcome(group, results))  # type: ignore[arg-type]
+    Render(LineView(0)).finished(
+        GroupOutcome(group, [CellResult(tmp_path, {**summary, "steps_per_second": 1234.5})])  # type: ignore[arg-type]
+    )
+    first, second = capsys.readouterr().err.strip().splitlines()
+    assert "(+40s compile), - steps/s; final return 0.50" in first
+    assert "0 steps/s" not in first
+    assert "1,234 steps/s" in second or "1,235 steps/s" in second

@@ -62,7 +62,8 @@ def test_verify_usage_errors_exit_2(tmp_path, fixtures_root):
     assert_one_line_error(proc, "seed9")
     assert proc.returncode == 2
     proc = run_cli(["verify", "tiny", "--source", str(tmp_path / "nowhere")], env)
-    assert_one_line_error(proc)
+    assert_one_line_error(proc, "does not exist")
+    assert proc.returncode == 2  # a wrong --source is a usage error like a wrong selector
     proc = run_cli(["verify"], env)  # the whole Hub release: never without asking
     assert_one_line_error(proc, "name the Hub cells")
     assert proc.returncode == 2

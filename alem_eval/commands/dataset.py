@@ -82,16 +82,22 @@ def export(
     """
     from ..datasets import export_vault
 
-    written = export_vault(
+    result = export_vault(
         recording,
         out,
         per=per.value,
         state=state,
         obs_dtype="float32" if obs_float32 else None,
     )
-    for path in written:
+    for path in result.vaults:
         print(path)
-    err_console.print(f"wrote {len(written)} vault(s) under {out}", highlight=False)
+    err_console.print(f"wrote {len(result.vaults)} vault(s) under {out}", highlight=False)
+    if result.incomplete:
+        err_console.print(
+            f"left out {len(result.incomplete)} incomplete episode(s) (see "
+            f"'alem-eval dataset info {recording}'; rerun the score to finish them)",
+            highlight=False,
+        )
 
 
 @dataset_app.command("info")

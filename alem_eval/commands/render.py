@@ -113,7 +113,8 @@ def render(
     if fmt == OutputFormat.table:
         ending = "the env ended it" if result.terminated else "step cap"
         err_console.print(
-            f"wrote {result.path}: {result.frames} frames ({result.steps} steps, {ending}), "
+            f"wrote {result.path}: {result.frames} frames ({result.steps} "
+            f"step{'' if result.steps == 1 else 's'}, {ending}), "
             f"return {result.episode_return:.3f}, {len(result.achievements)} team achievements"
             + (f": {', '.join(result.achievements)}" if result.achievements else ""),
             highlight=False,
