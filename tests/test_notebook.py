@@ -15,12 +15,14 @@ import pytest
 from nbclient import NotebookClient
 
 from .conftest import REPO
+from .eval_support import DEMO_PROGRAMS
 
 NOTEBOOK = REPO / "notebooks" / "quickstart.ipynb"
 CELL_TIMEOUT_S = 900  # the first scoring cell compiles the Alem step (minutes under load)
 
-# Its own kernel process compiles its own programs: one worker runs it (--dist loadgroup).
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("notebook")]
+# Its kernel scores the demo cells as `alem-eval demo` does: it runs after that test, in
+# the same worker (--dist loadgroup), and loads those programs from the compilation cache.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(DEMO_PROGRAMS)]
 
 
 def _kernel_env(tmp_path: Path) -> dict[str, str]:
