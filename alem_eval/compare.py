@@ -74,46 +74,71 @@ def score_source(
     protocol: str,
     episodes: int | None,
     max_steps: int | None,
+    store=None,
 ) -> dict[str, dict[str, list[float]]]:
     """``{eval difficulty: {cell id: [per-episode values of metric]}}`` for one source
-    (each cell on ``eval_difficulty``, default its own training difficulty)."""
+    (each cell on ``eval_difficulty``, default its own training difficulty).
+
+    With ``store`` (a :class:`~alem_eval.results.ResultsStore`), a cell whose scores it
+    holds under the same key (checkpoint and config hashes, protocol, episodes, cap) is
+    read back, and each evaluated group of cells is stored as soon as it ends: a rerun,
+    or a rerun after an interruption, evaluates only what is missing.
+    """
     from . import evaluate
-    from .loader import load_cell
+    from .checkpoint import checkpoint_hash
+    from .loader import cell_checkpoint_dir, load_cell
     from .metrics import resolve_metric
+    from .results import ResultKey, build_rows, episode_records
     from .sources import open_source
 
     src = open_source(spec)
     cells = src.select(list(selectors))
-    loaded = [
-        (
-            c,
-            load_cell(
-                src.local_dir(c),
-                algorithm=c.algorithm,
-                difficulty=c.difficulty,
-                seed=c.seed,
-                policy_only=True,
-                where=f"{spec}:{c.id}",
-            ),
-        )
-        for c in cells
-    ]
+    order = {c.id: i for i, c in enumerate(cells)}  # read back or scored: the source's order
+    episodes_of: dict[tuple[str, str], list[dict[str, float]]] = {}
     groups: dict[tuple, list] = defaultdict(list)
-    for c, lc in loaded:
-        groups[(lc.cfg.network_key, eval_difficulty or c.difficulty)].append((c, lc))
-    out: dict[str, dict[str, list[float]]] = defaultdict(dict)
+    for c in cells:
+        lc = load_cell(
+            src.local_dir(c),
+            algorithm=c.algorithm,
+            difficulty=c.difficulty,
+            seed=c.seed,
+            policy_only=True,
+            where=f"{spec}:{c.id}",
+        )
+        diff = eval_difficulty or c.difficulty
+        n, cap = evaluate.episode_settings(lc.cfg, protocol, episodes, max_steps)
+        key = ResultKey(
+            cell=c.id,
+            eval_difficulty=diff,
+            protocol=protocol,
+            checkpoint_hash=checkpoint_hash(cell_checkpoint_dir(src.local_dir(c))),
+            config_hash=lc.cfg.config_hash,
+            env_version=lc.cfg.env_version,
+            num_episodes=n,
+            max_steps=cap,
+        )
+        stored = store.get(key) if store is not None else None
+        if stored is not None:
+            episodes_of[(diff, c.id)] = episode_records(stored)
+        else:
+            groups[(lc.cfg.network_key, diff)].append((c, lc, key))
     for (_, diff), members in groups.items():
         records = evaluate.score_stack(
-            [lc.cfg for _, lc in members],
-            [lc.weights for _, lc in members],
+            [lc.cfg for _, lc, _ in members],
+            [lc.weights for _, lc, _ in members],
             protocol=protocol,
             eval_difficulty=diff,
             num_episodes=episodes,
             max_steps=max_steps,
         )
-        for (c, _), eps in zip(members, records, strict=True):
-            key = resolve_metric(metric, eps[0].keys()) if eps else metric  # or UsageError
-            out[diff][c.id] = [float(e[key]) for e in eps]
+        for (c, _, key), eps in zip(members, records, strict=True):
+            if store is not None:
+                store.write(build_rows(key, eps), key, extra={"source": spec})
+            episodes_of[(diff, c.id)] = eps
+    out: dict[str, dict[str, list[float]]] = defaultdict(dict)
+    for (diff, cell_id), eps in sorted(episodes_of.items(), key=lambda kv: order[kv[0][1]]):
+        name = resolve_metric(metric, eps[0].keys()) if eps else metric  # or UsageError
+        out[diff][cell_id] = [float(e[name]) for e in eps]
     return out
 
 
@@ -128,10 +153,13 @@ def compare_sources(
     max_steps: int | None = None,
     reps: int = DEFAULT_COMPARE_REPS,
     seed: int = 0,
+    store=None,
 ) -> list[dict[str, Any]]:
     """Score the selected cells of two sources and compare them, one row per eval
     difficulty: ``eval_difficulty, metric, A, B, runs ("seeds" | "episodes"), n_A, n_B,
-    mean_A, mean_B`` and the keys of :func:`compare_scores`."""
+    mean_A, mean_B`` and the keys of :func:`compare_scores`. Both sources' scores are
+    read from and written to ``store`` (see :func:`score_source`; the CLI's default is
+    ``<user cache>/compare``, kept apart from the results store)."""
     if len(sources) != 2:
         raise UsageError(f"compare needs exactly two --source options (got {len(sources)})")
     from .metrics import METRICS, resolve_metric
@@ -147,6 +175,7 @@ def compare_sources(
             protocol=protocol,
             episodes=episodes,
             max_steps=max_steps,
+            store=store,
         )
         for s in sources
     ]

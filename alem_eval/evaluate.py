@@ -1336,10 +1336,7 @@ def run_teams(
     variables = {i: _policy_variables(specs[i], weights[i], f"checkpoint {i}") for i in used}
 
     def settings(team):
-        cfg = cfgs[team[0]]
-        if protocol == "fast":
-            return (num_episodes or FAST_NUM_EPISODES, max_steps or FAST_MAX_STEPS)
-        return (num_episodes or cfg.eval.num_episodes, max_steps or cfg.eval.max_steps)
+        return episode_settings(cfgs[team[0]], protocol, num_episodes, max_steps)
 
     groups: dict[tuple, list[int]] = collections.defaultdict(list)
     for i, team in enumerate(teams):
@@ -1868,6 +1865,16 @@ def _records(res: EpisodeResult, scores: Mapping[str, np.ndarray]) -> list[list[
             row.append(rec)
         out.append(row)
     return out
+
+
+def episode_settings(
+    cfg: RunConfig, protocol: str, num_episodes: int | None, max_steps: int | None
+) -> tuple[int, int]:
+    """(episodes, step cap) a checkpoint is evaluated with: the given values, else the
+    protocol's (fast: the paper's 20 x 10,000; reference: what the run itself logged)."""
+    if protocol == "fast":
+        return (num_episodes or FAST_NUM_EPISODES, max_steps or FAST_MAX_STEPS)
+    return (num_episodes or cfg.eval.num_episodes, max_steps or cfg.eval.max_steps)
 
 
 def score_stack(

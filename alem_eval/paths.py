@@ -19,6 +19,12 @@ def results_dir() -> Path:
     return user_cache_dir() / "results"
 
 
+def compare_dir() -> Path:
+    """Where ``compare`` keeps both sources' scores: apart from the results store, so that
+    a leaderboard never mixes a comparison's other source into it."""
+    return user_cache_dir() / "compare"
+
+
 def compilation_cache_dir() -> Path:
     """``$ALEM_EVAL_JAX_CACHE``, else ``<user cache>/jax-compilation-cache``."""
     explicit = os.environ.get("ALEM_EVAL_JAX_CACHE")

@@ -208,6 +208,16 @@ def _installed_version(dist: str) -> str | None:
         return None
 
 
+def episode_records(frame: pd.DataFrame) -> list[dict[str, float]]:
+    """The per-episode records (metric -> float, as the evaluator returns them) of one
+    key's stored rows, by episode: what :func:`build_rows` stored, read back."""
+    metric_cols = [c for c in frame.columns if c not in NON_METRIC_COLUMNS]
+    return [
+        {c: float(r[c]) for c in metric_cols if r[c] == r[c]}
+        for _, r in frame.sort_values("episode").iterrows()
+    ]
+
+
 def build_rows(
     key: ResultKey,
     episodes: Sequence[Mapping[str, float]],

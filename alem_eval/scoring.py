@@ -150,7 +150,7 @@ class _Job:
 
 
 def _plan(source, cells, opts: ScoreOptions) -> list[_Job]:
-    from .evaluate import FAST_MAX_STEPS, FAST_NUM_EPISODES
+    from .evaluate import episode_settings
     from .loader import resolve_cell
 
     jobs = []
@@ -161,12 +161,9 @@ def _plan(source, cells, opts: ScoreOptions) -> list[_Job]:
         )
         if opts.protocol == "reference":
             diffs = list(dict.fromkeys(cfg.eval.eval_difficulties))
-            n_ep = opts.num_episodes or cfg.eval.num_episodes
-            steps = opts.max_steps or cfg.eval.max_steps
         else:
             diffs = [cfg.env.training_difficulty]
-            n_ep = opts.num_episodes or FAST_NUM_EPISODES  # the paper protocol
-            steps = opts.max_steps or FAST_MAX_STEPS
+        n_ep, steps = episode_settings(cfg, opts.protocol, opts.num_episodes, opts.max_steps)
         if opts.eval_difficulties:
             diffs = [d for d in diffs if d in opts.eval_difficulties]
         for d in diffs:
@@ -412,18 +409,13 @@ def _provenance(key) -> dict[str, Any]:
 
 
 def _from_frame(job: _Job, frame, protocol: str) -> CellScore:
-    from .results import NON_METRIC_COLUMNS
+    from .results import episode_records
 
-    metric_cols = [c for c in frame.columns if c not in NON_METRIC_COLUMNS]
-    frame = frame.sort_values("episode")
-    episodes = tuple(
-        {c: float(r[c]) for c in metric_cols if r[c] == r[c]} for _, r in frame.iterrows()
-    )
     return CellScore(
         job.cell,
         job.eval_difficulty,
         protocol,
-        episodes,
+        tuple(episode_records(frame)),
         reused=True,
         provenance=_provenance(job.key),
     )

@@ -90,11 +90,16 @@ import atexit as _atexit
 import tempfile as _tempfile
 
 _HF_HOME = os.environ["HF_HOME"] = _tempfile.mkdtemp(prefix="alem-eval-test-hf-")
-_atexit.register(shutil.rmtree, _HF_HOME, ignore_errors=True)
+# The user's alem-eval cache (results, compare store, verified markers) likewise: a test
+# that falls back on a default location writes here, never into ~/.cache/alem-eval.
+_USER_CACHE = os.environ["ALEM_EVAL_CACHE"] = _tempfile.mkdtemp(prefix="alem-eval-test-cache-")
+for _own in (_HF_HOME, _USER_CACHE):
+    _atexit.register(shutil.rmtree, _own, ignore_errors=True)
 
 
 def pytest_unconfigure(config):
-    shutil.rmtree(_HF_HOME, ignore_errors=True)  # xdist workers end without running atexit
+    for own in (_HF_HOME, _USER_CACHE):  # xdist workers end without running atexit
+        shutil.rmtree(own, ignore_errors=True)
 
 
 os.environ.pop("HF_TOKEN", None)

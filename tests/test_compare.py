@@ -86,3 +86,47 @@ def test_compare_takes_a_metric_by_label_or_alias_as_its_help_shows(two_sources)
         two_sources.calls.clear()  # the stub scores the first source's call higher
         [row] = compare_sources([a, b], ["tiny/ippo-rnn/easy/seed0"], metric=name, episodes=3)
         assert row["metric"] == "Team/achievement_pct" and row["verdict"] == "A better"
+
+
+def test_a_rerun_reads_both_sources_back_from_the_store(two_sources, tmp_path):
+    """Scores are kept per (cell, checkpoint, config, protocol, episodes, cap): a rerun
+    evaluates nothing and states the same; other settings evaluate again. The two sources
+    hold the same cell id with different checkpoints: both versions are kept."""
+    from alem_eval.results import ResultsStore
+
+    cell = "tiny/ippo-rnn/easy/seed0"
+    a, b = two_sources(cell)
+    (tmp_path / "B" / cell / "checkpoint" / "RETRAINED").write_text("another checkpoint")
+    store = ResultsStore(tmp_path / "store")
+    first = compare_sources([a, b], [cell], episodes=6, reps=500, store=store)
+    assert len(two_sources.calls) == 2 and len(store.entries()) == 2
+    assert first[0]["verdict"] == "A better"
+    again = compare_sources([a, b], [cell], episodes=6, reps=500, store=store)
+    assert len(two_sources.calls) == 2 and again == first  # read back, the same statement
+    compare_sources([a, b], [cell], episodes=5, reps=500, store=store)
+    assert len(two_sources.calls) == 4  # another key: evaluated, stored beside
+    assert len(store.entries()) == 4
+
+
+def test_an_interrupted_compare_keeps_what_it_scored(two_sources, tmp_path, monkeypatch):
+    from alem_eval.results import ResultsStore
+
+    cell = "tiny/ippo-rnn/easy/seed0"
+    a, b = two_sources(cell)
+    (tmp_path / "B" / cell / "checkpoint" / "RETRAINED").write_text("another checkpoint")
+    store = ResultsStore(tmp_path / "store")
+    stub = evaluate.score_stack
+
+    def interrupted(*args, **kw):
+        if len(two_sources.calls) == 1:  # source B's evaluation: Ctrl-C
+            raise KeyboardInterrupt
+        return stub(*args, **kw)
+
+    monkeypatch.setattr(evaluate, "score_stack", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        compare_sources([a, b], [cell], episodes=6, reps=500, store=store)
+    assert [e.key.cell for e in store.entries()] == [cell]  # source A's scores are kept
+    monkeypatch.setattr(evaluate, "score_stack", stub)
+    [row] = compare_sources([a, b], [cell], episodes=6, reps=500, store=store)
+    assert len(two_sources.calls) == 2  # only B was evaluated again
+    assert row["verdict"] == "A better"

@@ -410,6 +410,7 @@ def test_compare_command_wiring(tmp_path, monkeypatch):
         pytest.skip("fixture cells not available")
     for side in ("A", "B"):
         shutil.copytree(FIXTURES / cell, tmp_path / side / cell)
+    (tmp_path / "B" / cell / "checkpoint" / "RETRAINED").write_text("another checkpoint")
 
     def fake_score_stack(cfgs, weights, *, protocol, eval_difficulty, num_episodes, max_steps):
         assert eval_difficulty == "easy" and num_episodes == 6
@@ -438,10 +439,13 @@ def test_compare_command_wiring(tmp_path, monkeypatch):
             "500",
             "--format",
             "json",
+            "--store",
+            str(tmp_path / "store"),
         ],
         catch_exceptions=False,
     )
     assert result.exit_code == 0, result.output
+    assert len(list((tmp_path / "store").rglob("*.parquet"))) == 2  # both sources kept
     rows = _json.loads(result.stdout[result.stdout.index("[") :])
     assert rows[0]["runs"] == "episodes" and rows[0]["n_A"] == 6
     assert rows[0]["p_improvement"] == 1.0 and rows[0]["verdict"] == "A better"

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -52,11 +53,20 @@ def compare(
     reps: RepsOpt = DEFAULT_COMPARE_REPS,
     seed: SeedOpt = 0,
     fmt: FormatOpt = OutputFormat.table,
+    store: Annotated[
+        Path | None,
+        typer.Option(
+            "--store",
+            help="Where both sources' scores are kept: a rerun (or one after an "
+            "interruption) reads back what is there. Default: <user cache>/compare, apart "
+            "from the results store, so leaderboards never mix the other source in.",
+        ),
+    ] = None,
 ) -> None:
     """Is source A's checkpoint better than source B's? P(A > B) with a bootstrap CI.
 
     Runs are seeds when both sides have at least two cells, else episodes; difficulties
-    are compared separately, never pooled.
+    are compared separately, never pooled. Scores are kept (--store) and read back.
 
     Examples:
 
@@ -64,6 +74,8 @@ def compare(
       alem-eval compare 'demo/*/easy' --source demo --source runs --metric total
     """
     from ..compare import compare_sources
+    from ..paths import compare_dir
+    from ..results import ResultsStore
     from ..runtime import enable_compilation_cache
 
     enable_compilation_cache()
@@ -77,6 +89,7 @@ def compare(
         max_steps=max_steps,
         reps=reps,
         seed=seed,
+        store=ResultsStore(store.expanduser() if store else compare_dir()),
     )
     if fmt == OutputFormat.table:
         for r in rows:
