@@ -86,7 +86,7 @@ def score_source(
     """
     from . import evaluate
     from .checkpoint import checkpoint_hash
-    from .loader import cell_checkpoint_dir, load_cell
+    from .loader import cell_checkpoint_dir, load_cell, resolve_cell
     from .metrics import resolve_metric
     from .results import ResultKey, build_rows, episode_records
     from .sources import open_source
@@ -97,31 +97,33 @@ def score_source(
     episodes_of: dict[tuple[str, str], list[dict[str, float]]] = {}
     groups: dict[tuple, list] = defaultdict(list)
     for c in cells:
-        lc = load_cell(
-            src.local_dir(c),
-            algorithm=c.algorithm,
-            difficulty=c.difficulty,
-            seed=c.seed,
-            policy_only=True,
-            where=f"{spec}:{c.id}",
-        )
+        cell_dir = src.local_dir(c)  # a Hub source checks (and fetches) its files here
+        # config.json only: the key needs no weights
+        cfg, _ = resolve_cell(cell_dir, algorithm=c.algorithm, difficulty=c.difficulty, seed=c.seed)
         diff = eval_difficulty or c.difficulty
-        n, cap = evaluate.episode_settings(lc.cfg, protocol, episodes, max_steps)
-        key = ResultKey(
-            cell=c.id,
+        n, cap = evaluate.episode_settings(cfg, protocol, episodes, max_steps)
+        key = ResultKey.for_run(
+            c.id,
+            cfg,
+            checkpoint_hash=checkpoint_hash(cell_checkpoint_dir(cell_dir)),
             eval_difficulty=diff,
             protocol=protocol,
-            checkpoint_hash=checkpoint_hash(cell_checkpoint_dir(src.local_dir(c))),
-            config_hash=lc.cfg.config_hash,
-            env_version=lc.cfg.env_version,
             num_episodes=n,
             max_steps=cap,
         )
         stored = store.get(key) if store is not None else None
         if stored is not None:
             episodes_of[(diff, c.id)] = episode_records(stored)
-        else:
-            groups[(lc.cfg.network_key, diff)].append((c, lc, key))
+            continue
+        lc = load_cell(
+            cell_dir,
+            algorithm=c.algorithm,
+            difficulty=c.difficulty,
+            seed=c.seed,
+            policy_only=True,
+            where=f"{spec}:{c.id}",
+        )
+        groups[(lc.cfg.network_key, diff)].append((c, lc, key))
     for (_, diff), members in groups.items():
         records = evaluate.score_stack(
             [lc.cfg for _, lc, _ in members],

@@ -155,6 +155,31 @@ class ResultKey:
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise ResultsError(f"result key {name} must be a positive int, got {v!r}")
 
+    @classmethod
+    def for_run(
+        cls,
+        cell: Any,
+        cfg: Any,
+        *,
+        checkpoint_hash: str,
+        eval_difficulty: str,
+        protocol: str,
+        num_episodes: int,
+        max_steps: int,
+    ) -> ResultKey:
+        """The key of a checkpoint (``cfg``: its :class:`~alem_eval.config.RunConfig`)
+        evaluated this way: what ``score`` and ``compare`` store and read back under."""
+        return cls(
+            cell=cell,
+            eval_difficulty=eval_difficulty,
+            protocol=protocol,
+            checkpoint_hash=checkpoint_hash,
+            config_hash=cfg.config_hash,
+            env_version=cfg.env_version,
+            num_episodes=num_episodes,
+            max_steps=max_steps,
+        )
+
     @property
     def digest(self) -> str:
         """Stable 16-hex-digit hash of the whole key (names the file)."""

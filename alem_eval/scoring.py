@@ -215,13 +215,12 @@ def score_cells(
     for job in jobs:
         if job.cell.id not in hashes:
             hashes[job.cell.id] = ckpt.checkpoint_hash(cell_checkpoint_dir(job.cell_dir))
-        job.key = ResultKey(
-            cell=job.cell.id,
+        job.key = ResultKey.for_run(
+            job.cell.id,
+            job.cfg,
+            checkpoint_hash=hashes[job.cell.id],
             eval_difficulty=job.eval_difficulty,
             protocol=options.protocol,
-            checkpoint_hash=hashes[job.cell.id],
-            config_hash=job.cfg.config_hash,
-            env_version=job.cfg.env_version,
             num_episodes=job.num_episodes,
             max_steps=job.max_steps,
         )
