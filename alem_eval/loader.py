@@ -87,6 +87,11 @@ class VerifyResult:
     message: str
     warnings: tuple[str, ...] = ()
 
+    @classmethod
+    def failed(cls, cell_id: str, err: AlemEvalError) -> VerifyResult:
+        """The result names the cell: its message need not repeat it."""
+        return cls(cell_id, False, None, str(err).removeprefix(f"{cell_id}: "))
+
     def as_record(self) -> dict[str, Any]:
         return {
             "cell": self.cell,
@@ -110,8 +115,8 @@ def verify_cell(
         loaded = load_cell(
             cell_dir, algorithm=algorithm, difficulty=difficulty, seed=seed, where=cell_id
         )
-    except AlemEvalError as err:  # the result names the cell: the message need not repeat it
-        return VerifyResult(cell_id, False, None, str(err).removeprefix(f"{cell_id}: "))
+    except AlemEvalError as err:
+        return VerifyResult.failed(cell_id, err)
     warnings = list(loaded.cfg.warnings)
     from .config import PAPER_ENV_VERSION
 

@@ -17,7 +17,7 @@ def verify_cells(source, cells: Sequence) -> list[VerifyResult]:
         try:
             cell_dir = source.local_dir(cell, rehash=True)  # re-check every file's hash
         except AlemEvalError as err:
-            out.append(VerifyResult(cell.id, False, None, str(err)))
+            out.append(VerifyResult.failed(cell.id, err))
             continue
         result = verify_cell(
             cell_dir,

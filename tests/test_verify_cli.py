@@ -67,3 +67,14 @@ def test_verify_usage_errors_exit_2(tmp_path, fixtures_root):
     proc = run_cli(["verify"], env)  # the whole Hub release: never without asking
     assert_one_line_error(proc, "name the Hub cells")
     assert proc.returncode == 2
+
+
+def test_a_cell_the_source_cannot_provide_fails_naming_it_once(fixtures_root):
+    from alem_eval.manifest import Cell
+    from alem_eval.sources import open_source
+    from alem_eval.verify import verify_cells
+
+    missing = Cell("tiny", "ippo-rnn", "easy", 7)
+    [result] = verify_cells(open_source(str(fixtures_root)), [missing])
+    assert not result.ok and result.cell == missing.id
+    assert result.message.startswith("no such cell under ")  # the id is in result.cell
