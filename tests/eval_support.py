@@ -22,8 +22,9 @@ from tests.conftest import FIXTURES
 # parity tests (their own programs: one slot per checkpoint, upstream's caps) and the rest.
 EVALUATOR_GROUP = "evaluator"
 REFERENCE_GROUP = "evaluator-reference"
-# `alem-eval demo` at its defaults, then notebooks/quickstart.ipynb, which scores the same
-# cells the same way: its kernel loads those programs from the compilation cache.
+# The cross-play CLI tests and `alem-eval demo` at the notebook's settings, then
+# notebooks/quickstart.ipynb, which scores and pairs the same demo cells the same way: its
+# kernel loads those programs from the compilation cache.
 DEMO_PROGRAMS = "demo-programs"
 # The fast-protocol batch used by the in-process and the CLI tests alike (one checkpoint,
 # this many episodes, a step cap <= 1024): equal shapes give one program, which the
