@@ -30,6 +30,24 @@ DEMO_PROGRAMS = "demo-programs"
 # this many episodes, a step cap <= 1024): equal shapes give one program, which the
 # persistent compilation cache then serves to every process of the test run.
 FAST_EPISODES = 4
+# The mixed batch of tests/test_teams.py and tests/test_recording.py: every algorithm, five
+# checkpoints, seven teams of two slots each (so each team's four episodes queue), on
+# 'easy' with a short cap. Recording it unrecorded is test_teams' program.
+MIXED_CELLS = (
+    "tiny/ippo-rnn/easy/seed0",
+    "tiny/mappo-rnn/medium/seed0",
+    "tiny/hypermarl-rnn/hard/seed0",
+    "tiny/pqn-vdn-rnn/easy/seed0",
+    "tiny/ippo-rnn/hard/seed2",
+)
+MIXED_TEAMS = [(0, 0, 0), (0, 1, 2), (3, 0, 1), (2, 3, 3), (0, 0, 4), (4, 0, 0), (3, 3, 3)]
+MIXED_RUN = dict(
+    protocol="fast",
+    eval_difficulty="easy",
+    num_episodes=FAST_EPISODES,
+    max_steps=40,  # short: these tests check composition, not play
+    batch=2 * len(MIXED_TEAMS),
+)
 
 CELL_DIFFICULTY = {
     "tiny/ippo-rnn/easy/seed0": "easy",

@@ -17,7 +17,11 @@ pytestmark = pytest.mark.xdist_group(EVALUATOR_GROUP)
 IPPO = "tiny/ippo-rnn/easy/seed0"
 PQN = "tiny/pqn-vdn-rnn/easy/seed0"
 STEPS = 1000  # the cap of the shared fast-protocol tests: these near-untrained teams die early
-PAIR = dict(batch=4, chunk=1)  # IPPO beside PQN, 2 slots each, one step per call (one program)
+# The queue of most tests here: IPPO beside PQN, 2 slots each for their 4 episodes, one step
+# per call (one program). Team 0 has the lowest slots, so the batch's one refill port
+# serves it first: its episodes start as in a two-slot queue of its own.
+PAIR = dict(batch=4, chunk=1)
+TEAMS = [(0, 0, 0), (1, 1, 1)]
 
 
 def _run(cell_ids, teams, batch, on_progress=None, episode_caps=None, on_team=None, chunk=ev.CHUNK):
@@ -39,14 +43,14 @@ def _run(cell_ids, teams, batch, on_progress=None, episode_caps=None, on_team=No
 
 
 def test_finished_episodes_are_reported_as_they_finish():
-    """Two slots, four episodes: the host hears of episodes while others still run, and
+    """Four slots, eight episodes: the host hears of episodes while others still run, and
     the last report counts every episode and every live env step."""
     seen: list[ev.RolloutProgress] = []
-    res = _run([IPPO], [(0, 0, 0)], batch=2, on_progress=seen.append)
+    res = _run([IPPO, PQN], TEAMS, **PAIR, on_progress=seen.append)
     done = [p.episodes_done for p in seen]
-    assert done == sorted(done) and done[-1] == FAST_EPISODES
-    assert any(0 < d < FAST_EPISODES for d in done), done
-    assert {p.episodes_total for p in seen} == {FAST_EPISODES}
+    assert done == sorted(done) and done[-1] == 2 * FAST_EPISODES
+    assert any(0 < d < 2 * FAST_EPISODES for d in done), done
+    assert {p.episodes_total for p in seen} == {2 * FAST_EPISODES}
     assert seen[-1].live_steps == res.live_steps
     assert all(a.elapsed_s <= b.elapsed_s for a, b in itertools.pairwise(seen))
 
@@ -60,7 +64,7 @@ def test_a_team_is_handed_over_after_the_call_its_last_episode_ends_in_while_oth
     events: list[tuple] = []
     res = _run(
         [IPPO, PQN],
-        [(0, 0, 0), (1, 1, 1)],
+        TEAMS,
         **PAIR,
         on_progress=lambda p: events.append(("progress", p.episodes_done)),
         on_team=lambda i, recs: events.append(("team", i, recs)),
@@ -120,50 +124,42 @@ def test_handed_over_rows_are_padded_so_few_gather_shapes_ever_compile():
 
 
 def test_a_queue_longer_than_the_batch_runs_every_episode_once_with_the_same_records():
-    """Two slots for four episodes: episodes 2 and 3 start as refills after 0 and 1 end,
-    beside whatever the other slot runs; their records equal those of a batch that runs
-    all four at once, of a batch shared with another team, and of one slot that runs
-    each episode alone, one after another."""
+    """Two slots for four episodes, beside another team: episodes 2 and 3 start as
+    refills after 0 and 1 end; their records equal those of a batch that runs all four
+    at once and of one slot that runs each episode alone, one after another."""
     all_at_once = _run([IPPO], [(0, 0, 0)], batch=None)
-    queued = _run([IPPO], [(0, 0, 0)], batch=2)
-    beside = _run([IPPO, PQN], [(0, 0, 0), (1, 1, 1)], **PAIR)  # 2 slots per team
+    queued = _run([IPPO, PQN], TEAMS, **PAIR)
     alone = _run([IPPO], [(0, 0, 0)], batch=1)
-    assert len(queued.records[0]) == FAST_EPISODES
+    assert [len(r) for r in queued.records] == [FAST_EPISODES] * 2
     for i, (a, *others) in enumerate(
-        zip(
-            all_at_once.records[0],
-            queued.records[0],
-            beside.records[0],
-            alone.records[0],
-            strict=True,
-        )
+        zip(all_at_once.records[0], queued.records[0], alone.records[0], strict=True)
     ):
         for other in others:
             assert not diff_records(other, a), f"episode {i}: {diff_records(other, a)[:5]}"
     # The slots ran exactly the schedule of a two-slot queue refilled after every step:
     # each episode starts at the step after a slot's previous episode ended.
-    lengths = [int(r["episode_length"]) for r in queued.records[0]]
-    assert list(queued.starts[0]) == queue_starts(lengths, slots=2, ports=1)
-    assert queued.live_steps == sum(lengths)
-    ends = [s + n for s, n in zip(queued.starts[0], lengths, strict=True)]
-    assert queued.slot_steps == max(ends) * 2
+    lengths = [[int(r["episode_length"]) for r in recs] for recs in queued.records]
+    assert list(queued.starts[0]) == queue_starts(lengths[0], slots=2, ports=1)
+    assert queued.live_steps == sum(map(sum, lengths))
+    ends = [s + n for t in (0, 1) for s, n in zip(queued.starts[t], lengths[t], strict=True)]
+    assert queued.slot_steps == max(ends) * 4
     assert 0 < queued.utilisation <= 1
     # Alone: each episode starts the step after the previous one ended, no idle step.
-    assert list(alone.starts[0]) == queue_starts(lengths, slots=1, ports=1)
-    assert alone.slot_steps == alone.live_steps == sum(lengths)
+    assert list(alone.starts[0]) == queue_starts(lengths[0], slots=1, ports=1)
+    assert alone.slot_steps == alone.live_steps == sum(lengths[0])
 
 
 def test_episodes_end_at_their_own_caps_and_the_episodes_they_do_not_cut_keep_their_records():
     """A queue ragged by design: each episode runs min(its natural length, its cap) steps,
     the slots it frees take the next episodes, and an episode its cap does not reach is
     the same episode as in the uncapped run."""
-    natural = _run([IPPO], [(0, 0, 0)], batch=2)
+    natural = _run([IPPO, PQN], TEAMS, **PAIR)
     lengths = [int(r["episode_length"]) for r in natural.records[0]]
     caps = [max(1, lengths[0] // 3), STEPS, 1, STEPS]
-    capped = _run([IPPO], [(0, 0, 0)], batch=2, episode_caps=caps)
-    got = [int(r["episode_length"]) for r in capped.records[0]]
-    assert got == [min(n, c) for n, c in zip(lengths, caps, strict=True)]
-    assert capped.live_steps == sum(got)
+    capped = _run([IPPO, PQN], TEAMS, **PAIR, episode_caps=caps)
+    got = [[int(r["episode_length"]) for r in recs] for recs in capped.records]
+    assert got[0] == [min(n, c) for n, c in zip(lengths, caps, strict=True)]
+    assert capped.live_steps == sum(map(sum, got))
     for e in (1, 3):
         assert not diff_records(capped.records[0][e], natural.records[0][e])
     with pytest.raises(UsageError, match="episode_caps"):

@@ -4,6 +4,7 @@ Every fixture cell's ``upstream_eval.json`` holds the numbers upstream's trainer
 (``eval_ep/<difficulty>/...``: 418 compute_score keys, ``episode_return``,
 ``episode_length`` = true length - 1, ``done``, ``seed``). The comparison is ``==`` on
 every key. One cell per algorithm runs by default; the full-size IPPO cell is slow.
+Stacking checkpoints in one reference program changes no member's numbers.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 
 from alem_eval import evaluate as ev
-from tests.eval_support import REFERENCE_GROUP, diff_records, load, with_eval
+from tests.eval_support import REFERENCE_GROUP, diff_records, load, programs_made, with_eval
 
 pytestmark = pytest.mark.xdist_group(REFERENCE_GROUP)
 
@@ -87,3 +88,34 @@ def test_visualize_consumes_one_split():
     _, d0 = jax.random.split(eval_key)
     assert np.array_equal(np.asarray(on), np.asarray(d0))
     assert not np.array_equal(np.asarray(on), np.asarray(off))
+
+
+def _stack_members():
+    """Three tiny-IPPO checkpoints with different weights and/or key chains, all scored
+    on 'hard' with the same episode count and cap."""
+    hard, easy = load("tiny/ippo-rnn/hard/seed2"), load("tiny/ippo-rnn/easy/seed0")
+    return [
+        (hard.cfg, hard.weights),
+        (with_eval(easy.cfg, eval_difficulties=("hard",)), easy.weights),
+        (with_eval(hard.cfg, seed=7), hard.weights),
+    ]
+
+
+def test_reference_stack_equals_each_alone_and_traces_once():
+    members = _stack_members()
+    cfgs = [c for c, _ in members]
+    weights = [w for _, w in members]
+    # Alone, each member is the tiny-IPPO parity program (3 episodes, one capacity bucket).
+    kw = dict(protocol="reference", eval_difficulty="hard", num_episodes=3, max_steps=100)
+    before = programs_made()
+    stacked = ev.score_stack(cfgs, weights, **kw)
+    assert programs_made() - before == 1  # one trace/compile for the whole stack
+    again = ev.score_stack(cfgs, weights, **kw)
+    assert programs_made() - before == 1  # and none for a repeat
+    assert again == stacked
+    for k, (cfg, w) in enumerate(members):
+        alone = ev.score_stack([cfg], [w], **kw)[0]
+        for i, (a, b) in enumerate(zip(stacked[k], alone)):
+            assert not diff_records(a, b), f"checkpoint {k} episode {i}: {diff_records(a, b)[:5]}"
+    # The members really differ (weights or key chain), so the test is not vacuous.
+    assert stacked[0] != stacked[1] and stacked[0] != stacked[2]

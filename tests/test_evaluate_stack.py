@@ -18,44 +18,12 @@ from tests.eval_support import (
     diff_records,
     load,
     programs_made,
-    with_eval,
 )
 
 pytestmark = pytest.mark.xdist_group(EVALUATOR_GROUP)
 
 IPPO_EASY = "tiny/ippo-rnn/easy/seed0"
-IPPO_HARD = "tiny/ippo-rnn/hard/seed2"
 FAST_STEPS = 1000
-
-
-def _stack_members():
-    """Three tiny-IPPO checkpoints with different weights and/or key chains, all scored
-    on 'hard' with the same episode count and cap."""
-    hard, easy = load(IPPO_HARD), load(IPPO_EASY)
-    return [
-        (hard.cfg, hard.weights),
-        (with_eval(easy.cfg, eval_difficulties=("hard",)), easy.weights),
-        (with_eval(hard.cfg, seed=7), hard.weights),
-    ]
-
-
-def test_reference_stack_equals_each_alone_and_traces_once():
-    members = _stack_members()
-    cfgs = [c for c, _ in members]
-    weights = [w for _, w in members]
-    kw = dict(protocol="reference", eval_difficulty="hard", num_episodes=3, max_steps=100)
-    before = programs_made()
-    stacked = ev.score_stack(cfgs, weights, **kw)
-    assert programs_made() - before == 1  # one trace/compile for the whole stack
-    again = ev.score_stack(cfgs, weights, **kw)
-    assert programs_made() - before == 1  # and none for a repeat
-    assert again == stacked
-    for k, (cfg, w) in enumerate(members):
-        alone = ev.score_stack([cfg], [w], **kw)[0]
-        for i, (a, b) in enumerate(zip(stacked[k], alone)):
-            assert not diff_records(a, b), f"checkpoint {k} episode {i}: {diff_records(a, b)[:5]}"
-    # The members really differ (weights or key chain), so the test is not vacuous.
-    assert stacked[0] != stacked[1] and stacked[0] != stacked[2]
 
 
 def _fast(cell, difficulty):
@@ -183,11 +151,10 @@ def _score_in_new_process():
 
 
 def test_a_new_process_reuses_the_traced_program_and_scores_identically():
-    first = _score_in_new_process()  # traces, or loads what an earlier test exported
-    second = _score_in_new_process()
-    assert second["counts"].get("rollout", 0) == 0, second["counts"]  # no Python trace
-    assert second["counts"].get("rollout:loaded", 0) == 1
-    assert second["counts"].get("reset:traced", 0) == 0  # world generation: loaded too
-    assert second["counts"].get("score:traced", 0) == 0
-    assert second["records"] == first["records"]
-    assert second["records"] == _fast(load(IPPO_EASY), "easy").records
+    here = _fast(load(IPPO_EASY), "easy")  # this process traced or loaded it: it is exported
+    other = _score_in_new_process()
+    assert other["counts"].get("rollout", 0) == 0, other["counts"]  # no Python trace
+    assert other["counts"].get("rollout:loaded", 0) == 1
+    assert other["counts"].get("reset:traced", 0) == 0  # world generation: loaded too
+    assert other["counts"].get("score:traced", 0) == 0
+    assert other["records"] == here.records

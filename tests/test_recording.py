@@ -16,14 +16,14 @@ import pytest
 
 from alem_eval import evaluate as ev
 from alem_eval.errors import DatasetError
-from tests.eval_support import EVALUATOR_GROUP, load
+from tests.eval_support import EVALUATOR_GROUP, MIXED_CELLS, MIXED_RUN, MIXED_TEAMS, load
 
 pytestmark = pytest.mark.xdist_group(EVALUATOR_GROUP)
 
-IPPO = "tiny/ippo-rnn/easy/seed0"
-PQN = "tiny/pqn-vdn-rnn/easy/seed0"
-EPISODES = 3
-STEPS = 40
+# test_teams' mixed batch (every algorithm, mixed teams, episodes that start as refills):
+# scored unrecorded, it is that test's program.
+EPISODES = MIXED_RUN["num_episodes"]
+IPPO = MIXED_CELLS[0]
 
 
 class MemoryRecorder:
@@ -57,28 +57,23 @@ class MemoryRecorder:
 
 @pytest.fixture(scope="module")
 def recorded():
-    cells = [load(IPPO), load(PQN)]
+    cells = [load(c) for c in MIXED_CELLS]
     rec = MemoryRecorder()
-    teams = [(0, 0, 0), (0, 1, 1)]
     res = ev.run_teams(
         [c.cfg for c in cells],
         [c.weights for c in cells],
-        teams,
-        protocol="fast",
-        eval_difficulty="easy",
-        num_episodes=EPISODES,
-        max_steps=STEPS,
-        batch=2,  # a queue: episodes start as refills
-        record=ev.RecordTo(rec, [IPPO, PQN]),
+        MIXED_TEAMS,
+        **MIXED_RUN,
+        record=ev.RecordTo(rec, list(MIXED_CELLS)),
     )
-    return res, rec, cells, teams
+    return res, rec, cells, MIXED_TEAMS
 
 
 def test_every_step_of_every_episode_is_recorded_once_and_matches_the_scores(recorded):
     res, rec, _, teams = recorded
     assert res.record_error is None
     for i, team in enumerate(teams):
-        names = tuple([IPPO, PQN][m] for m in team)
+        names = tuple(MIXED_CELLS[m] for m in team)
         for e in range(EPISODES):
             steps = rec.episode(names, e)
             meta = rec.meta[(names, e)]
@@ -94,16 +89,7 @@ def test_every_step_of_every_episode_is_recorded_once_and_matches_the_scores(rec
 
 def test_recording_does_not_change_the_scores(recorded):
     res, _, cells, teams = recorded
-    plain = ev.run_teams(
-        [c.cfg for c in cells],
-        [c.weights for c in cells],
-        teams,
-        protocol="fast",
-        eval_difficulty="easy",
-        num_episodes=EPISODES,
-        max_steps=STEPS,
-        batch=2,
-    )
+    plain = ev.run_teams([c.cfg for c in cells], [c.weights for c in cells], teams, **MIXED_RUN)
     assert plain.records == res.records
 
 
@@ -112,8 +98,9 @@ def test_recorded_actions_replayed_from_the_recorded_keys_reproduce_the_episode(
     sees the recorded observations and ends with the recorded achievements."""
     from alem_env.eval_env import get_eval_env
 
-    res, rec, cells, _ = recorded
-    names = (IPPO, PQN, PQN)
+    res, rec, cells, teams = recorded
+    names = tuple(MIXED_CELLS[m] for m in (3, 0, 1))  # PQN, IPPO, MAPPO
+    assert (3, 0, 1) in teams
     env = get_eval_env(ev.eval_statics(cells[0].cfg).world)
     dyn = env.difficulty_params("easy")
     for e in (0, EPISODES - 1):
@@ -136,12 +123,8 @@ def test_a_failing_recorder_stops_the_recording_not_the_scores(recorded):
         [c.cfg for c in cells],
         [c.weights for c in cells],
         teams,
-        protocol="fast",
-        eval_difficulty="easy",
-        num_episodes=EPISODES,
-        max_steps=STEPS,
-        batch=2,
-        record=ev.RecordTo(broken, [IPPO, PQN]),
+        **MIXED_RUN,
+        record=ev.RecordTo(broken, list(MIXED_CELLS)),
     )
     assert out.record_error == "disk full (test)"
     assert out.records == res.records

@@ -11,16 +11,20 @@ from alem_eval import evaluate as ev
 from alem_eval.errors import EvaluationError
 from alem_eval.networks import build_network
 from alem_eval.policies import make_policy
-from tests.eval_support import EVALUATOR_GROUP, diff_records, load, programs_made, with_eval
+from tests.eval_support import (
+    EVALUATOR_GROUP,
+    MIXED_CELLS,
+    MIXED_RUN,
+    MIXED_TEAMS,
+    diff_records,
+    load,
+    programs_made,
+    with_eval,
+)
 
 pytestmark = pytest.mark.xdist_group(EVALUATOR_GROUP)
 
-IPPO = "tiny/ippo-rnn/easy/seed0"
-IPPO_2 = "tiny/ippo-rnn/hard/seed2"
-MAPPO = "tiny/mappo-rnn/medium/seed0"
-HYPER = "tiny/hypermarl-rnn/hard/seed0"
-PQN = "tiny/pqn-vdn-rnn/easy/seed0"
-EPISODES, STEPS = 2, 40  # short: these tests check composition, not play
+IPPO, MAPPO, HYPER, PQN, IPPO_2 = MIXED_CELLS
 
 
 def _members(*cell_ids):
@@ -35,20 +39,19 @@ def test_team_roles_lists_members_in_order_with_their_slots():
 
 
 def test_every_algorithm_is_scored_by_one_program_and_identical_teams_equal_self_play():
-    cfgs, weights = _members(IPPO, MAPPO, HYPER, PQN, IPPO_2)
-    teams = [(0, 0, 0), (0, 1, 2), (3, 0, 1), (2, 3, 3), (0, 0, 4), (4, 0, 0), (3, 3, 3)]
-    kw = dict(protocol="fast", eval_difficulty="easy", num_episodes=EPISODES, max_steps=STEPS)
+    cfgs, weights = _members(*MIXED_CELLS)
+    teams = MIXED_TEAMS
     made, programs = programs_made(), len(ev._PROGRAMS)
-    mixed = ev.run_teams(cfgs, weights, teams, **kw)
+    mixed = ev.run_teams(cfgs, weights, teams, **MIXED_RUN)
     # One program, one trace of the rollout (hence of the Alem step) for four algorithms.
     assert programs_made() - made == 1
     assert len(ev._PROGRAMS) - programs == 1
-    assert all(len(r) == EPISODES for r in mixed.records)
+    assert all(len(r) == MIXED_RUN["num_episodes"] for r in mixed.records)
     # A team whose three slots are one checkpoint gives exactly that cell's self-play
-    # records, whatever else is in the batch.
+    # records, whatever else is in the batch (alone, every episode of the cell at once).
     for team, cell in (((0, 0, 0), IPPO), ((3, 3, 3), PQN)):
         c = load(cell)
-        alone = ev.run_stack([c.cfg], [c.weights], **kw).records[0]
+        alone = ev.run_stack([c.cfg], [c.weights], **MIXED_RUN).records[0]
         got = mixed.records[teams.index(team)]
         for i, (a, b) in enumerate(zip(got, alone, strict=True)):
             assert not diff_records(a, b), f"{team} episode {i}: {diff_records(a, b)[:5]}"

@@ -22,8 +22,11 @@ from alem_eval.config import build_train_config, training_run_config
 from alem_eval.loader import load_cell
 from alem_eval.networks import build_network
 
-# One xdist worker for the whole module: its fixtures share compiled trainers.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("trainers")]
+pytestmark = pytest.mark.slow
+# The IPPO tests share one compiled trainer (module fixtures): one xdist worker runs them.
+# The other three algorithms compile a trainer each, used by one test: they go to
+# whichever worker is free.
+IPPO_TRAINER = pytest.mark.xdist_group("trainers-ippo")
 
 PPO_TINY = {
     "NUM_ENVS": 4,
@@ -181,6 +184,7 @@ def ippo_cli_run(tmp_path_factory):
     return out, args, result
 
 
+@IPPO_TRAINER
 def test_ippo_cli_writes_released_layout(ippo_cli_run, fixtures):
     out, _, result = ippo_cli_run
     assert result.exit_code == 0, result.output
@@ -205,6 +209,7 @@ def test_ippo_cli_writes_released_layout(ippo_cli_run, fixtures):
     )
 
 
+@IPPO_TRAINER
 def test_ippo_cli_skips_finished_cells(ippo_cli_run):
     from typer.testing import CliRunner
 
@@ -217,6 +222,7 @@ def test_ippo_cli_skips_finished_cells(ippo_cli_run):
     assert (out / "tiny/ippo-rnn/easy/seed0/checkpoint/_METADATA").stat().st_mtime_ns == before
 
 
+@IPPO_TRAINER
 def test_ippo_resume_reaches_the_same_result(ippo_cli_run, tmp_path):
     """Interrupted after 1 of 2 updates, a rerun continues from the resume checkpoint to the
     same final step count and bit-identical weights as the uninterrupted run."""
@@ -236,6 +242,7 @@ def test_ippo_resume_reaches_the_same_result(ippo_cli_run, tmp_path):
         jax.tree_util.tree_map(np.testing.assert_array_equal, a, b)
 
 
+@IPPO_TRAINER
 def test_resume_state_from_other_settings_is_refused(tmp_path):
     from alem_eval.errors import ConfigError
 
@@ -262,7 +269,7 @@ def _mean_return(history, start: int) -> np.ndarray:
     return sum(t["return"] for t in late) / episodes
 
 
-@pytest.mark.slow
+@IPPO_TRAINER
 def test_ippo_learns_on_easy(tmp_path):
     """IPPO improves the mean episode return on easy over its initial policy, for every
     seed. The initial policy is the same program run with LR=0 (same seeds, same worlds,
