@@ -81,6 +81,19 @@ def pytest_configure(config):
         )
 
 
+# --- Order: slow tests first ---------------------------------------------------------------
+# --dist loadgroup deals out work units to whichever worker runs short: groups first (most
+# tests first), then single tests in collection order. A long single test collected late
+# keeps one worker busy while the other has finished (the three one-test trainers, last in
+# the collection, once ran back to back on one worker at the end). Slow single tests go
+# first; a group keeps its order (its tests may rely on programs an earlier one compiled).
+def pytest_collection_modifyitems(config, items):
+    def single_and_slow(item) -> bool:
+        return bool(item.get_closest_marker("slow")) and not item.get_closest_marker("xdist_group")
+
+    items.sort(key=lambda item: not single_and_slow(item))
+
+
 # --- Hub / sources (tests/test_hub.py) ---------------------------------------------------
 # huggingface_hub reads HF_* variables once, at import. Before anything imports it, point it
 # at an isolated home and at a dead local endpoint, so no test can reach the real Hub or the

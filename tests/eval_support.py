@@ -30,6 +30,12 @@ DEMO_PROGRAMS = "demo-programs"
 # this many episodes, a step cap <= 1024): equal shapes give one program, which the
 # persistent compilation cache then serves to every process of the test run.
 FAST_EPISODES = 4
+# IPPO beside PQN, each in self-play with 2 slots for its FAST_EPISODES episodes, one step
+# per call: the queue of tests/test_continuous_batching.py, also test_teams' self-play
+# reference for PQN (one program for both).
+PAIR_CELLS = ("tiny/ippo-rnn/easy/seed0", "tiny/pqn-vdn-rnn/easy/seed0")
+PAIR_TEAMS = [(0, 0, 0), (1, 1, 1)]
+PAIR_BATCH = dict(batch=4, chunk=1)
 # The mixed batch of tests/test_teams.py and tests/test_recording.py: every algorithm, five
 # checkpoints, seven teams of two slots each (so each team's four episodes queue), on
 # 'easy' with a short cap. Recording it unrecorded is test_teams' program.

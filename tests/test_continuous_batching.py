@@ -10,18 +10,23 @@ import pytest
 
 from alem_eval import evaluate as ev
 from alem_eval.errors import UsageError
-from tests.eval_support import EVALUATOR_GROUP, FAST_EPISODES, diff_records, load
+from tests.eval_support import (
+    EVALUATOR_GROUP,
+    FAST_EPISODES,
+    PAIR_BATCH,
+    PAIR_CELLS,
+    PAIR_TEAMS,
+    diff_records,
+    load,
+)
 
 pytestmark = pytest.mark.xdist_group(EVALUATOR_GROUP)
 
-IPPO = "tiny/ippo-rnn/easy/seed0"
-PQN = "tiny/pqn-vdn-rnn/easy/seed0"
+IPPO, PQN = PAIR_CELLS
 STEPS = 1000  # the cap of the shared fast-protocol tests: these near-untrained teams die early
-# The queue of most tests here: IPPO beside PQN, 2 slots each for their 4 episodes, one step
-# per call (one program). Team 0 has the lowest slots, so the batch's one refill port
+# The queue of most tests here. Team 0 has the lowest slots, so the batch's one refill port
 # serves it first: its episodes start as in a two-slot queue of its own.
-PAIR = dict(batch=4, chunk=1)
-TEAMS = [(0, 0, 0), (1, 1, 1)]
+PAIR, TEAMS = PAIR_BATCH, PAIR_TEAMS
 
 
 def _run(cell_ids, teams, batch, on_progress=None, episode_caps=None, on_team=None, chunk=ev.CHUNK):

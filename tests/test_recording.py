@@ -151,8 +151,10 @@ def test_score_record_then_dataset_export_reads_back_with_flashbax(tmp_path, cap
 
     rec, vaults = tmp_path / "out", tmp_path / "vaults"
     scored = cli(
-        *("score", IPPO, "--source", str(FIXTURES), "--episodes", "2", "--max-steps", "30"),
-        *("--results", str(tmp_path / "results"), "--record", str(rec), "--format", "json"),
+        # The in-process tests' episode count: their world programs serve this run too.
+        *("score", IPPO, "--source", str(FIXTURES), "--episodes", str(EPISODES)),
+        *("--max-steps", "30", "--results", str(tmp_path / "results")),
+        *("--record", str(rec), "--format", "json"),
     )
     [cell] = json.loads(scored)
     lengths = [int(e["episode_length"]) for e in cell["episodes"]]
@@ -168,4 +170,4 @@ def test_score_record_then_dataset_export_reads_back_with_flashbax(tmp_path, cap
     ends = np.asarray(experience["terminals"]) + np.asarray(experience["truncations"])
     assert np.flatnonzero(ends[0, :, 0]).tolist() == list(np.cumsum(lengths) - 1)
     card = json.loads((path / "card.json").read_text())
-    assert card["episodes"] == 2 and card["steps"] == sum(lengths)
+    assert card["episodes"] == EPISODES and card["steps"] == sum(lengths)

@@ -19,6 +19,7 @@ from .hub_server import HubServer
 QUICK = ["--episodes", str(FAST_EPISODES), "--max-steps", "12"]
 
 
+@pytest.mark.slow
 def test_score_difficulty_hard_from_a_loopback_hub(tmp_path):
     with HubServer(FIXTURES, include=("tiny/",)) as hub:
         env = cli_env(tmp_path, hub.url)
@@ -67,6 +68,7 @@ def _temps(results):
     return {p for p in results.rglob("*") if p.name.startswith(_TMP_PREFIX)}
 
 
+@pytest.mark.slow
 def test_killed_score_resumes_with_only_the_missing_cells(tmp_path):
     env = cli_env(tmp_path, closed_port_url())
     results = tmp_path / "results"
