@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -75,6 +75,8 @@ def score_source(
     episodes: int | None,
     max_steps: int | None,
     store=None,
+    on_progress: Callable[[str, int, int], None] | None = None,
+    on_episodes: Callable[[Any], None] | None = None,
 ) -> dict[str, dict[str, list[float]]]:
     """``{eval difficulty: {cell id: [per-episode values of metric]}}`` for one source
     (each cell on ``eval_difficulty``, default its own training difficulty).
@@ -83,6 +85,10 @@ def score_source(
     holds under the same key (checkpoint and config hashes, protocol, episodes, cap) is
     read back, and each evaluated group of cells is stored as soon as it ends: a rerun,
     or a rerun after an interruption, evaluates only what is missing.
+
+    ``on_progress(message, done, total)`` is called once the read-back cells are known and
+    as scored cells are stored; ``on_episodes`` as the evaluator's episodes finish
+    (:class:`~alem_eval.evaluate.RolloutProgress`), as in :func:`~alem_eval.scoring.score_cells`.
     """
     from . import evaluate
     from .checkpoint import checkpoint_hash
@@ -124,6 +130,10 @@ def score_source(
             where=f"{spec}:{c.id}",
         )
         groups[(lc.cfg.network_key, diff)].append((c, lc, key))
+    if on_progress is not None and episodes_of:
+        on_progress(
+            f"{spec}: {len(episodes_of)} read back from the store", len(episodes_of), len(cells)
+        )
     for (_, diff), members in groups.items():
         records = evaluate.score_stack(
             [lc.cfg for _, lc, _ in members],
@@ -132,11 +142,14 @@ def score_source(
             eval_difficulty=diff,
             num_episodes=episodes,
             max_steps=max_steps,
+            on_progress=on_episodes,
         )
         for (c, _, key), eps in zip(members, records, strict=True):
             if store is not None:
                 store.write(build_rows(key, eps), key, extra={"source": spec})
             episodes_of[(diff, c.id)] = eps
+            if on_progress is not None:
+                on_progress(f"{spec}: scored {c.id}", len(episodes_of), len(cells))
     out: dict[str, dict[str, list[float]]] = defaultdict(dict)
     for (diff, cell_id), eps in sorted(episodes_of.items(), key=lambda kv: order[kv[0][1]]):
         name = resolve_metric(metric, eps[0].keys()) if eps else metric  # or UsageError
@@ -156,12 +169,15 @@ def compare_sources(
     reps: int = DEFAULT_COMPARE_REPS,
     seed: int = 0,
     store=None,
+    on_progress: Callable[[str, int, int], None] | None = None,
+    on_episodes: Callable[[Any], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Score the selected cells of two sources and compare them, one row per eval
     difficulty: ``eval_difficulty, metric, A, B, runs ("seeds" | "episodes"), n_A, n_B,
     mean_A, mean_B`` and the keys of :func:`compare_scores`. Both sources' scores are
     read from and written to ``store`` (see :func:`score_source`; the CLI's default is
-    ``<user cache>/compare``, kept apart from the results store)."""
+    ``<user cache>/compare``, kept apart from the results store; progress callbacks
+    as there)."""
     if len(sources) != 2:
         raise UsageError(f"compare needs exactly two --source options (got {len(sources)})")
     from .metrics import METRICS, resolve_metric
@@ -178,6 +194,8 @@ def compare_sources(
             episodes=episodes,
             max_steps=max_steps,
             store=store,
+            on_progress=on_progress,
+            on_episodes=on_episodes,
         )
         for s in sources
     ]

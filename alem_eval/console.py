@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import csv
 import io
 import json
@@ -98,6 +100,7 @@ class EpisodeBar:
 
         self.live = err_console.is_terminal if live is None else live
         self.every_s = every_s
+        self._t0 = time.perf_counter()
         self._base: Any = None  # the first report: rates count from there
         self._last: Any = None
         self._printed: Any = None
@@ -125,6 +128,11 @@ class EpisodeBar:
 
     def note(self, message: str) -> None:
         err_console.print(message, highlight=False)
+
+    def cell_done(self, message: str, done: int, total: int) -> None:
+        """The scoring functions' ``on_progress(message, done, total)``: one line,
+        ``[done/total] message (seconds since the bar started)``."""
+        self.note(f"[{done}/{total}] {message} ({time.perf_counter() - self._t0:.0f}s)")
 
     def rates(self, p: Any) -> tuple[float, float | None]:
         """(live env-steps/s, seconds left or None) since the first report."""

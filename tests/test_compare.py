@@ -4,6 +4,7 @@ evaluator is a stub whose scores depend on the source: no Alem compile)."""
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -39,8 +40,12 @@ def two_sources(tmp_path, fixtures_root, monkeypatch):
 
     calls = []
 
-    def score_stack(cfgs, weights, *, protocol, eval_difficulty, num_episodes, max_steps):
+    def score_stack(
+        cfgs, weights, *, protocol, eval_difficulty, num_episodes, max_steps, on_progress=None
+    ):
         calls.append((len(cfgs), eval_difficulty, num_episodes, max_steps))
+        if on_progress is not None:
+            on_progress(evaluate.RolloutProgress(num_episodes, num_episodes, 10, 1.0))
         base = 0.5 if len(calls) <= make.groups_per_source else 0.1
         return [
             [{"Team/achievement_pct": base + 0.01 * i} for i in range(num_episodes)] for _ in cfgs
@@ -130,3 +135,106 @@ def test_an_interrupted_compare_keeps_what_it_scored(two_sources, tmp_path, monk
     [row] = compare_sources([a, b], [cell], episodes=6, reps=500, store=store)
     assert len(two_sources.calls) == 2  # only B was evaluated again
     assert row["verdict"] == "A better"
+
+
+def test_progress_names_each_scored_cell_and_what_was_read_back(two_sources, tmp_path):
+    """``on_progress`` per source: each cell as it is stored, then on a rerun how many
+    were read back; ``on_episodes`` hears the evaluator's episode progress."""
+    from alem_eval.results import ResultsStore
+
+    a, b = two_sources("tiny/ippo-rnn/hard/seed2", "tiny/hypermarl-rnn/hard/seed0")
+    two_sources.groups_per_source = 2
+    (Path(b) / "tiny/ippo-rnn/hard/seed2/checkpoint/RETRAINED").write_text("another checkpoint")
+    store = ResultsStore(tmp_path / "store")
+    notes: list[tuple[str, int, int]] = []
+    episodes: list = []
+
+    def run():
+        notes.clear()
+        compare_sources(
+            [a, b],
+            ["tiny/*/hard"],
+            episodes=3,
+            reps=100,
+            store=store,
+            on_progress=lambda *n: notes.append(n),
+            on_episodes=episodes.append,
+        )
+
+    run()
+    # B's HyperMARL cell is byte for byte A's (same key): read back from what A stored.
+    assert notes == [
+        (f"{a}: scored tiny/ippo-rnn/hard/seed2", 1, 2),
+        (f"{a}: scored tiny/hypermarl-rnn/hard/seed0", 2, 2),
+        (f"{b}: 1 read back from the store", 1, 2),
+        (f"{b}: scored tiny/ippo-rnn/hard/seed2", 2, 2),
+    ]
+    assert [p.episodes_done for p in episodes] == [3] * 3
+    run()  # everything is stored now
+    assert notes == [(f"{s}: 2 read back from the store", 2, 2) for s in (a, b)]
+
+
+def test_compare_command_wiring(tmp_path, monkeypatch):
+    """Two local sources holding the same cell; the evaluator is replaced by a stub whose
+    scores depend on the source, so the statement must favour A."""
+    import json as _json
+    import shutil
+
+    from typer.testing import CliRunner
+
+    import alem_eval.evaluate as evaluate
+    import alem_eval.runtime as runtime
+    from alem_eval.cli import _register, app
+    from tests.conftest import FIXTURES
+
+    cell = "tiny/ippo-rnn/easy/seed0"
+    if not (FIXTURES / cell).is_dir():
+        pytest.skip("fixture cells not available")
+    for side in ("A", "B"):
+        shutil.copytree(FIXTURES / cell, tmp_path / side / cell)
+    (tmp_path / "B" / cell / "checkpoint" / "RETRAINED").write_text("another checkpoint")
+
+    def fake_score_stack(
+        cfgs, weights, *, protocol, eval_difficulty, num_episodes, max_steps, on_progress
+    ):
+        assert eval_difficulty == "easy" and num_episodes == 6
+        base = 0.5 if fake_score_stack.calls == 0 else 0.1
+        fake_score_stack.calls += 1
+        return [
+            [{"Team/achievement_pct": base + 0.01 * i} for i in range(num_episodes)] for _ in cfgs
+        ]
+
+    fake_score_stack.calls = 0
+    monkeypatch.setattr(evaluate, "score_stack", fake_score_stack)
+    monkeypatch.setattr(runtime, "enable_compilation_cache", lambda *a, **k: None)
+    _register()
+    args = [
+        "compare",
+        cell,
+        "--source",
+        str(tmp_path / "A"),
+        "--source",
+        str(tmp_path / "B"),
+        "--episodes",
+        "6",
+        "--reps",
+        "500",
+        "--format",
+        "json",
+        "--store",
+        str(tmp_path / "store"),
+    ]
+    result = CliRunner().invoke(app, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert len(list((tmp_path / "store").rglob("*.parquet"))) == 2  # both sources kept
+    rows = _json.loads(result.stdout[result.stdout.index("[") :])
+    assert rows[0]["runs"] == "episodes" and rows[0]["n_A"] == 6
+    assert rows[0]["p_improvement"] == 1.0 and rows[0]["verdict"] == "A better"
+    # Not a terminal: one line per scored cell, then (a rerun) what was read back.
+    for side in ("A", "B"):
+        assert f"[1/1] {tmp_path / side}: scored {cell}" in result.stderr.replace("\n", "")
+    again = CliRunner().invoke(app, args, catch_exceptions=False)
+    assert again.exit_code == 0 and fake_score_stack.calls == 2
+    assert f"[1/1] {tmp_path / 'B'}: 1 read back from the store" in again.stderr.replace("\n", "")
+    bad = CliRunner().invoke(app, ["compare", cell, "--source", str(tmp_path / "A")])
+    assert bad.exit_code != 0

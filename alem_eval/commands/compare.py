@@ -18,7 +18,7 @@ from ..compare import (
     DEFAULT_COMPARE_REPS,
     compare_scores,
 )
-from ..console import OutputFormat, emit_records, err_console
+from ..console import EpisodeBar, OutputFormat, emit_records, err_console
 from ..options import FormatOpt, Protocol, ProtocolOpt, RepsOpt, SeedOpt, SourcePairOpt
 
 __all__ = ["compare", "compare_scores"]  # compare_scores: the library's, kept importable here
@@ -79,18 +79,21 @@ def compare(
     from ..runtime import enable_compilation_cache
 
     enable_compilation_cache()
-    rows = compare_sources(
-        sources,
-        selectors,
-        metric=metric,
-        eval_difficulty=difficulty,
-        protocol=protocol.value,
-        episodes=episodes,
-        max_steps=max_steps,
-        reps=reps,
-        seed=seed,
-        store=ResultsStore(store.expanduser() if store else compare_dir()),
-    )
+    with EpisodeBar("compare") as bar:
+        rows = compare_sources(
+            sources,
+            selectors,
+            metric=metric,
+            eval_difficulty=difficulty,
+            protocol=protocol.value,
+            episodes=episodes,
+            max_steps=max_steps,
+            reps=reps,
+            seed=seed,
+            store=ResultsStore(store.expanduser() if store else compare_dir()),
+            on_progress=bar.cell_done,
+            on_episodes=bar.update,
+        )
     if fmt == OutputFormat.table:
         for r in rows:
             err_console.print(

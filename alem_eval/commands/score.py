@@ -155,16 +155,12 @@ def score(
     t0 = time.perf_counter()
 
     with EpisodeBar("score") as bar:
-
-        def progress(message: str, done: int, total: int) -> None:
-            bar.note(f"[{done}/{total}] {message} ({time.perf_counter() - t0:.0f}s)")
-
         scores = score_cells(
             src,
             cells,
             options=options,
             store=store,
-            on_progress=progress,
+            on_progress=bar.cell_done,
             on_episodes=bar.update,
             record_dir=record,
         )
