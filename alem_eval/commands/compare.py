@@ -16,12 +16,11 @@ from ..compare import (
     DEFAULT_COMPARE_EPISODES,
     DEFAULT_COMPARE_METRIC,
     DEFAULT_COMPARE_REPS,
-    compare_scores,
 )
 from ..console import EpisodeBar, OutputFormat, emit_records, err_console
 from ..options import FormatOpt, Protocol, ProtocolOpt, RepsOpt, SeedOpt, SourcePairOpt
 
-__all__ = ["compare", "compare_scores"]  # compare_scores: the library's, kept importable here
+__all__ = ["compare"]
 
 
 @app.command("compare")
