@@ -65,6 +65,15 @@ def compare_scores(
     }
 
 
+def select_source(spec: str, selectors: Sequence[str]) -> tuple[Any, list[Any]]:
+    """Open source ``spec`` and select its cells: a missing source or a selector matching
+    nothing fails here, before anything is scored."""
+    from .sources import open_source
+
+    src = open_source(spec)
+    return src, src.select(list(selectors))
+
+
 def score_source(
     spec: str,
     selectors: Sequence[str],
@@ -77,6 +86,7 @@ def score_source(
     store=None,
     on_progress: Callable[[str, int, int], None] | None = None,
     on_episodes: Callable[[Any], None] | None = None,
+    selected: tuple[Any, list[Any]] | None = None,
 ) -> dict[str, dict[str, list[float]]]:
     """``{eval difficulty: {cell id: [per-episode values of metric]}}`` for one source
     (each cell on ``eval_difficulty``, default its own training difficulty).
@@ -89,16 +99,15 @@ def score_source(
     ``on_progress(message, done, total)`` is called once the read-back cells are known and
     as scored cells are stored; ``on_episodes`` as the evaluator's episodes finish
     (:class:`~alem_eval.evaluate.RolloutProgress`), as in :func:`~alem_eval.scoring.score_cells`.
+    ``selected``: what :func:`select_source` returned for ``spec`` and ``selectors``.
     """
     from . import evaluate
     from .checkpoint import checkpoint_hash
     from .loader import cell_checkpoint_dir, load_cell, resolve_cell
     from .metrics import resolve_metric
     from .results import ResultKey, build_rows, episode_records
-    from .sources import open_source
 
-    src = open_source(spec)
-    cells = src.select(list(selectors))
+    src, cells = selected or select_source(spec, selectors)
     order = {c.id: i for i, c in enumerate(cells)}  # read back or scored: the source's order
     episodes_of: dict[tuple[str, str], list[dict[str, float]]] = {}
     groups: dict[tuple, list] = defaultdict(list)
@@ -184,6 +193,8 @@ def compare_sources(
 
     with contextlib.suppress(UsageError):  # a registered metric's key, label or alias: its key
         metric = resolve_metric(metric, [m.key for m in METRICS])  # before minutes of scoring
+    # Both sources and their cells first: a wrong B fails before A is scored.
+    selected = [select_source(s, selectors) for s in sources]
     scored = [
         score_source(
             s,
@@ -196,8 +207,9 @@ def compare_sources(
             store=store,
             on_progress=on_progress,
             on_episodes=on_episodes,
+            selected=sel,
         )
-        for s in sources
+        for s, sel in zip(sources, selected, strict=True)
     ]
     rows = []
     for diff in sorted(set(scored[0]) | set(scored[1])):

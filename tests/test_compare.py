@@ -85,6 +85,17 @@ def test_compare_sources_input_errors(two_sources):
         compare_sources([a, b], ["tiny"], metric="Team/achievment_pct", episodes=2, reps=10)
 
 
+def test_a_wrong_second_source_fails_before_the_first_is_scored(two_sources, tmp_path):
+    from alem_eval.errors import AlemEvalError
+
+    a, _ = two_sources("tiny/ippo-rnn/easy/seed0")
+    with pytest.raises(AlemEvalError, match="does not exist"):
+        compare_sources([a, str(tmp_path / "nowhere")], ["tiny/ippo-rnn/easy/seed0"], episodes=2)
+    with pytest.raises(UsageError, match="matches no cell"):
+        compare_sources([a, a], ["tiny/ippo-rnn/easy/seed0", "tiny/mappo-rnn/hard"], episodes=2)
+    assert two_sources.calls == []  # nothing was evaluated
+
+
 def test_compare_takes_a_metric_by_label_or_alias_as_its_help_shows(two_sources):
     a, b = two_sources("tiny/ippo-rnn/easy/seed0")
     for name in ("achievement", "Ach%", "Team/achievement_pct"):
