@@ -185,47 +185,28 @@ def test_progress_names_each_scored_cell_and_what_was_read_back(two_sources, tmp
     assert notes == [(f"{s}: 2 read back from the store", 2, 2) for s in (a, b)]
 
 
-def test_compare_command_wiring(tmp_path, monkeypatch):
+def test_compare_command_wiring(two_sources, tmp_path, monkeypatch):
     """Two local sources holding the same cell; the evaluator is replaced by a stub whose
     scores depend on the source, so the statement must favour A."""
     import json as _json
-    import shutil
 
     from typer.testing import CliRunner
 
-    import alem_eval.evaluate as evaluate
     import alem_eval.runtime as runtime
     from alem_eval.cli import _register, app
-    from tests.conftest import FIXTURES
 
     cell = "tiny/ippo-rnn/easy/seed0"
-    if not (FIXTURES / cell).is_dir():
-        pytest.skip("fixture cells not available")
-    for side in ("A", "B"):
-        shutil.copytree(FIXTURES / cell, tmp_path / side / cell)
-    (tmp_path / "B" / cell / "checkpoint" / "RETRAINED").write_text("another checkpoint")
-
-    def fake_score_stack(
-        cfgs, weights, *, protocol, eval_difficulty, num_episodes, max_steps, on_progress
-    ):
-        assert eval_difficulty == "easy" and num_episodes == 6
-        base = 0.5 if fake_score_stack.calls == 0 else 0.1
-        fake_score_stack.calls += 1
-        return [
-            [{"Team/achievement_pct": base + 0.01 * i} for i in range(num_episodes)] for _ in cfgs
-        ]
-
-    fake_score_stack.calls = 0
-    monkeypatch.setattr(evaluate, "score_stack", fake_score_stack)
+    a, b = two_sources(cell)
+    (Path(b) / cell / "checkpoint" / "RETRAINED").write_text("another checkpoint")
     monkeypatch.setattr(runtime, "enable_compilation_cache", lambda *a, **k: None)
     _register()
     args = [
         "compare",
         cell,
         "--source",
-        str(tmp_path / "A"),
+        a,
         "--source",
-        str(tmp_path / "B"),
+        b,
         "--episodes",
         "6",
         "--reps",
@@ -237,15 +218,16 @@ def test_compare_command_wiring(tmp_path, monkeypatch):
     ]
     result = CliRunner().invoke(app, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
+    assert two_sources.calls == [(1, "easy", 6, None)] * 2
     assert len(list((tmp_path / "store").rglob("*.parquet"))) == 2  # both sources kept
     rows = _json.loads(result.stdout[result.stdout.index("[") :])
     assert rows[0]["runs"] == "episodes" and rows[0]["n_A"] == 6
     assert rows[0]["p_improvement"] == 1.0 and rows[0]["verdict"] == "A better"
     # Not a terminal: one line per scored cell, then (a rerun) what was read back.
-    for side in ("A", "B"):
-        assert f"[1/1] {tmp_path / side}: scored {cell}" in result.stderr.replace("\n", "")
+    for side in (a, b):
+        assert f"[1/1] {side}: scored {cell}" in result.stderr.replace("\n", "")
     again = CliRunner().invoke(app, args, catch_exceptions=False)
-    assert again.exit_code == 0 and fake_score_stack.calls == 2
-    assert f"[1/1] {tmp_path / 'B'}: 1 read back from the store" in again.stderr.replace("\n", "")
-    bad = CliRunner().invoke(app, ["compare", cell, "--source", str(tmp_path / "A")])
+    assert again.exit_code == 0 and len(two_sources.calls) == 2
+    assert f"[1/1] {b}: 1 read back from the store" in again.stderr.replace("\n", "")
+    bad = CliRunner().invoke(app, ["compare", cell, "--source", a])
     assert bad.exit_code != 0
