@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import time
-
 import csv
 import io
 import json
 import sys
+import time
 from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any
