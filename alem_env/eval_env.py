@@ -131,6 +131,7 @@ class EvalEnv:
             self._reset, self._step, self._score = shared._reset, shared._step, shared._score
         self._mask = jax.jit(self._mask_impl)
         self._score_leaves: dict[Any, tuple[int, ...]] = {}
+        self._columns: tuple[str, ...] | None = None
 
     # ------------------------------------------------------------------ params
     def _env_params(self, difficulty: str):
@@ -228,6 +229,16 @@ class EvalEnv:
         out: dict[str, jax.Array] = {}
         _flatten("", tree, out)
         return out
+
+    def score_columns(self) -> tuple[str, ...]:
+        """The keys :meth:`score` returns (sorted), found by tracing a reset and
+        ``compute_score`` on abstract values (about a second once the env is built; cached):
+        what a metric name can be checked against before any episode is played."""
+        if self._columns is None:
+            dyn = self.difficulty_params(DIFFICULTY_NAMES[0])
+            _, state = jax.eval_shape(self._reset_impl, jax.random.PRNGKey(0), dyn)
+            self._columns = tuple(jax.eval_shape(self._score_impl, state))
+        return self._columns
 
     def team_achievements(self, state: Any) -> jax.Array:
         """[] int32: how many distinct achievements any agent of the team has unlocked."""

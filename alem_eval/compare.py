@@ -10,15 +10,13 @@ have at least two cells, else episodes. Difficulties are compared separately, ne
 
 from __future__ import annotations
 
-import contextlib
-
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from .errors import UsageError
+from .errors import EvaluationError, UsageError
 
 DEFAULT_COMPARE_METRIC = "Team/achievement_pct"
 DEFAULT_COMPARE_REPS = 20_000
@@ -72,6 +70,18 @@ def select_source(spec: str, selectors: Sequence[str]) -> tuple[Any, list[Any]]:
 
     src = open_source(spec)
     return src, src.select(list(selectors))
+
+
+def _record_columns(src: Any, cells: Sequence[Any]) -> tuple[str, ...]:
+    """The record columns of a source's first selected cell (its config.json only)."""
+    from . import evaluate
+    from .loader import resolve_cell
+
+    c = cells[0]
+    cfg, _ = resolve_cell(
+        src.local_dir(c), algorithm=c.algorithm, difficulty=c.difficulty, seed=c.seed
+    )
+    return evaluate.record_columns(cfg)
 
 
 def score_source(
@@ -161,8 +171,12 @@ def score_source(
                 on_progress(f"{spec}: scored {c.id}", len(episodes_of), len(cells))
     out: dict[str, dict[str, list[float]]] = defaultdict(dict)
     for (diff, cell_id), eps in sorted(episodes_of.items(), key=lambda kv: order[kv[0][1]]):
-        name = resolve_metric(metric, eps[0].keys()) if eps else metric  # or UsageError
-        out[diff][cell_id] = [float(e[name]) for e in eps]
+        name = resolve_metric(metric, [k for e in eps for k in e])  # or UsageError
+        # A record drops a non-finite score: such episodes have no value of it.
+        values = [float(e[name]) for e in eps if name in e]
+        if not values:
+            raise EvaluationError(f"{spec}:{cell_id}: no episode has a finite {name}")
+        out[diff][cell_id] = values
     return out
 
 
@@ -191,10 +205,14 @@ def compare_sources(
         raise UsageError(f"compare needs exactly two --source options (got {len(sources)})")
     from .metrics import METRICS, resolve_metric
 
-    with contextlib.suppress(UsageError):  # a registered metric's key, label or alias: its key
-        metric = resolve_metric(metric, [m.key for m in METRICS])  # before minutes of scoring
     # Both sources and their cells first: a wrong B fails before A is scored.
     selected = [select_source(s, selectors) for s in sources]
+    # The metric too, before minutes of scoring: a registered metric's key, label or
+    # alias, else a column the selected cells' records will carry.
+    try:
+        metric = resolve_metric(metric, [m.key for m in METRICS])
+    except UsageError:
+        metric = resolve_metric(metric, _record_columns(*selected[0]))
     scored = [
         score_source(
             s,

@@ -225,6 +225,20 @@ def eval_statics(cfg: RunConfig):
     )
 
 
+# The columns every per-episode record has besides the compute_score keys (see _records).
+EPISODE_COLUMNS: tuple[str, ...] = ("episode_return", "episode_length", "terminated")
+
+
+def record_columns(cfg: RunConfig) -> tuple[str, ...]:
+    """Every column an episode record of ``cfg`` can carry: the eval env's compute_score
+    keys and :data:`EPISODE_COLUMNS`, known without playing an episode (a metric name is
+    checked against them before minutes of scoring). A record drops a score that is not
+    finite, so one record may lack a column listed here."""
+    from alem_env.eval_env import get_eval_env
+
+    return get_eval_env(eval_statics(cfg).world).score_columns() + EPISODE_COLUMNS
+
+
 # ----------------------------------------------------------------------------------------
 # Keys
 # ----------------------------------------------------------------------------------------

@@ -47,8 +47,14 @@ def two_sources(tmp_path, fixtures_root, monkeypatch):
         if on_progress is not None:
             on_progress(evaluate.RolloutProgress(num_episodes, num_episodes, 10, 1.0))
         base = 0.5 if len(calls) <= make.groups_per_source else 0.1
+        # the first episode's return is not finite: its record has no such column
         return [
-            [{"Team/achievement_pct": base + 0.01 * i} for i in range(num_episodes)] for _ in cfgs
+            [
+                {"Team/achievement_pct": base + 0.01 * i}
+                | ({"episode_return": base + 0.02 * i} if i else {})
+                for i in range(num_episodes)
+            ]
+            for _ in cfgs
         ]
 
     monkeypatch.setattr(evaluate, "score_stack", score_stack)
@@ -83,6 +89,11 @@ def test_compare_sources_input_errors(two_sources):
         compare_sources([a], ["tiny"])
     with pytest.raises(UsageError, match="unknown metric 'Team/achievment_pct'"):
         compare_sources([a, b], ["tiny"], metric="Team/achievment_pct", episodes=2, reps=10)
+    # A name that is no registered metric is checked against the columns the records
+    # will carry, before anything is scored: a typo fails at once, a column is taken.
+    with pytest.raises(UsageError, match=r"unknown metric 'Agent2/xpp'; did you mean Agent2/xp"):
+        compare_sources([a, b], ["tiny"], metric="Agent2/xpp", episodes=2, reps=10)
+    assert two_sources.calls == []
 
 
 def test_a_wrong_second_source_fails_before_the_first_is_scored(two_sources, tmp_path):
@@ -94,6 +105,15 @@ def test_a_wrong_second_source_fails_before_the_first_is_scored(two_sources, tmp
     with pytest.raises(UsageError, match="matches no cell"):
         compare_sources([a, a], ["tiny/ippo-rnn/easy/seed0", "tiny/mappo-rnn/hard"], episodes=2)
     assert two_sources.calls == []  # nothing was evaluated
+
+
+def test_compare_takes_any_record_column_and_skips_episodes_without_its_value(two_sources):
+    a, b = two_sources("tiny/ippo-rnn/easy/seed0")
+    [row] = compare_sources(
+        [a, b], ["tiny/ippo-rnn/easy/seed0"], metric="episode_return", episodes=6, reps=500
+    )
+    assert row["metric"] == "episode_return" and row["n_A"] == row["n_B"] == 5
+    assert row["mean_A"] - row["mean_B"] == pytest.approx(0.4) and row["verdict"] == "A better"
 
 
 def test_compare_takes_a_metric_by_label_or_alias_as_its_help_shows(two_sources):

@@ -54,6 +54,11 @@ def test_fast_protocol_is_deterministic_and_exits_early():
     assert max(lengths) < FAST_STEPS
     assert list(first.starts[0]) == [0] * FAST_EPISODES
     assert first.slot_steps == max(lengths) * FAST_EPISODES
+    # Every record column is known before any episode is played (what compare checks a
+    # metric name against), and nothing is missing from it.
+    columns = ev.record_columns(cell.cfg)
+    assert {k for rec in first.records[0] for k in rec} <= set(columns)
+    assert {"Team/achievement_pct", "Agent2/xp", *ev.EPISODE_COLUMNS} <= set(columns)
     # Another difficulty reuses the same compiled program (difficulty is a traced value).
     hard = _fast(cell, "hard")
     assert programs_made() == before
