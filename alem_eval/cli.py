@@ -10,6 +10,7 @@ exit code; tracebacks are shown only with ``ALEM_EVAL_DEBUG=1``.
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
 
@@ -71,6 +72,29 @@ def _register() -> None:
         except ModuleNotFoundError as exc:
             if exc.name != f"alem_eval.commands.{name}":
                 raise
+    groups = [app, *(g.typer_instance for g in app.registered_groups if g.typer_instance)]
+    for info in (c for group in groups for c in group.registered_commands):
+        if info.help is None and info.callback is not None:
+            info.help = reflow_help(inspect.getdoc(info.callback) or "")
+
+
+def reflow_help(doc: str) -> str:
+    """A command's docstring as ``--help`` shows it: typer's rich help keeps every line
+    break, so the docstring's wrapping at 100 columns came out ragged on a terminal.
+    Prose paragraphs become one line each (the terminal wraps them); a paragraph with
+    indented lines (the examples) keeps its lines.
+
+    The first paragraph is followed by three line breaks, not two: typer dedents the text
+    after it as a docstring (``inspect.cleandoc``, which measures the indentation from its
+    second line on), so when that text began with "Examples:" the examples lost their
+    indentation; with a blank first line, "Examples:" counts."""
+    out = []
+    for para in doc.split("\n\n"):
+        lines = para.split("\n")
+        prose = all(ln and not ln[0].isspace() and not ln.startswith("- ") for ln in lines)
+        out.append(" ".join(lines) if prose else para)
+    first, *rest = out
+    return "\n\n\n".join([first, "\n\n".join(rest)]) if rest else first
 
 
 INTERRUPTED = "alem-eval: interrupted; completed work is kept and a rerun resumes it"

@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from alem_eval import __version__
-from alem_eval.cli import COMMAND_MODULES, _register, app
+from alem_eval.cli import COMMAND_MODULES, _register, app, reflow_help
 
 _register()
 COMMANDS = sorted(c.name or c.callback.__name__ for c in app.registered_commands)
@@ -36,6 +36,25 @@ def test_every_command_help_shows_an_example(command):
     assert result.exit_code == 0, result.output
     assert "Example" in result.output, f"`alem-eval {command} --help` shows no example"
     assert f"alem-eval {command} " in result.output.split("Example", 1)[1]
+
+    # The examples keep their indentation under the "Example(s):" heading (typer dedented
+    # them when that heading began the text after the first paragraph).
+    examples = [ln for ln in result.output.split("Example", 1)[1].splitlines() if "alem-eval" in ln]
+    assert examples and all(ln.startswith("   ") for ln in examples[:1]), result.output
+
+
+def test_help_prose_is_reflowed_for_the_terminal_and_examples_keep_their_lines():
+    doc = (
+        "First line\nwraps here.\n\nMore prose\nhere.\n\nExamples:\n\n  alem-eval x\n  alem-eval y"
+    )
+    assert reflow_help(doc) == (
+        "First line wraps here.\n\n\nMore prose here.\n\nExamples:\n\n  alem-eval x\n  alem-eval y"
+    )
+    assert reflow_help("One paragraph\nonly.") == "One paragraph only."
+    # In the command list too: the demo's first paragraph is wrapped by the terminal only.
+    listing = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"}).output
+    [demo] = [ln for ln in listing.splitlines() if "│ demo" in ln]
+    assert "trained on a CPU, easy difficulty" in demo
 
 
 def test_ctrl_c_says_that_completed_work_is_kept(monkeypatch, capsys, fixtures_root):
