@@ -25,7 +25,7 @@ import numpy as np
 from alem_env.spaces import num_actions, obs_dim
 
 from .algorithms import get_algorithm
-from .errors import CheckpointError, LeafMismatch, ShapeMismatchError
+from .errors import CheckpointError, LeafMismatch, ShapeMismatchError, brief
 from .runtime import quiet_closed_loop_callbacks
 
 Path_ = tuple[str, ...]
@@ -89,8 +89,7 @@ def read_tree_metadata(ckpt_dir: str | Path) -> dict[Path_, LeafMeta]:
         raise
     except Exception as exc:
         raise CheckpointError(
-            f"{d}: cannot read checkpoint metadata ({type(exc).__name__}: "
-            f"{str(exc).splitlines()[0] if str(exc) else ''})"
+            f"{d}: cannot read checkpoint metadata ({type(exc).__name__}: {brief(exc, 240)})"
         ) from None
 
 
@@ -303,10 +302,9 @@ def restore_weights(
         # The reads still in flight complete on orbax's closed event loop: keep their
         # RuntimeError off stderr (the error below is the whole story).
         quiet_closed_loop_callbacks()
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise CheckpointError(
             f"{where}: checkpoint data unreadable, corrupt or truncated "
-            f"download? ({type(exc).__name__}: {msg[:200]})"
+            f"download? ({type(exc).__name__}: {brief(exc, 240)})"
         ) from None
     finally:
         absl_logger.setLevel(level)

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import EvaluationError, UsageError
+from .errors import EvaluationError, UsageError, brief
 from .metrics import BASE, COORD, TOTAL, metric_info
 
 if TYPE_CHECKING:
@@ -445,8 +445,7 @@ class CrossplayStore:
                     ]
             except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as exc:
                 warnings.warn(
-                    f"skipping unreadable cross-play file {path}: "
-                    f"{' '.join(str(exc).split()) or type(exc).__name__}",
+                    f"skipping unreadable cross-play file {path}: {brief(exc, 400)}",
                     ResultsWarning,
                     stacklevel=2,
                 )

@@ -15,6 +15,13 @@ class AlemEvalError(Exception):
         return " ".join(super().__str__().split())
 
 
+def brief(exc: BaseException, limit: int = 160) -> str:
+    """A foreign exception's message for one of our one-line errors: whitespace collapsed,
+    cut at ``limit`` characters with an ellipsis (its type name when it has no message)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 class UsageError(AlemEvalError):
     """The command line itself is wrong (bad option value, unknown protocol, ...)."""
 

@@ -39,7 +39,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .errors import AlemEvalError
+from .errors import AlemEvalError, brief
 from .fsutil import TMP_PREFIX, atomic_write
 
 ID_COLUMNS: tuple[str, ...] = (
@@ -404,8 +404,7 @@ class ResultsStore:
             return self._read_entry(path)
         except (OSError, ValueError, KeyError, TypeError, pa.ArrowException, AlemEvalError) as exc:
             warnings.warn(
-                f"skipping unreadable results file {path}: "
-                f"{' '.join(str(exc).split()) or type(exc).__name__}",
+                f"skipping unreadable results file {path}: {brief(exc, 400)}",
                 ResultsWarning,
                 stacklevel=3,
             )
@@ -555,7 +554,7 @@ class ResultsStore:
                 frames.append(pq.read_table(e.path, columns=cols).to_pandas())
             except (OSError, ValueError, pa.ArrowException) as exc:
                 warnings.warn(
-                    f"skipping unreadable results file {e.path}: {' '.join(str(exc).split())}",
+                    f"skipping unreadable results file {e.path}: {brief(exc, 400)}",
                     ResultsWarning,
                     stacklevel=3,
                 )

@@ -43,7 +43,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from . import __version__
 from .fsutil import atomic_write
 from .layout import is_cell_dir
-from .errors import DownloadError, SelectorError, SourceError, SourceUsageError, UsageError
+from .errors import (
+    DownloadError,
+    SelectorError,
+    SourceError,
+    SourceUsageError,
+    UsageError,
+    brief,
+)
 from .manifest import DEFAULT_REVISION, HUB_REPO, Cell, load_manifest, parse_seed_dir, sort_cells
 from .selectors import select_cells
 
@@ -573,11 +580,6 @@ def _network_errors() -> tuple[type[BaseException], ...]:
     return tuple(types)
 
 
-def _short(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= 160 else text[:157] + "..."
-
-
 @contextlib.contextmanager
 def _quiet_hub_logs() -> Iterator[None]:
     """huggingface_hub logs retries and fallbacks as warnings; our errors say it in one line."""
@@ -719,7 +721,7 @@ class HubSource(Source):
         try:
             self.folder = repo_folder_name(repo_id=repo, repo_type="model")
         except Exception as exc:  # HFValidationError for a malformed repo id
-            raise UsageError(f"invalid repo id {repo!r}: {_short(exc)}") from None
+            raise UsageError(f"invalid repo id {repo!r}: {brief(exc)}") from None
         self.storage = self.cache_dir / self.folder
         self.description = f"{repo}@{revision} ({self.endpoint})"
 
@@ -840,14 +842,14 @@ class HubSource(Source):
             status = getattr(getattr(cause, "response", None), "status_code", None)
             if status is not None and status >= 500:
                 return _Unreachable(f"the Hub at {self.endpoint} answered HTTP {status}")
-            return DownloadError(f"{what}: HTTP {status} from {self.endpoint} ({_short(cause)})")
+            return DownloadError(f"{what}: HTTP {status} from {self.endpoint} ({brief(cause)})")
         if isinstance(cause, _network_errors()):
-            return _Unreachable(f"cannot reach the Hub at {self.endpoint} ({_short(cause)})")
+            return _Unreachable(f"cannot reach the Hub at {self.endpoint} ({brief(cause)})")
         if isinstance(cause, OSError) and cause.errno is not None:
             return DownloadError(
                 f"cannot write {what} to the cache at {self.cache_dir}: {_os_reason(cause)}"
             )
-        return DownloadError(f"{what}: {type(cause).__name__}: {_short(cause)}")
+        return DownloadError(f"{what}: {type(cause).__name__}: {brief(cause)}")
 
     # The listing per commit and the revision -> commit ref are cached on disk so that
     # offline runs can list and check what is there.
