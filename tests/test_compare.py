@@ -243,11 +243,17 @@ def test_compare_command_wiring(two_sources, tmp_path, monkeypatch):
     rows = _json.loads(result.stdout[result.stdout.index("[") :])
     assert rows[0]["runs"] == "episodes" and rows[0]["n_A"] == 6
     assert rows[0]["p_improvement"] == 1.0 and rows[0]["verdict"] == "A better"
-    # Not a terminal: one line per scored cell, then (a rerun) what was read back.
+
+    # Not a terminal: one line per scored cell, then (a rerun) what was read back. The
+    # console wraps at 80 columns, within the long temporary paths or between words:
+    # compared without any whitespace.
+    def unwrapped(text: str) -> str:
+        return "".join(text.split())
+
     for side in (a, b):
-        assert f"[1/1] {side}: scored {cell}" in result.stderr.replace("\n", "")
+        assert unwrapped(f"[1/1] {side}: scored {cell}") in unwrapped(result.stderr)
     again = CliRunner().invoke(app, args, catch_exceptions=False)
     assert again.exit_code == 0 and len(two_sources.calls) == 2
-    assert f"[1/1] {b}: 1 read back from the store" in again.stderr.replace("\n", "")
+    assert unwrapped(f"[1/1] {b}: 1 read back from the store") in unwrapped(again.stderr)
     bad = CliRunner().invoke(app, ["compare", cell, "--source", a])
     assert bad.exit_code != 0
