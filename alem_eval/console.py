@@ -163,8 +163,9 @@ class EpisodeBar:
         self._printed = p
         rate, eta = self.rates(p)
         left = f", ETA {eta:.0f}s" if eta is not None and p.episodes_done < p.episodes_total else ""
+        speed = f" ({rate:,.0f}/s)" if rate else ""  # none yet on the first report
         err_console.print(
-            f"episodes {p.episodes_done}/{p.episodes_total}, {p.live_steps:,} env steps "
-            f"({rate:,.0f}/s), {p.elapsed_s:.0f}s{left}",
+            f"episodes {p.episodes_done}/{p.episodes_total}, {p.live_steps:,} env steps"
+            f"{speed}, {p.elapsed_s:.0f}s{left}",
             highlight=False,
         )
