@@ -380,6 +380,11 @@ def resolve_values(
         if not isinstance(layer, Mapping):
             raise ConfigError(f"{where}: field {layer_name!r} is not a JSON object")
         for key, value in layer.items():
+            if key not in table and layer_name == "reload_overrides":
+                # An override is meant for the run: "gru_hidden_dim" is GRU_HIDDEN_DIM (the
+                # exact spelling wins where the layer has both).
+                upper = str(key).upper()
+                key = upper if upper in table and upper not in layer else key
             if key in table:
                 merged[key] = _coerce(table, key, value, f"{where} {layer_name}")
             elif layer_name == "reload_overrides" and not str(key).startswith(_IGNORED_PREFIXES):

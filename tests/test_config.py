@@ -74,6 +74,23 @@ def test_ill_typed_known_key_is_an_error_naming_the_key():
         parse_config_json({"algorithm": "ippo-rnn", "reload_overrides": {"ACTIVATION": "gelu"}})
 
 
+def test_override_keys_are_read_whatever_their_case_and_the_exact_spelling_wins():
+    cfg = parse_config_json(
+        {
+            "algorithm": "ippo-rnn",
+            "config": {"FC_DIM_SIZE": 16},
+            "reload_overrides": {"fc_dim_size": 32, "Gru_Hidden_Dim": 64, "num_comm_channels": 4},
+        }
+    )
+    assert cfg.network == PPONetConfig(32, 64, "tanh") and cfg.env.num_comm_channels == 4
+    assert not cfg.warnings
+    both = {"FC_DIM_SIZE": 8, "fc_dim_size": 32}
+    for overrides in (both, dict(reversed(both.items()))):
+        cfg = parse_config_json({"algorithm": "ippo-rnn", "reload_overrides": overrides})
+        assert cfg.network.fc_dim == 8
+        assert any("'fc_dim_size'" in w for w in cfg.warnings)
+
+
 def test_unknown_override_key_is_a_warning_not_an_error():
     cfg = parse_config_json({"algorithm": "ippo-rnn", "reload_overrides": {"MYSTERY": 1}})
     assert any("MYSTERY" in w for w in cfg.warnings)
