@@ -278,6 +278,6 @@ def test_finished_line_shows_no_rate_when_every_update_ran_in_the_compiling_call
         GroupOutcome(group, [CellResult(tmp_path, {**summary, "steps_per_second": 1234.5})])  # type: ignore[arg-type]
     )
     first, second = capsys.readouterr().err.strip().splitlines()
-    assert "(+40s compile), - steps/s; final return 0.50" in first
+    assert "(40s of it compiling), - steps/s; final return 0.50" in first
     assert "0 steps/s" not in first
     assert "1,234 steps/s" in second or "1,235 steps/s" in second

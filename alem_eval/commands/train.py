@@ -137,11 +137,13 @@ class Render(TrainEvents):
         for c, r in zip(outcome.group.cells, outcome.results, strict=True):
             s = r.summary
             ret = (s.get("final_metrics") or {}).get("mean_episode_return")
-            # None: every update ran in the compiling (untimed) call
+            # wall_time_s counts every second, the first (compiling, untimed) call's
+            # included; steps_per_second is None when every update ran in that call
             sps = s.get("steps_per_second")
             err_console.print(
                 f"{c.id}: {s['total_timesteps']:,} steps in {_fmt_time(s['wall_time_s'])} "
-                f"(+{s['compile_time_s']:.0f}s compile), {'-' if sps is None else f'{sps:,.0f}'} "
+                f"({s['compile_time_s']:.0f}s of it compiling), "
+                f"{'-' if sps is None else f'{sps:,.0f}'} "
                 f"steps/s; final return {'-' if ret is None else f'{ret:.2f}'} -> {r.cell_dir}",
                 highlight=False,
                 soft_wrap=True,
