@@ -72,9 +72,10 @@ class Prefer(StrEnum):
     theirs = "theirs"
 
 
-def choice(enum: type[StrEnum], flag: str, noun: str) -> dict:
+def choice(enum: type[StrEnum], flag: str, noun: str, *, metavar: str | None = None) -> dict:
     """``typer.Option`` keywords for a choice: the parser (one-line usage error naming the
-    choices) and the metavar that shows them in ``--help``."""
+    choices) and the metavar that shows them in ``--help`` (``metavar`` instead where the
+    help names them: a long list widens the column and squeezes every option's help)."""
     names = [m.value for m in enum]
 
     def parse(value):
@@ -87,7 +88,7 @@ def choice(enum: type[StrEnum], flag: str, noun: str) -> dict:
                 f"unknown {noun} {value!r}: {flag} must be one of {', '.join(names)}"
             ) from None
 
-    return {"parser": parse, "metavar": "[" + "|".join(names) + "]"}
+    return {"parser": parse, "metavar": metavar or "[" + "|".join(names) + "]"}
 
 
 def split_commas(values: list[str] | None) -> list[str] | None:
@@ -104,8 +105,8 @@ SourceOpt = Annotated[
     str,
     typer.Option(
         "--source",
-        help="'hub', 'demo' or a local directory in the released layout "
-        "(BUDGET/ALGORITHM/DIFFICULTY/seedN/{checkpoint/, config.json}).",
+        help="'hub', 'demo' or a local directory in the released layout: a cell at a "
+        "path like 1B/ippo-rnn/hard/seed0 holding checkpoint/ and config.json.",
     ),
 ]
 SourcePairOpt = Annotated[

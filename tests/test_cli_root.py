@@ -43,6 +43,24 @@ def test_every_command_help_shows_an_example(command):
     assert examples and all(ln.startswith("   ") for ln in examples[:1]), result.output
 
 
+SUBCOMMANDS = [
+    [g.name, c.name or c.callback.__name__]
+    for g in app.registered_groups
+    if g.typer_instance
+    for c in g.typer_instance.registered_commands
+]
+
+
+@pytest.mark.parametrize("argv", [[c] for c in COMMANDS] + SUBCOMMANDS, ids=" ".join)
+def test_no_help_text_is_cut_on_an_80_column_terminal(argv):
+    """Rich cuts a word longer than its column with an ellipsis: a path pattern or a
+    long list of choices in an option's help came out as 'BUDGET/ALGORITHM/DIFFICULTY/seed…'."""
+    result = CliRunner().invoke(app, [*argv, "--help"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    cut = [ln for ln in result.output.splitlines() if "…" in ln]
+    assert not cut, cut
+
+
 def test_help_prose_is_reflowed_for_the_terminal_and_examples_keep_their_lines():
     doc = (
         "First line\nwraps here.\n\nMore prose\nhere.\n\nExamples:\n\n  alem-eval x\n  alem-eval y"

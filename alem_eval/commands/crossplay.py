@@ -79,7 +79,7 @@ def crossplay(
             "distinct: each slot a different cell (sampled); mixed: distinct teams spanning "
             "more than one algorithm (sampled); all: the three. Each cell's self-play is always "
             "included.",
-            **choice(Scheme, "--scheme", "scheme"),
+            **choice(Scheme, "--scheme", "scheme", metavar="SCHEME"),
         ),
     ] = Scheme.pairs,
     max_teams: Annotated[

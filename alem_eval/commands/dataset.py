@@ -41,8 +41,8 @@ def export(
         Path,
         typer.Option(
             "--out",
-            help="Where the vaults go: OUT/<protocol>/<eval_difficulty>.vlt/<name>/ "
-            "(flashbax's default directory, ./vaults).",
+            help="Where the vaults go, one per team (e.g. OUT/fast/hard.vlt/TEAM/); "
+            "flashbax's default directory, ./vaults.",
         ),
     ] = Path("vaults"),
     per: Annotated[

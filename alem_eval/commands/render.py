@@ -62,8 +62,8 @@ def render(
         Path | None,
         typer.Option(
             "--out",
-            help="Output file, .gif or .mp4 (mp4 needs ffmpeg). Default: "
-            "render-<cells>-<difficulty>-ep<i>.gif in the current directory.",
+            help="Output file, .gif or .mp4 (mp4 needs ffmpeg). Default: a .gif in the "
+            "current directory named after the cells, the difficulty and the episode.",
         ),
     ] = None,
     fps: Annotated[float, typer.Option("--fps", help="Frames per second.")] = DEFAULT_FPS,
