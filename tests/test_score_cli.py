@@ -44,9 +44,11 @@ def test_score_difficulty_hard_from_a_loopback_hub(tmp_path):
             )
         fetched = {p.split("/")[1] for p in hub.file_requests("GET")}
         assert fetched == {"hypermarl-rnn", "ippo-rnn"}  # only the selected cells came down
-        # Not a terminal: the episode progress ends with one plain line in the log.
+        # Not a terminal: the episode progress ends with one plain line in the log (its
+        # rate only once a report follows the first, compiling call: one call here).
         total = 2 * FAST_EPISODES
-        assert re.search(rf"episodes {total}/{total}, [\d,]+ env steps \([\d,]+/s\)", proc.stderr)
+        line = rf"episodes {total}/{total}, [\d,]+ env steps( \([\d,]+/s\))?, \d+s"
+        assert re.search(line, proc.stderr), proc.stderr
 
         # A second run reads everything back from the store: no file request, no compute.
         hub.clear()
