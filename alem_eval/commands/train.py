@@ -180,7 +180,7 @@ def train(
     out: Path = typer.Option(
         Path("runs"),
         "--out",
-        help="Output root: a cell goes to OUT/ and its id, e.g. runs/1B/ippo-rnn/hard/seed3.",
+        help="Output root: a cell is written to OUT/<its id>, e.g. runs/1B/ippo-rnn/hard/seed3.",
     ),
     shard: str | None = typer.Option(
         None,
