@@ -5,7 +5,7 @@ import re
 import signal
 import subprocess
 import sys
-import time
+import threading
 
 import pytest
 
@@ -94,11 +94,19 @@ def test_killed_score_resumes_with_only_the_missing_cells(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 900
-    while not _stored(results) and time.monotonic() < deadline:
-        if proc.poll() is not None:
-            break
-        time.sleep(0.2)
+    # Killed the moment it says the first cell is scored (it says so once the cell is
+    # stored). Polling the store every 0.2 s instead once let the second cell, whose
+    # program was already compiled, be stored too before the kill.
+    first_scored = threading.Event()
+
+    def watch(stream):
+        for line in stream:
+            if "scored tiny/" in line:
+                first_scored.set()
+                return
+
+    threading.Thread(target=watch, args=(proc.stderr,), daemon=True).start()
+    first_scored.wait(timeout=900)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert len(_stored(results)) == 1, "the first cell should have been stored before the kill"
