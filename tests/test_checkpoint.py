@@ -94,6 +94,37 @@ def test_gpu_saved_checkpoint_restores_on_cpu(cell_copy):
     assert loaded.num_params == 340_253
 
 
+@pytest.mark.parametrize(
+    "storage", [{"use_ocdbt": False}, {"use_zarr3": True}], ids=["per-leaf", "zarr3"]
+)
+def test_other_orbax_storage_layouts_load_the_same_weights(tmp_path, fixtures_root, storage):
+    """A checkpoint orbax wrote another way (one directory per leaf, as orbax did before
+    OCDBT; or zarr3 chunks) is read like the released OCDBT layout: same shapes checked,
+    the same weights restored. The whole tree is rewritten, optimiser state included."""
+    import jax
+    import orbax.checkpoint as ocp
+
+    cell = "tiny/mappo-rnn/medium/seed0"
+    src = fixtures_root / cell / "checkpoint"
+    meta = ocp.PyTreeCheckpointer().metadata(src)
+    args = jax.tree_util.tree_map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), meta)
+    tree = ocp.PyTreeCheckpointer().restore(src, restore_args=args)
+    dst = tmp_path / cell
+    dst.mkdir(parents=True)
+    (dst / "config.json").write_bytes((fixtures_root / cell / "config.json").read_bytes())
+    handler = ocp.PyTreeCheckpointHandler(**storage)
+    ocp.Checkpointer(handler).save(dst / "checkpoint", args=ocp.args.PyTreeSave(tree))
+    assert (dst / "checkpoint" / "manifest.ocdbt").exists() == storage.get("use_ocdbt", True)
+
+    mine, released = (
+        load_cell(dst, **_layout(cell)),
+        load_cell(fixtures_root / cell, **_layout(cell)),
+    )
+    assert mine.num_params == released.num_params
+    same = jax.tree_util.tree_map(np.array_equal, mine.weights, released.weights)
+    assert all(jax.tree_util.tree_leaves(same))
+
+
 def test_raw_metadata_fallback_agrees_with_orbax(fixtures_root, monkeypatch):
     d = fixtures_root / "tiny/hypermarl-rnn/hard/seed0/checkpoint"
     via_orbax = ckpt.read_tree_metadata(d)
