@@ -61,6 +61,19 @@ def test_no_help_text_is_cut_on_an_80_column_terminal(argv):
     assert not cut, cut
 
 
+@pytest.mark.parametrize("argv", [[c] for c in COMMANDS] + SUBCOMMANDS, ids=" ".join)
+def test_every_example_line_fits_an_80_column_help(argv):
+    """An example wider than the help panel wraps at column 1, which reads as a second
+    command: each is at most 78 characters with its indent (a long one is continued
+    with a backslash)."""
+    group = next((g.typer_instance for g in app.registered_groups if g.name == argv[0]), None)
+    commands = group.registered_commands if group and len(argv) > 1 else app.registered_commands
+    [info] = [c for c in commands if (c.name or c.callback.__name__) == argv[-1]]
+    examples = (info.help or "").partition("Example")[2]
+    wide = [ln for ln in examples.splitlines() if len(ln) > 78]
+    assert not wide, wide
+
+
 def test_help_prose_is_reflowed_for_the_terminal_and_examples_keep_their_lines():
     doc = (
         "First line\nwraps here.\n\nMore prose\nhere.\n\nExamples:\n\n  alem-eval x\n  alem-eval y"

@@ -120,7 +120,8 @@ def crossplay(
     Examples:
 
       alem-eval crossplay '1B/*/hard' --scheme pairs
-      alem-eval crossplay 'demo/*' --source demo --episodes 2 --max-steps 100 --out xplay/
+      alem-eval crossplay 'demo/*' --source demo --episodes 2 --max-steps 100 \\
+          --out xplay/
     """
     from ..crossplay import CrossplayStore, run_crossplay, write_outputs
     from ..results import collect_warnings

@@ -77,7 +77,8 @@ def export(
 
     Example:
 
-      alem-eval score 'tiny/*/*/*' --source ../shared/fixtures/hub --episodes 2 --record out/
+      alem-eval score 'tiny/*/*/*' --source ../shared/fixtures/hub \\
+          --episodes 2 --record out/
       alem-eval dataset export out/ --format vault --out vaults/
     """
     from ..datasets import export_vault
@@ -112,7 +113,7 @@ def info(
     Example:
 
       alem-eval dataset info out/
-      alem-eval dataset info vaults/fast/easy.vlt/tiny_ippo-rnn_easy_seed0 --format json
+      alem-eval dataset info vaults/ --format json
     """
     from ..datasets import dataset_info
 

@@ -84,8 +84,10 @@ def render(
 
     Examples:
 
-      alem-eval render demo/ippo/easy/0 --source demo --max-steps 200 --out ippo.gif
-      alem-eval render 'demo/ippo/easy/0+demo/pqn/easy/0+demo/mappo/easy/0' --source demo --episode 3
+      alem-eval render demo/ippo/easy/0 --source demo --max-steps 200 \\
+          --out ippo.gif
+      alem-eval render 'demo/ippo/easy/0+demo/pqn/easy/0+demo/mappo/easy/0' \\
+          --source demo --episode 3
     """
     from ..render import check_episode, check_output, render_episode
     from ..runtime import enable_compilation_cache
