@@ -40,7 +40,7 @@ def test_every_command_help_shows_an_example(command):
     # The examples keep their indentation under the "Example(s):" heading (typer dedented
     # them when that heading began the text after the first paragraph).
     examples = [ln for ln in result.output.split("Example", 1)[1].splitlines() if "alem-eval" in ln]
-    assert examples and all(ln.startswith("   ") for ln in examples[:1]), result.output
+    assert examples and examples[0].startswith("   "), result.output
 
 
 SUBCOMMANDS = [
