@@ -72,16 +72,23 @@ def select_source(spec: str, selectors: Sequence[str]) -> tuple[Any, list[Any]]:
     return src, src.select(list(selectors))
 
 
-def _record_columns(src: Any, cells: Sequence[Any]) -> tuple[str, ...]:
-    """The record columns of a source's first selected cell (its config.json only)."""
+def resolve_compare_metric(metric: str, src: Any, cells: Sequence[Any]) -> str:
+    """The record column ``metric`` names, before anything is scored: a registered metric's
+    key, label or alias, else a column the records of the source's first selected cell
+    will carry (:func:`~alem_eval.evaluate.record_columns`, from its config.json only);
+    else a UsageError with the closest names."""
     from . import evaluate
     from .loader import resolve_cell
+    from .metrics import METRICS, resolve_metric
 
-    c = cells[0]
-    cfg, _ = resolve_cell(
-        src.local_dir(c), algorithm=c.algorithm, difficulty=c.difficulty, seed=c.seed
-    )
-    return evaluate.record_columns(cfg)
+    try:
+        return resolve_metric(metric, [m.key for m in METRICS])
+    except UsageError:
+        c = cells[0]
+        cfg, _ = resolve_cell(
+            src.local_dir(c), algorithm=c.algorithm, difficulty=c.difficulty, seed=c.seed
+        )
+        return resolve_metric(metric, evaluate.record_columns(cfg))
 
 
 def score_source(
@@ -114,10 +121,10 @@ def score_source(
     from . import evaluate
     from .checkpoint import checkpoint_hash
     from .loader import cell_checkpoint_dir, load_cell, resolve_cell
-    from .metrics import resolve_metric
     from .results import ResultKey, build_rows, episode_records
 
     src, cells = selected or select_source(spec, selectors)
+    name = resolve_compare_metric(metric, src, cells)
     order = {c.id: i for i, c in enumerate(cells)}  # read back or scored: the source's order
     episodes_of: dict[tuple[str, str], list[dict[str, float]]] = {}
     groups: dict[tuple, list] = defaultdict(list)
@@ -171,7 +178,6 @@ def score_source(
                 on_progress(f"{spec}: scored {c.id}", len(episodes_of), len(cells))
     out: dict[str, dict[str, list[float]]] = defaultdict(dict)
     for (diff, cell_id), eps in sorted(episodes_of.items(), key=lambda kv: order[kv[0][1]]):
-        name = resolve_metric(metric, [k for e in eps for k in e])  # or UsageError
         # A record drops a non-finite score: such episodes have no value of it.
         values = [float(e[name]) for e in eps if name in e]
         if not values:
@@ -203,16 +209,9 @@ def compare_sources(
     as there)."""
     if len(sources) != 2:
         raise UsageError(f"compare needs exactly two --source options (got {len(sources)})")
-    from .metrics import METRICS, resolve_metric
-
     # Both sources and their cells first: a wrong B fails before A is scored.
     selected = [select_source(s, selectors) for s in sources]
-    # The metric too, before minutes of scoring: a registered metric's key, label or
-    # alias, else a column the selected cells' records will carry.
-    try:
-        metric = resolve_metric(metric, [m.key for m in METRICS])
-    except UsageError:
-        metric = resolve_metric(metric, _record_columns(*selected[0]))
+    metric = resolve_compare_metric(metric, *selected[0])  # before minutes of scoring
     scored = [
         score_source(
             s,

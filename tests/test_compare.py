@@ -114,6 +114,11 @@ def test_compare_takes_any_record_column_and_skips_episodes_without_its_value(tw
     )
     assert row["metric"] == "episode_return" and row["n_A"] == row["n_B"] == 5
     assert row["mean_A"] - row["mean_B"] == pytest.approx(0.4) and row["verdict"] == "A better"
+    # A cell with no finite value at all (one episode, the one without it): a one-line error.
+    from alem_eval.errors import EvaluationError
+
+    with pytest.raises(EvaluationError, match=r"seed0: no episode has a finite episode_return"):
+        compare_sources([a, b], ["tiny/ippo-rnn/easy/seed0"], metric="episode_return", episodes=1)
 
 
 def test_compare_takes_a_metric_by_label_or_alias_as_its_help_shows(two_sources):
