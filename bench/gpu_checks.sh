@@ -35,10 +35,10 @@ part() {  # part NAME SECONDS CMD...: time-limited, its log under $OUT, never st
   tail -n 4 "$OUT/$name.log"
 }
 
-part score 110 python3 -m alem_eval score 'demo/*' --source demo --episodes 20 --format json
+part score 140 python3 -m alem_eval score 'demo/*' --source demo --episodes 20 --format json
 tar czf "$OUT/gpu_results.tgz" -C /tmp/aec results 2>/dev/null
 part train 130 python3 -m alem_eval train demo/ippo-rnn/easy/seed0 --source demo \
   --total-timesteps 61440 --out /tmp/gpu-runs --log-every 0
 tar czf "$OUT/gpu_trained.tgz" -C /tmp/gpu-runs . 2>/dev/null
-part sweep "${SWEEP_S:-290}" python3 bench/gpu_sweep.py --slots "${SLOTS:-800,2400,9600}" \
+part sweep "${SWEEP_S:-280}" python3 bench/gpu_sweep.py --slots "${SLOTS:-800,2400,9600}" \
   --json "$OUT/sweep.json"
