@@ -7,13 +7,20 @@ marl-eval (instadeepai/marl-eval) reads raw experiment data shaped as::
         "absolute_metrics": {metric: [...], ...}}}}}}
 
 Alem maps onto it as environment ``"alem"``, task = eval difficulty, algorithm =
-``"<algorithm>_<budget>"`` (lower case), run = ``"seed<N>"``. Only the final checkpoints are
-scored, so each run has one logging step (``step_count`` = the budget in env steps when it
-is numeric, else 0) and ``absolute_metrics`` holds the same per-episode values. marl-eval
-lower-cases every key, turns ``_`` into spaces in its axis labels and puts metric names
+``"<algorithm>_<budget>"`` (lower case), run = ``"seed_<N>"``: the key marl-eval's own
+``JsonLogger`` writes. Its ``concatenate_json_files`` (which pools the files of several
+jobs) renames a run key already taken to the next free number, which it can do only for a
+key that reads as ``<name>_<number>`` (on ``seed<N>`` it fails). Only the final
+checkpoints are scored, so each run has one logging step (``step_count`` = the budget in env
+steps when it is numeric, else 0) and ``absolute_metrics`` holds the same per-episode
+values. marl-eval lower-cases every key, turns ``_`` into spaces in its axis labels and puts metric names
 into the file names of its tables (where a ``/`` would name a directory); metric keys are
 therefore written as ``team_reward_pct_of_max`` etc. (``/`` -> ``_``, lower case) and
 keep their raw scale (fractions in [0, 1]: use ``metrics_to_normalize=[]``).
+
+The difficulties are the benchmark's separate tasks, reported apart and never averaged,
+while marl-eval's aggregates (rliable's, over runs x tasks) pool them: an export of several difficulties carries
+:attr:`MarlEvalExport.warning`, and ``difficulty=`` exports one.
 
 :func:`merge_results` imports the files of another alem-eval results directory: new keys
 are copied (bytes unchanged, atomically), identical ones skipped, and two kinds of
@@ -29,7 +36,7 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from collections.abc import Sequence
 
 import numpy as np
@@ -49,6 +56,41 @@ from .analysis import PreparedResults, budget_steps, prepare
 from .metrics import HEADLINE_METRICS, metric_info
 
 MARL_EVAL_ENVIRONMENT = "alem"
+
+
+def marl_eval_run_name(seed: int) -> str:
+    """``3`` -> ``"seed_3"`` (marl-eval's ``JsonLogger`` key, which its
+    ``concatenate_json_files`` can renumber when two files share it)."""
+    return f"seed_{int(seed)}"
+
+
+def separate_tasks_warning(tasks: Sequence[str]) -> str | None:
+    """The warning an export of several difficulties carries (None for one)."""
+    if len(tasks) < 2:
+        return None
+    return (
+        f"the {len(tasks)} difficulties ({', '.join(tasks)}) are separate marl-eval tasks: "
+        "report each on its own and never average over them (the benchmark's protocol); "
+        "--difficulty exports one"
+    )
+
+
+class MarlEvalExport(NamedTuple):
+    """What :func:`export_marl_eval` returns; unpacks as ``text, prepared``."""
+
+    text: str
+    prepared: PreparedResults
+
+    @property
+    def tasks(self) -> tuple[str, ...]:
+        """The marl-eval task names written: the eval difficulties, lower case."""
+        return tuple(sorted({str(d).lower() for d in self.prepared.frame["eval_difficulty"]}))
+
+    @property
+    def warning(self) -> str | None:
+        """Set when several difficulties were exported: they are separate tasks, never to be
+        averaged (marl-eval's aggregates over tasks would do just that)."""
+        return separate_tasks_warning(self.tasks)
 
 
 def marl_eval_metric_name(key: str) -> str:
@@ -197,7 +239,7 @@ def to_marl_eval(
             "absolute_metrics": {k: list(v) for k, v in lists.items()},
         }
         algo = marl_eval_algorithm_name(str(alg), str(budget))
-        tasks.setdefault(str(diff).lower(), {}).setdefault(algo, {})[f"seed{int(seed)}"] = run
+        tasks.setdefault(str(diff).lower(), {}).setdefault(algo, {})[marl_eval_run_name(seed)] = run
     return {environment: tasks}, tuple(notes)
 
 
@@ -209,8 +251,11 @@ def export_marl_eval(
     metrics: Sequence[str] = (),
     protocol: str | None = None,
     complete_subgrid: bool = False,
-) -> tuple[str, PreparedResults]:
-    """Write (or, with ``out=None``, just return) the marl-eval JSON of the selection.
+    difficulty: str | None = None,
+) -> MarlEvalExport:
+    """Write (or, with ``out=None``, just return) the marl-eval JSON of the selection:
+    every eval difficulty in it, or only ``difficulty`` (one marl-eval task). Several
+    difficulties set the result's ``warning`` (they are never to be averaged).
 
     Default metrics: the headline ones present (Base%, Coord%, Total%, achievement fractions).
     """
@@ -221,6 +266,8 @@ def export_marl_eval(
         optional_metrics=[] if metrics else [m.key for m in HEADLINE_METRICS],
         protocol=protocol,
     )
+    if difficulty is not None:
+        prepared = only_difficulty(prepared, difficulty)
     keys = prepared.metrics or tuple(
         m.key for m in HEADLINE_METRICS if m.key in prepared.frame.columns
     )
@@ -235,7 +282,21 @@ def export_marl_eval(
     text = json.dumps(data, indent=1, allow_nan=False) + "\n"
     if out is not None:
         write_text_atomic(out, text)
-    return text, prepared
+    return MarlEvalExport(text, prepared)
+
+
+def only_difficulty(prepared: PreparedResults, difficulty: str) -> PreparedResults:
+    """The rows scored on eval difficulty ``difficulty`` (any case); a one-line
+    :class:`UsageError` naming those present when there are none."""
+    diffs = prepared.frame["eval_difficulty"].astype(str)
+    keep = diffs.str.lower() == difficulty.lower()
+    if not keep.any():
+        present = ", ".join(sorted(set(diffs))) or "none"
+        raise UsageError(
+            f"--difficulty {difficulty}: no scored results on it in the selection "
+            f"(present: {present})"
+        )
+    return dataclasses.replace(prepared, frame=prepared.frame[keep])
 
 
 # ----------------------------------------------------------------------------------------

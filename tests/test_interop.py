@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -32,7 +33,7 @@ def test_marl_eval_layout(tmp_path):
     assert set(data["alem"]) == {"easy", "hard"}
     task = data["alem"]["hard"]
     assert set(task) == {"ippo-rnn_100m", "ippo-rnn_1b"}
-    run = task["ippo-rnn_1b"]["seed1"]
+    run = task["ippo-rnn_1b"]["seed_1"]
     assert list(run) == ["step_0", "absolute_metrics"]
     assert run["step_0"]["step_count"] == 1_000_000_000
     assert "team_reward_pct_of_max" in run["absolute_metrics"]
@@ -48,11 +49,84 @@ def test_marl_eval_export_of_chosen_metrics_and_collisions(tmp_path):
     store = ResultsStore(tmp_path / "res")
     fill_store(store, **SMALL)
     text, _ = export_marl_eval(store, None, metrics=["episode_return"])
-    run = json.loads(text)["alem"]["easy"]["ippo-rnn_100m"]["seed0"]
+    run = json.loads(text)["alem"]["easy"]["ippo-rnn_100m"]["seed_0"]
     assert set(run["absolute_metrics"]) == {"episode_return"}
     prepared = prepare(store, metrics=["Team/reward_pct_of_max"])
     with pytest.raises(UsageError, match="collide"):
         to_marl_eval(prepared, ["Team/reward_pct_of_max", "team/reward_pct_of_max"])
+
+
+def _concatenate_like_marl_eval(directory):
+    """What marl-eval's ``json_tools.concatenate_json_files`` does with the files of a
+    directory (instadeepai/marl-eval ``marl_eval/json_tools/json_utils.py``; id-marl-eval
+    0.0.4 pins pandas 1.4.4 and imports neptune, so it is not installed here): the runs of
+    each environment / task / algorithm are pooled, and a run key already taken is renamed
+    to the next free number, which works only for a key that is all digits or exactly one
+    ``<name>_<number>`` (anything else, e.g. ``seed0``, is a ValueError)."""
+
+    def next_key(key):
+        if key.isdigit():
+            return str(int(key) + 1)
+        name, number = key.split("_")  # ValueError unless exactly one "_"
+        return f"{name}_{int(number) + 1}"
+
+    pooled: dict = {}
+    for path in sorted(directory.rglob("*.json")):
+        for env, tasks in json.loads(path.read_text()).items():
+            for task, algos in tasks.items():
+                for algo, runs in algos.items():
+                    into = pooled.setdefault(env, {}).setdefault(task, {}).setdefault(algo, {})
+                    for key, run in runs.items():
+                        while key in into:
+                            key = next_key(key)
+                        into[key] = run
+    return pooled
+
+
+def test_marl_eval_runs_are_keyed_like_its_logger_and_exports_concatenate(tmp_path):
+    """Runs are ``seed_<N>`` (marl-eval's JsonLogger key): shards of disjoint seeds pool
+    under their own seeds, and overlapping exports are renumbered, not an error."""
+    shards = [ResultsStore(tmp_path / f"shard{i}") for i in range(2)]
+    for i, store in enumerate(shards):
+        fill_store(store, **{**SMALL, "budgets": ["1B"], "seeds": range(2 * i, 2 * i + 2)})
+    out = tmp_path / "exports"
+    runs_of = []
+    for i, store in enumerate(shards):
+        text, _ = export_marl_eval(store, out / f"shard{i}.json")
+        runs_of.append(json.loads(text)["alem"]["hard"]["ippo-rnn_1b"])
+    assert all(re.fullmatch(r"seed_\d+", k) for runs in runs_of for k in runs)
+    pooled = _concatenate_like_marl_eval(out)["alem"]["hard"]["ippo-rnn_1b"]
+    assert pooled == {**runs_of[0], **runs_of[1]}
+    assert sorted(pooled) == [f"seed_{s}" for s in range(4)]
+
+    export_marl_eval(shards[0], out / "again" / "shard0.json")  # the same runs once more
+    pooled = _concatenate_like_marl_eval(out)["alem"]["hard"]["ippo-rnn_1b"]
+    assert len(pooled) == 6 and all(re.fullmatch(r"seed_\d+", k) for k in pooled)
+
+
+def test_marl_eval_export_of_several_difficulties_warns_they_are_separate_tasks(tmp_path, capsys):
+    """Difficulties are the benchmark's separate tasks, never averaged: exporting several
+    warns (an attribute, and one stderr line), and --difficulty exports one."""
+    store = ResultsStore(tmp_path / "res")
+    fill_store(store, **SMALL)
+    both = export_marl_eval(store, None)
+    assert both.tasks == ("easy", "hard") and set(json.loads(both.text)["alem"]) == {"easy", "hard"}
+    assert both.warning and "separate marl-eval tasks" in both.warning
+    assert "never average" in both.warning
+    one = export_marl_eval(store, None, difficulty="hard")
+    assert one.tasks == ("hard",) and one.warning is None
+    assert list(json.loads(one.text)["alem"]) == ["hard"]
+    with pytest.raises(UsageError, match=r"--difficulty medium: .*present: easy, hard"):
+        export_marl_eval(store, None, difficulty="medium")
+
+    code, _, err = run(["export", "--results", str(store.root)], capsys)
+    warned = [line for line in err.splitlines() if line.startswith("warning")]
+    assert code == 0 and warned == [f"warning {both.warning}"]
+    code, out, err = run(["export", "--results", str(store.root), "--difficulty", "hard"], capsys)
+    assert code == 0 and "warning" not in err and list(json.loads(out)["alem"]) == ["hard"]
+    code, _, err = run(["export", "--results", str(store.root), "--difficulty", "medium"], capsys)
+    assert code == 2 and err.startswith("alem-eval: error: --difficulty medium")
+    assert len(err.strip().splitlines()) == 1
 
 
 def _write_cell(store, budget, seed, edit=lambda recs: recs):
@@ -79,8 +153,8 @@ def test_marl_eval_never_gets_an_empty_or_silently_short_list(tmp_path):
     for run in runs.values():
         assert "team_achievement_pct" not in run["absolute_metrics"]
         assert all(len(v) > 0 for v in run["absolute_metrics"].values())
-    assert len(runs["seed1"]["absolute_metrics"]["team_reward_pct_of_max"]) == 2
-    assert len(runs["seed0"]["absolute_metrics"]["team_reward_pct_of_max"]) == 3
+    assert len(runs["seed_1"]["absolute_metrics"]["team_reward_pct_of_max"]) == 2
+    assert len(runs["seed_0"]["absolute_metrics"]["team_reward_pct_of_max"]) == 3
     notes = " | ".join(prepared.notes)
     assert "left out team_achievement_pct" in notes and "1 non-finite value" in notes
 
@@ -171,7 +245,7 @@ def test_export_and_merge_commands(tmp_path, capsys):
     assert json.loads(out) == [] and "copied 8 new" in err
     code, out, err = run(["export", "--results", str(dst.root), "--metric", "total"], capsys)
     assert code == 0, err
-    assert set(json.loads(out)["alem"]["easy"]["ippo-rnn_1b"]["seed0"]["absolute_metrics"]) == {
+    assert set(json.loads(out)["alem"]["easy"]["ippo-rnn_1b"]["seed_0"]["absolute_metrics"]) == {
         "team_reward_pct_of_max"
     }
     code, out, err = run(["merge", str(tmp_path / "none"), "--results", str(dst.root)], capsys)
@@ -204,8 +278,8 @@ def test_marl_eval_export_refuses_a_grid_with_missing_runs(tmp_path):
     text, prepared = export_marl_eval(store, None, complete_subgrid=True)
     task = json.loads(text)["alem"]["hard"]
     assert {a: sorted(runs) for a, runs in task.items()} == {
-        "ippo-rnn_1b": ["seed0", "seed1"],
-        "mappo-rnn_1b": ["seed0", "seed1"],
+        "ippo-rnn_1b": ["seed_0", "seed_1"],
+        "mappo-rnn_1b": ["seed_0", "seed_1"],
     }
     assert any("1 scored runs left out" in n for n in prepared.notes)
 

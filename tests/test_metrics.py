@@ -56,6 +56,6 @@ def test_report_headline_table_uses_the_registry_labels(store, tmp_path):
 
 def test_export_defaults_to_the_headline_metrics_named_by_their_slug(store):
     text, _ = export_marl_eval(store, None)
-    run = json.loads(text)["alem"]["easy"]["ippo-rnn_1b"]["seed0"]["absolute_metrics"]
+    run = json.loads(text)["alem"]["easy"]["ippo-rnn_1b"]["seed_0"]["absolute_metrics"]
     assert list(run) == [m.slug for m in HEADLINE_METRICS]
     assert all(marl_eval_metric_name(m.key) == m.slug for m in HEADLINE_METRICS)

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import jax
 import numpy as np
@@ -20,6 +22,7 @@ from alem_eval.errors import CheckpointError, ConfigError
 from alem_eval.training import TrainingStopped
 from tests.conftest import REPO
 from tests.train_fakes import ALGO, SIZES, SLEEP_ENV, STEPS_PER_UPDATE, make_fake, runs_of
+from trainers import resume
 from trainers.driver import train_cells
 
 
@@ -59,15 +62,24 @@ def _log(cell_dir: Path) -> list[dict]:
 # ----------------------------------------------------------------------------------------
 # Resume
 # ----------------------------------------------------------------------------------------
-def test_resume_continues_to_the_uninterrupted_result(tmp_path):
-    _, dirs_a = _train(tmp_path / "a", (0, 1), 5)
-    assert _train(tmp_path / "b", (0, 1), 5, max_updates=2)[0] is None
-    res, dirs_b = _train(tmp_path / "b", (0, 1), 5)
+UNINTERRUPTED = "train-driver-uninterrupted"  # the tests that share its run
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """Seeds 0 and 1 trained together for 6 updates in one go: their cell dirs."""
+    return _train(tmp_path_factory.mktemp("uninterrupted"), (0, 1), 6)[1]
+
+
+@pytest.mark.xdist_group(UNINTERRUPTED)
+def test_resume_continues_to_the_uninterrupted_result(tmp_path, uninterrupted):
+    assert _train(tmp_path, (0, 1), 6, max_updates=2)[0] is None
+    res, dirs = _train(tmp_path, (0, 1), 6)
     assert [r.summary["resumed_from_update"] for r in res] == [2, 2]
-    for a, b in zip(dirs_a, dirs_b, strict=True):
+    for a, b in zip(uninterrupted, dirs, strict=True):
         jax.tree_util.tree_map(np.testing.assert_array_equal, _weights(a), _weights(b))
-        assert int(_weights(b)["step"]) == 5 and not (b / "_resume").exists()
-    assert not np.array_equal(_weights(dirs_a[0])["w"], _weights(dirs_a[1])["w"])
+        assert int(_weights(b)["step"]) == 6 and not (b / "_resume").exists()
+    assert not np.array_equal(_weights(uninterrupted[0])["w"], _weights(uninterrupted[1])["w"])
 
 
 def test_metrics_log_has_a_line_per_update(tmp_path):
@@ -136,6 +148,102 @@ def test_damaged_saved_state_is_an_error_and_fresh_starts_over(tmp_path):
         _train(tmp_path, (0,), 4)
     res, _ = _train(tmp_path, (0,), 4, fresh=True)
     assert res[0].summary["resumed_from_update"] is None
+
+
+class Killed(BaseException):
+    """The process dies here (as on SIGKILL): nothing after it runs, no handler saves."""
+
+
+def _kill_at_file_op(monkeypatch, k: int) -> list[int]:
+    """From now on the resume store's ``k``-th file operation (counting from 0: a seed's
+    state written, a resume.json written, a directory removed) kills instead of running;
+    returns the counter of those that ran."""
+    import orbax.checkpoint as ocp
+
+    done = [0]
+
+    def op(fn):
+        def run(*args, **kwargs):
+            if done[0] == k:
+                raise Killed
+            done[0] += 1
+            return fn(*args, **kwargs)
+
+        return run
+
+    monkeypatch.setattr(resume, "write_json_atomic", op(resume.write_json_atomic))
+    monkeypatch.setattr(resume, "shutil", SimpleNamespace(rmtree=op(shutil.rmtree)))
+    monkeypatch.setattr(ocp.PyTreeCheckpointer, "save", op(ocp.PyTreeCheckpointer.save))
+    return done
+
+
+@pytest.mark.parametrize("before", [None, 2], ids=["first-save", "later-save"])
+def test_a_kill_anywhere_in_a_group_save_resumes_at_the_newest_update_a_seed_saved(
+    tmp_path, monkeypatch, before
+):
+    """A save of a group killed after any of its file operations: the group still resumes
+    (no seeds left at different updates), at the newest update any seed's resume.json
+    names (no saved progress lost), with each seed's own slice of that update's state."""
+
+    def state(updates):  # seed i's slice is row i
+        return {"w": np.arange(12.0).reshape(3, 4) * 100 + updates}
+
+    ids = [f"tiny/{ALGO}/easy/seed{s}" for s in range(3)]
+
+    def store(root):
+        return resume.ResumeStore(
+            [root / i for i in ids], ids, identity="0123abcd", settings={"lr": 1}
+        )
+
+    if before is not None:
+        store(tmp_path / "base").save(state(before), {"updates": before})
+    with monkeypatch.context() as m:  # how many file operations one save makes
+        ops = _kill_at_file_op(m, -1)
+        store(tmp_path / "count").save(state(4), {"updates": 4})
+    for k in range(ops[0]):
+        case = tmp_path / f"kill{k}"
+        if before is not None:
+            shutil.copytree(tmp_path / "base", case)
+        with monkeypatch.context() as m, pytest.raises(Killed):
+            _kill_at_file_op(m, k)
+            store(case).save(state(4), {"updates": 4})
+        named = [json.loads(p.read_text())["updates"] for p in case.rglob(resume.META_FILE)]
+        saved = store(case).check()
+        if not named:
+            assert saved is None, k
+            continue
+        assert [s.updates for s in saved] == [max(named)] * 3, k
+        shape = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), state(4))
+        host = store(case).load(shape, saved)
+        np.testing.assert_array_equal(host["w"], state(max(named))["w"], err_msg=f"kill {k}")
+
+
+@pytest.mark.xdist_group(UNINTERRUPTED)
+def test_a_group_killed_between_its_seeds_saves_resumes_to_the_uninterrupted_result(
+    tmp_path, monkeypatch, uninterrupted
+):
+    """Killed while saving update 4, after seed 0's resume.json moved to it and before
+    seed 1's did: the rerun resumes both seeds at 4 and ends bit-identical to a run
+    never interrupted."""
+    write = resume.write_json_atomic
+
+    def killing(path, data):
+        if Path(path).parent.parent.name == "seed1" and data["updates"] == 4:
+            raise Killed
+        write(path, data)
+
+    with monkeypatch.context() as m, pytest.raises(Killed):
+        m.setattr(resume, "write_json_atomic", killing)
+        _train(tmp_path, (0, 1), 6, save_every_updates=2, max_updates=4)
+    assert [_resume_meta(tmp_path / f"tiny/{ALGO}/easy/seed{s}")["updates"] for s in (0, 1)] == [
+        4,
+        2,
+    ]
+    res, dirs = _train(tmp_path, (0, 1), 6)
+    assert [r.summary["resumed_from_update"] for r in res] == [4, 4]
+    for a, b in zip(uninterrupted, dirs, strict=True):
+        jax.tree_util.tree_map(np.testing.assert_array_equal, _weights(a), _weights(b))
+        assert int(_weights(b)["step"]) == 6 and not (b / "_resume").exists()
 
 
 # ----------------------------------------------------------------------------------------

@@ -1,16 +1,22 @@
 """The resume store: each cell's slice of the training state under ``<cell>/_resume/``.
 
-Per cell: ``_resume/state_<updates:08d>/`` (orbax; the state's leaves flat, ``{"00000":
-leaf, ...}``, this seed's slice) and ``_resume/resume.json`` (the update count, the settings
-the state was trained with, the clocks, which state directory is current). A save writes the
-new state directory, then points ``resume.json`` at it, then removes older ones, so a kill at
-any moment leaves the last complete save readable.
+Per cell: ``_resume/state_<updates:08d>_<identity>/`` (orbax; the state's leaves flat,
+``{"00000": leaf, ...}``, this seed's slice, after that many updates with the settings whose
+hash is ``identity``) and ``_resume/resume.json`` (the update count, the settings the state
+was trained with, the clocks, which state directory is current).
 
-The rule (:meth:`ResumeStore.check`): a group resumes when every cell has saved state at the
-same update, written with the same settings; a group where no cell has any starts from
-scratch; anything else is a one-line :class:`~alem_eval.errors.ConfigError` that says what
-differs, and nothing is deleted. ``--fresh`` skips the check (the first save then replaces the
-old state).
+A save is committed for the whole group in three passes over its cells: every cell's new
+state directory is written (older ones stay), then every ``resume.json`` is pointed at it,
+then the older directories are removed. A kill at any moment therefore leaves, in every
+cell, the state of the last save every cell committed; and once any ``resume.json`` points
+at the new state, every cell holds it.
+
+The rule (:meth:`ResumeStore.check`): a group resumes at the newest update a cell's
+``resume.json`` names when every cell holds that state (its own ``resume.json`` names it, or
+the kill came before its pointer moved); a group where no cell has any starts from scratch;
+anything else (cells saved apart, at different updates or with other settings) is a one-line
+:class:`~alem_eval.errors.ConfigError` that says what differs, and nothing is deleted.
+``--fresh`` skips the check (the first save then replaces the old state).
 """
 
 from __future__ import annotations
@@ -98,9 +104,18 @@ class ResumeStore:
         """The saved states to resume from (all at one update), or None to start from
         scratch (no cell has any). Every other case raises a one-line ConfigError."""
         saved = self.read()
-        have = [s for s in saved if s is not None]
-        if not have:
+        if all(s is None for s in saved):
             return None
+        ours = [s for s in saved if s is not None and s.meta.get("identity") == self.identity]
+        if ours:  # a kill between a save's passes: cells behind may hold the newest state
+            lead = max(ours, key=lambda s: s.updates)
+            for i, (cid, d, s) in enumerate(
+                zip(self.cell_ids, self.cell_dirs, list(saved), strict=True)
+            ):
+                behind = s is None or s.meta.get("state") != lead.meta["state"]
+                if behind and (d / RESUME_DIR / lead.meta["state"]).is_dir():
+                    saved[i] = Saved(cid, d, {**lead.meta, "seed_index": i})
+        have = [s for s in saved if s is not None]
         for s in have:
             if s.meta.get("identity") != self.identity:
                 diff = settings_diff(s.meta.get("settings"), self.settings)
@@ -163,14 +178,15 @@ class ResumeStore:
 
         leaves = jax.tree_util.tree_leaves(jax.device_get(state))
         ckptr = ocp.PyTreeCheckpointer()
-        name = f"state_{int(meta['updates']):08d}"
-        for i, cell_dir in enumerate(self.cell_dirs):
-            root = cell_dir / RESUME_DIR
+        name = f"state_{int(meta['updates']):08d}_{self.identity}"
+        roots = [cell_dir / RESUME_DIR for cell_dir in self.cell_dirs]
+        for i, root in enumerate(roots):  # 1. every cell's new state (older ones stay)
             root.mkdir(parents=True, exist_ok=True)
             tree = {f"{j:05d}": np.asarray(leaf[i]) for j, leaf in enumerate(leaves)}
             if (root / name).exists():
                 shutil.rmtree(root / name)
             ckptr.save((root / name).absolute(), tree)
+        for i, root in enumerate(roots):  # 2. commit: every pointer moves to it
             write_json_atomic(
                 root / META_FILE,
                 {
@@ -182,6 +198,7 @@ class ResumeStore:
                     "cells": self.cell_ids,
                 },
             )
+        for root in roots:  # 3. only then the older states go
             for old in root.glob("state_*"):
                 if old.name != name:
                     shutil.rmtree(old, ignore_errors=True)

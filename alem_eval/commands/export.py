@@ -46,28 +46,42 @@ def export(
             "algorithms x seeds instead of failing (marl-eval needs a complete grid).",
         ),
     ] = False,
+    difficulty: Annotated[
+        str | None,
+        typer.Option(
+            "--difficulty",
+            help="Export this eval difficulty only (one marl-eval task; default: every "
+            "difficulty scored, each its own task, never to be averaged).",
+        ),
+    ] = None,
 ) -> None:
     """Per-episode scores in marl-eval's layout: alem -> difficulty -> <algorithm>_<budget>
-    -> seed<N> -> step_0 / absolute_metrics (metric names lower-cased, '/' -> '_').
+    -> seed_<N> -> step_0 / absolute_metrics (metric names lower-cased, '/' -> '_'). Each
+    difficulty is a separate task, to be reported on its own: exporting several warns.
 
     Examples:
 
-      alem-eval export '1B/*/*' --out marl-eval.json
+      alem-eval export '1B/*/*' --difficulty hard --out hard.json
       alem-eval export --complete-subgrid --out subgrid.json
     """
     from ..interop import export_marl_eval
     from ..results import open_store
 
-    text, prepared = export_marl_eval(
+    text, prepared = exported = export_marl_eval(
         open_store(results),
         out,
         selectors=selectors or None,
         metrics=metric or (),
         protocol=protocol and protocol.value,
         complete_subgrid=complete_subgrid,
+        difficulty=difficulty,
     )
     for note in prepared.notes:
         err_console.print(f"[yellow]note[/yellow] {note}", highlight=False)
+    if exported.warning:
+        err_console.print(
+            f"[yellow]warning[/yellow] {exported.warning}", soft_wrap=True, highlight=False
+        )
     if out is None:
         sys.stdout.write(text)
     else:
