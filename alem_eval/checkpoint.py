@@ -316,10 +316,20 @@ def restore_weights(
 
 
 def checkpoint_hash(ckpt_dir: str | Path) -> str:
-    """SHA-256 over every file of the orbax directory (relative path, size, content)."""
+    """SHA-256 over every file of the orbax directory (relative path, size, content).
+
+    Memoised by the files' stat stamps (:mod:`alem_eval.hashmemo`): unchanged files are not
+    read again."""
+    from .hashmemo import memoised_hash
+
     d = resolve_checkpoint_dir(ckpt_dir)
+    files = sorted(p for p in d.rglob("*") if p.is_file())
+    return memoised_hash(d, files, lambda: _content_hash(d, files), kind="checkpoint")
+
+
+def _content_hash(d: Path, files: list[Path]) -> str:
     h = hashlib.sha256()
-    for f in sorted(p for p in d.rglob("*") if p.is_file()):
+    for f in files:
         rel = f.relative_to(d).as_posix()
         h.update(rel.encode() + b"\0" + str(f.stat().st_size).encode() + b"\0")
         with f.open("rb") as fh:

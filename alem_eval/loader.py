@@ -86,18 +86,30 @@ class VerifyResult:
     num_params: int | None
     message: str
     warnings: tuple[str, ...] = ()
+    # How the source checked the files (``alem_eval.integrity.FileCheck``): "hash", "size"
+    # (some had no hash to check) or None (a local directory); the files fetched again; what
+    # to tell about both (``FileCheck.notes``).
+    checked: str | None = None
+    repaired: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
 
     @classmethod
     def failed(cls, cell_id: str, err: AlemEvalError) -> VerifyResult:
         """The result names the cell: its message need not repeat it."""
         return cls(cell_id, False, None, str(err).removeprefix(f"{cell_id}: "))
 
+    def detail(self, text: str) -> str:
+        """``text`` followed by the notes on the files, if any."""
+        return "; ".join([text, *self.notes])
+
     def as_record(self) -> dict[str, Any]:
         return {
             "cell": self.cell,
             "status": "OK" if self.ok else "FAIL",
+            "checked": self.checked,
             "num_params": self.num_params,
-            "message": self.message,
+            "repaired": list(self.repaired),
+            "message": self.detail(self.message),
             "warnings": list(self.warnings),
         }
 

@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from . import __version__
 from .fsutil import atomic_write
+from .integrity import FileCheck
 from .layout import is_cell_dir
 from .errors import (
     DownloadError,
@@ -79,6 +80,7 @@ class PullReport:
     root: Path  # directory holding ``<cell.id>/`` for every pulled cell
     commit: str | None = None  # the Hub commit the files belong to
     offline: bool = False  # the endpoint was not contacted (offline mode or unreachable)
+    checks: Mapping[str, FileCheck] = field(default_factory=dict)  # per cell id
 
     def summary(self) -> str:
         where = f" at {self.commit[:12]}" if self.commit else ""
@@ -214,6 +216,11 @@ class Source(ABC):
         ``rehash``: recompute every file's content hash and compare it with the source's
         listing (a Hub source fetches a damaged file again); ``verify`` asks for it.
         """
+
+    def checked_dir(self, cell: Cell, *, rehash: bool = False) -> tuple[Path, FileCheck]:
+        """:meth:`local_dir`, and how the cell's files were checked and what was fetched
+        again (here: nothing to check them against)."""
+        return self.local_dir(cell, rehash=rehash), FileCheck()
 
     @abstractmethod
     def pull(
@@ -1019,8 +1026,11 @@ class HubSource(Source):
         return self.listing.commit if self.state(cell) != "remote" else None
 
     def local_dir(self, cell: Cell, *, rehash: bool = False) -> Path:
-        self.pull([cell], rehash=rehash)  # fetches what is missing or damaged; else no request
-        return self._snapshot() / self._cell_id(cell)
+        return self.checked_dir(cell, rehash=rehash)[0]
+
+    def checked_dir(self, cell: Cell, *, rehash: bool = False) -> tuple[Path, FileCheck]:
+        report = self.pull([cell], rehash=rehash)  # fetches what is missing or damaged
+        return self._snapshot() / self._cell_id(cell), report.checks[cell.id]
 
     def _marker_target(self, cell: Cell) -> tuple[str, Path, list[Path]] | None:
         if self.listing.commit is None or self._missing(self._files_of(cell)):
@@ -1090,27 +1100,39 @@ class HubSource(Source):
             cells=tuple(cells),
             files_fetched=len(todo),
             files_skipped=len(wanted) - len(todo),
-            files_repaired=repaired,
+            files_repaired=len(repaired),
             bytes_fetched=fetched_bytes,
             bytes_total=sum(f.size for f in wanted.values()),
             root=self._snapshot(),
             commit=listing.commit,
             offline=not listing.online,
+            checks={c.id: self._file_check(c, repaired) for c in cells},
         )
+
+    def _file_check(self, cell: Cell, repaired: Mapping[str, str]) -> FileCheck:
+        why = (
+            "offline, and the cached snapshot holds plain files, not links to blobs named by "
+            "their hashes"
+            if self.listing.from_snapshot
+            else "the listing gives no hash for them"
+        )
+        digests = {p: f.digest for p, f in self._files_of(cell).items()}
+        return FileCheck.of_cell(self._cell_id(cell), digests, repaired, no_hash_reason=why)
 
     def _plan(
         self, wanted: dict[str, RemoteFile], checked: _CheckedFiles
-    ) -> tuple[list[tuple[str, RemoteFile, bool]], dict[str, str]]:
-        """(path, file, the cached copy is bad) for every file to fetch, and what is wrong
-        with each bad cached copy."""
+    ) -> tuple[list[tuple[str, RemoteFile, str | None]], dict[str, str]]:
+        """(path, file, what is wrong with the cached copy, None if there is none) for every
+        file to fetch, and what is wrong with each bad cached copy."""
         snap = self._snapshot()
-        todo, damaged = [], {}
+        todo: list[tuple[str, RemoteFile, str | None]] = []
+        damaged: dict[str, str] = {}
         for path, f in sorted(wanted.items()):
             local = snap / path
             if not os.path.lexists(local):
-                todo.append((path, f, False))
+                todo.append((path, f, None))
             elif problem := checked.problem(local, f):
-                todo.append((path, f, True))
+                todo.append((path, f, problem))
                 damaged[path] = problem
         return todo, damaged
 
@@ -1130,15 +1152,16 @@ class HubSource(Source):
 
     def _download(
         self,
-        todo: list[tuple[str, RemoteFile, bool]],
+        todo: list[tuple[str, RemoteFile, str | None]],
         checked: _CheckedFiles,
         *,
         workers: int,
         progress: bool | None,
-    ) -> tuple[int, int]:
-        """Fetch ``todo`` in parallel; returns (bytes received, files repaired)."""
+    ) -> tuple[int, dict[str, str]]:
+        """Fetch ``todo`` in parallel; returns (bytes received, {path: what was wrong} for
+        every file fetched again because a cached or downloaded copy did not match)."""
         if not todo:
-            return 0, 0
+            return 0, {}
         from rich.progress import (
             BarColumn,
             DownloadColumn,
@@ -1153,7 +1176,8 @@ class HubSource(Source):
         show = err_console.is_terminal if progress is None else progress
         lock = threading.Lock()
         cancel = threading.Event()
-        totals = {"bytes": 0, "repaired": 0, "done": 0}
+        totals = {"bytes": 0, "done": 0}
+        repaired: dict[str, str] = {}
         bar = Progress(
             TextColumn("[bold]pull[/] {task.fields[files]}"),
             BarColumn(),
@@ -1175,10 +1199,13 @@ class HubSource(Source):
 
         counter = ByteProgress.bound(on_bytes, cancel)
 
-        def fetch(path: str, f: RemoteFile, bad_in_cache: bool) -> None:
-            repaired = self._fetch_checked(path, f, bad_in_cache, counter, checked) or bad_in_cache
+        def fetch(path: str, f: RemoteFile, bad_in_cache: str | None) -> None:
+            bad_download = self._fetch_checked(path, f, bad_in_cache is not None, counter, checked)
             with lock:
-                totals["repaired"] += repaired
+                if bad_in_cache is not None:
+                    repaired[path] = f"cached copy: {bad_in_cache}"
+                elif bad_download is not None:
+                    repaired[path] = f"download: {bad_download}"
                 totals["done"] += 1
             bar.update(task, files=f"{totals['done']}/{len(todo)} files")
 
@@ -1199,7 +1226,7 @@ class HubSource(Source):
             for fut in futures:
                 if not fut.cancelled() and fut.exception() is not None:
                     raise fut.exception()  # type: ignore[misc]
-        return totals["bytes"], totals["repaired"]
+        return totals["bytes"], repaired
 
     def _fetch_checked(
         self,
@@ -1208,15 +1235,15 @@ class HubSource(Source):
         force: bool,
         counter: type[ByteProgress],
         checked: _CheckedFiles,
-    ) -> bool:
+    ) -> str | None:
         """Fetch one file and check it against the listing; a bad copy is removed and fetched
-        once more. Returns True if that was needed."""
+        once more. Returns what was wrong with the first copy if that was needed."""
         pointer = self._snapshot() / path
         self._fetch_file(path, force, counter)
-        problem = f.mismatch(pointer)
-        if problem is None:
+        first = f.mismatch(pointer)
+        if first is None:
             checked.good(pointer, f)
-            return False
+            return None
         self._discard(pointer)
         self._fetch_file(path, True, counter)
         problem = f.mismatch(pointer)
@@ -1226,7 +1253,7 @@ class HubSource(Source):
                 f"{path}: {problem}, after two downloads; the file was removed, run pull again"
             )
         checked.good(pointer, f)
-        return True
+        return first
 
     def _fetch_file(self, path: str, force: bool, counter: type[ByteProgress]) -> None:
         """Download one file into the cache (a transfer the client finds short is left out)."""

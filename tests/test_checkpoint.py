@@ -163,3 +163,74 @@ def test_checkpoint_hash_is_content_based(cell_copy, fixtures_root):
     b[-1] ^= 1
     f.write_bytes(bytes(b))
     assert ckpt.checkpoint_hash(d / "checkpoint") != h
+
+
+def _count_opens_under(monkeypatch, root):
+    """The files under ``root`` opened from now on (the hash reads each one it hashes)."""
+    from pathlib import Path
+
+    opened = []
+    real_open = Path.open
+
+    def counting_open(self, *args, **kwargs):
+        if root in self.parents:
+            opened.append(self)
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", counting_open)
+    return opened
+
+
+def test_checkpoint_hash_of_unchanged_files_is_not_read_again(cell_copy, monkeypatch):
+    d = cell_copy("tiny/ippo-rnn/easy/seed0") / "checkpoint"
+    opened = _count_opens_under(monkeypatch, d)
+    h = ckpt.checkpoint_hash(d)
+    assert len(opened) == sum(p.is_file() for p in d.rglob("*"))
+    opened.clear()
+    assert ckpt.checkpoint_hash(d) == h
+    assert opened == []  # from the memo: no weight byte read
+
+
+def test_checkpoint_hash_rehashes_a_touched_or_rewritten_file(cell_copy, tmp_path, monkeypatch):
+    import os
+    import shutil
+
+    d = cell_copy("tiny/ippo-rnn/easy/seed0") / "checkpoint"
+    h = ckpt.checkpoint_hash(d)
+    f = next((d / "ocdbt.process_0" / "d").iterdir())
+    opened = _count_opens_under(monkeypatch, d)
+    st = f.stat()
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # touched, same bytes
+    assert ckpt.checkpoint_hash(d) == h and f in opened
+    # Same size, same mtime, same inode, other bytes (mtime put back): the ctime still moved.
+    st = f.stat()
+    data = bytearray(f.read_bytes())
+    data[-1] ^= 1
+    with f.open("r+b") as fh:
+        fh.write(bytes(data))
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    changed = ckpt.checkpoint_hash(d)
+    fresh = tmp_path / "fresh-copy"
+    shutil.copytree(d, fresh)
+    assert changed != h and changed == ckpt.checkpoint_hash(fresh)
+
+
+def test_checkpoint_hash_memo_corrupt_or_unwritable_is_ignored(cell_copy, tmp_path, monkeypatch):
+    monkeypatch.setenv("ALEM_EVAL_CACHE", str(tmp_path / "alem-cache"))
+    d = cell_copy("tiny/ippo-rnn/easy/seed0") / "checkpoint"
+    h = ckpt.checkpoint_hash(d)
+    memos = [
+        p for p in (tmp_path / "alem-cache").rglob("*.json") if str(d.resolve()) in p.read_text()
+    ]
+    assert memos, "the memo is written under the alem-eval cache"
+    for m in memos:
+        m.write_text("{ not json")
+    opened = _count_opens_under(monkeypatch, d)
+    assert ckpt.checkpoint_hash(d) == h and opened  # recomputed, memo written again
+    opened.clear()
+    assert ckpt.checkpoint_hash(d) == h and opened == []
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    monkeypatch.setenv("ALEM_EVAL_CACHE", str(blocker / "cache"))  # nothing can be written
+    assert ckpt.checkpoint_hash(d) == h
+    assert ckpt.checkpoint_hash(d) == h and opened  # read each time, never an error

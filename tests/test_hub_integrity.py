@@ -178,7 +178,7 @@ def test_rehash_catches_corruption_that_the_stat_stamp_misses(hub, cache):
     assert sha256(cell_dir / BIG_FILE.removeprefix(IPPO_EASY + "/")) == sha256(FIXTURES / BIG_FILE)
 
 
-def test_cli_verify_refetches_a_damaged_file_then_passes(hub, tmp_path):
+def test_cli_verify_refetches_a_damaged_file_and_names_it(hub, tmp_path):
     env = cli_env(tmp_path, hub.url)
     assert run_cli(["pull", IPPO_EASY], env).returncode == 0
     repo_cache = tmp_path / "hf-home" / "hub" / "models--alem-world--alem-rl-baselines"
@@ -187,9 +187,24 @@ def test_cli_verify_refetches_a_damaged_file_then_passes(hub, tmp_path):
     hub.clear()
     proc = run_cli(["verify", IPPO_EASY], env)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith(f"OK    {IPPO_EASY}")
+    [line] = proc.stdout.strip().splitlines()
+    assert line.startswith(f"OK    {IPPO_EASY}")
+    in_cell = BIG_FILE.removeprefix(IPPO_EASY + "/")
+    assert f"re-fetched {in_cell} (cached copy: sha256 " in line, line
+    assert "sizes only" not in line
     assert hub.file_requests("GET") == [BIG_FILE]
     assert sha256(snap / BIG_FILE) == sha256(FIXTURES / BIG_FILE)
+    damage_in_place((snap / BIG_FILE).resolve())
+    proc = run_cli(["verify", IPPO_EASY, "--format", "json"], env)
+    assert proc.returncode == 0, proc.stderr
+    [row] = json.loads(proc.stdout)
+    assert row["status"] == "OK" and row["checked"] == "hash"
+    assert row["repaired"] == [in_cell] and in_cell in row["message"]
+    proc = run_cli(["verify", IPPO_EASY, "--format", "csv"], env)  # nothing to repair now
+    assert proc.returncode == 0, proc.stderr
+    header, values = proc.stdout.strip().splitlines()
+    assert "checked" in header.split(",") and "repaired" in header.split(",")
+    assert ",hash," in values
 
 
 # ----------------------------------------------------------------------------------------

@@ -63,6 +63,30 @@ def test_offline_pull_and_verify_from_a_cache_filled_by_snapshot_download(hub, t
     proc = run_cli(["verify", IPPO_EASY], env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(f"OK    {IPPO_EASY}")
+    assert "sizes only" not in proc.stdout  # the blob names carry the hashes
+    assert hub.requests == []
+
+
+def test_offline_verify_of_a_snapshot_of_plain_files_says_it_checked_sizes_only(hub, tmp_path):
+    """A snapshot folder of plain files (a cache copied with ``cp -L``, or written where links
+    cannot be made) carries no hashes: offline, only the sizes can be checked, and verify says so."""
+    snap = fill_with_snapshot_download(hub, tmp_path, IPPO_EASY)
+    for link in [p for p in snap.rglob("*") if p.is_symlink()]:
+        data = link.read_bytes()
+        link.unlink()
+        link.write_bytes(data)
+    hub.clear()
+    env = cli_env(tmp_path, hub.url, offline=True)
+    proc = run_cli(["verify", IPPO_EASY], env)
+    assert proc.returncode == 0, proc.stderr
+    [line] = proc.stdout.strip().splitlines()
+    assert line.startswith(f"OK    {IPPO_EASY}") and "; sizes only: " in line, line
+    assert "plain files" in line
+    proc = run_cli(["verify", IPPO_EASY, "--format", "json"], env)
+    assert proc.returncode == 0, proc.stderr
+    [row] = json.loads(proc.stdout)
+    assert row["status"] == "OK" and row["checked"] == "size" and row["repaired"] == []
+    assert "sizes only" in row["message"]
     assert hub.requests == []
 
 

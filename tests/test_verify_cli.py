@@ -36,6 +36,9 @@ def test_verify_reports_a_contradicting_config_and_exits_1(tmp_path, fixtures_ro
     assert proc.returncode == 1, proc.stderr
     rows = {r["cell"]: r for r in json.loads(proc.stdout)}
     assert rows["tiny/ippo-rnn/easy/seed0"]["status"] == "OK"
+    # a local directory has no listing: nothing to check the files against, nothing repaired
+    assert rows["tiny/ippo-rnn/easy/seed0"]["checked"] is None
+    assert rows["tiny/ippo-rnn/easy/seed0"]["repaired"] == []
     bad = rows["tiny/hypermarl-rnn/hard/seed0"]
     assert bad["status"] == "FAIL" and "HYPERNET_HIDDEN_DIMS" in bad["message"]
     assert "actor_hypernet/Dense_0/kernel: expected [8, 32], found [8, 16]" in bad["message"]

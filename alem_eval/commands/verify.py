@@ -29,6 +29,12 @@ def verify(
 ) -> None:
     """Check that each cell's config matches its weights and that the weights restore.
 
+    A Hub cell's files are hashed again and compared with the Hub's listing: a file that
+    does not match is fetched again and named on the cell's line ("re-fetched ...";
+    field "repaired" of --format json/csv). A file with no hash to compare with (offline,
+    from a cache whose snapshot holds plain files) is checked by its size only: the line
+    says "sizes only" (field "checked": "size", else "hash"; empty for a local --source).
+
     Exit 0 if every cell is valid, 1 if any is not, 2 for usage errors.
 
     Examples:
@@ -47,17 +53,18 @@ def verify(
     if fmt == OutputFormat.table:
         for r in results:
             print(
-                f"OK    {r.cell}  {r.num_params:,} params"
+                f"OK    {r.cell}  {r.detail(f'{r.num_params:,} params')}"
                 if r.ok
-                else f"FAIL  {r.cell}  {r.message}"
+                else f"FAIL  {r.cell}  {r.detail(r.message)}"
             )
             for w in r.warnings:
                 err_console.print(f"[yellow]warning[/yellow] {r.cell}: {w}", highlight=False)
     else:
+        records = [r.as_record() for r in results]
+        if fmt == OutputFormat.csv:
+            records = [{**rec, "repaired": " ".join(rec["repaired"])} for rec in records]
         emit_records(
-            [r.as_record() for r in results],
-            fmt,
-            columns=["cell", "status", "num_params", "message"],
+            records, fmt, columns=["cell", "status", "checked", "num_params", "repaired", "message"]
         )
     bad = sum(not r.ok for r in results)
     err_console.print(f"{len(results) - bad}/{len(results)} cells verified", highlight=False)
