@@ -180,6 +180,14 @@ def _stream_entropy(seed: int, stream: Sequence) -> list[int]:
     return [int(seed)] + [int.from_bytes(digest[i : i + 4], "little") for i in range(0, 16, 4)]
 
 
+def stream_rng(seed: int, stream: Sequence) -> np.random.Generator:
+    """The random stream named by ``stream`` under the user's ``seed``: independent
+    streams from one seed, the same numbers for the same (seed, stream)."""
+    return np.random.Generator(
+        np.random.PCG64(np.random.SeedSequence(_stream_entropy(seed, stream)))
+    )
+
+
 class Resamples:
     """The bootstrap replicates of one (runs, tasks) shape drawn from one stream.
 
@@ -216,7 +224,7 @@ class Resamples:
         return cls(counts, np.ones(reps, dtype=np.int64), np.arange(reps))
 
 
-def _lerp(a: np.ndarray, b: np.ndarray, t: float) -> np.ndarray:
+def _lerp(a: np.ndarray, b: np.ndarray, t: float | np.ndarray) -> np.ndarray:
     """NumPy's percentile interpolation, reproduced bit for bit."""
     diff = b - a
     return np.where(t >= 0.5, b - diff * (1 - t), a + diff * t)
@@ -287,9 +295,7 @@ class StratifiedBootstrap:
     def counts(self, n_runs: int, n_tasks: int, stream: Sequence) -> np.ndarray:
         """Resample counts ``(reps, n_tasks, n_runs)``, replicate by replicate; equal to
         drawing ``n_runs`` run indices with replacement, independently per task."""
-        rng = np.random.Generator(
-            np.random.PCG64(np.random.SeedSequence(_stream_entropy(self.settings.seed, stream)))
-        )
+        rng = stream_rng(self.settings.seed, stream)
         rows = self.reps * n_tasks
         idx = rng.integers(0, n_runs, size=(rows, n_runs), dtype=np.int64)
         idx += (np.arange(rows, dtype=np.int64) * n_runs)[:, None]

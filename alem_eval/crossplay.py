@@ -22,14 +22,14 @@ The statistics (no JAX):
 * the pair matrix (:func:`pair_matrix`): ``[A, B]`` = mean of a metric over the teams
   "A in S - 1 slots + B in one" (every position) and their episodes; the diagonal is
   self-play;
-* the cross-play gap (:func:`crossplay_gap`) = self - cross. A cross-play team T's self
-  reference is the slot-weighted mean of its members' self-play (AAB: (2 SP_A + SP_B) / 3,
-  episode by episode), so the gap is what the team loses by mixing beyond what its members
-  score on their own; the estimate is the mean over cross-play teams (runs = ``teams``)
-  or over (team, episode) pairs (runs = ``episodes``). Its CI is a seeded percentile
-  bootstrap that resamples the runs within each stratum, the team's *anchor* cell (the
-  cell in most slots, A for AAB; slot 0's for a team of distinct cells), keeping each
-  stratum's size (:func:`stratified_mean_interval`).
+* the cross-play gap (:func:`~alem_eval.crossplay_stats.crossplay_gap`) = self - cross.
+  A cross-play team T's self reference is the slot-weighted mean of its members' self-play
+  (AAB: (2 SP_A + SP_B) / 3, episode by episode), so the gap is what the team loses by
+  mixing beyond what its members score on their own; the estimate weighs every cross-play
+  team the same (runs = ``teams``) or every (team, episode) (runs = ``episodes``). Its CI
+  is a seeded bootstrap over the worlds: a replicate draws one multiset of episode indices
+  and applies it to every team and to the self-play references alike
+  (:mod:`alem_eval.crossplay_stats`).
 """
 
 from __future__ import annotations
@@ -43,26 +43,28 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from .crossplay_stats import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_REPS,
+    METHOD,
+    RUNS_MODES as RUNS_MODES,  # re-exported: the command's --runs choices
+    GapEstimate,
+    check_runs,
+    crossplay_gap,
+)
 from .errors import EvaluationError, UsageError, brief
 from .metrics import BASE, COORD, TOTAL, metric_info
 
-if TYPE_CHECKING:
-    from .bootstrap import Interval
-
 SCHEMES: tuple[str, ...] = ("pairs", "distinct", "mixed", "all")
-RUNS_MODES: tuple[str, ...] = ("teams", "episodes")
 GAP_METRICS: tuple[str, ...] = (TOTAL, BASE, COORD)  # Total%, Base%, Coord%
 MATRIX_METRIC = TOTAL
 PROTOCOL = "fast"  # the only protocol that takes mixed teams
 DEFAULT_MAX_TEAMS = 64
-DEFAULT_REPS = 10_000
-DEFAULT_CONFIDENCE = 0.95
 _GRID_LIMIT = 20_000_000  # n ** slots candidate rows enumerated for distinct / mixed
-_BOOTSTRAP_BLOCK = 4_000_000  # resampled indices drawn at once
 
 
 # ----------------------------------------------------------------------------------------
@@ -210,137 +212,6 @@ def _sample_distinct(
 # ----------------------------------------------------------------------------------------
 # Statistics (numpy only)
 # ----------------------------------------------------------------------------------------
-def stratified_mean_interval(
-    values: Sequence[float],
-    strata: Sequence[Any],
-    *,
-    reps: int = DEFAULT_REPS,
-    seed: int = 0,
-    confidence: float = DEFAULT_CONFIDENCE,
-    stream: Sequence = (),
-) -> Interval:
-    """``values (N,), strata (N,) -> Interval``: the mean of ``values`` with a percentile
-    bootstrap CI. Each replicate draws, within every stratum, as many values as it has
-    with replacement (strata keep their sizes), and takes the mean of all N. Seeded by
-    ``(seed, stream)``: the same arguments give the same interval."""
-    from .bootstrap import Interval
-
-    _check_int("--reps", reps, 1)
-    _check_int("--seed", seed, 0)
-    if not 0.0 < float(confidence) < 1.0:
-        raise UsageError(f"confidence must be in (0, 1), got {confidence!r}")
-    x = np.asarray(values, dtype=float).reshape(-1)
-    labels = np.asarray([str(s) for s in strata])
-    if len(x) == 0 or len(x) != len(labels):
-        raise ValueError(f"{len(x)} values for {len(labels)} strata labels")
-    rng = _rng(seed, "bootstrap", *stream)
-    totals = np.zeros(reps)
-    for label in sorted(set(labels.tolist())):
-        v = x[labels == label]
-        block = max(1, _BOOTSTRAP_BLOCK // len(v))
-        for start in range(0, reps, block):
-            b = min(block, reps - start)
-            totals[start : start + b] += v[rng.integers(0, len(v), size=(b, len(v)))].sum(axis=1)
-    alpha = (1.0 - confidence) / 2.0
-    lo, hi = np.percentile(totals / len(x), [100 * alpha, 100 * (1 - alpha)])
-    return Interval(float(x.mean()), float(lo), float(hi))
-
-
-@dataclass(frozen=True)
-class GapEstimate:
-    """Cross-play gap of one metric: ``gap.point = self_score - cross`` (raw fractions)."""
-
-    metric: str
-    self_score: float  # slot-weighted self-play of the cross-play teams' members
-    cross: float  # the cross-play teams' own score
-    gap: Interval
-    n_teams: int  # cross-play teams
-    n_runs: int  # bootstrap runs (teams, or team-episodes)
-    n_strata: int  # anchor cells
-
-    def as_json(self) -> dict[str, Any]:
-        info = metric_info(self.metric)
-        return {
-            "metric": self.metric,
-            "label": info.label,
-            "self": self.self_score,
-            "cross": self.cross,
-            "gap": self.gap.point,
-            "lo": self.gap.lo,
-            "hi": self.gap.hi,
-            "n_teams": self.n_teams,
-            "n_runs": self.n_runs,
-            "n_strata": self.n_strata,
-        }
-
-
-def crossplay_gap(
-    scores: Mapping[Any, Sequence[float] | np.ndarray],
-    *,
-    metric: str = TOTAL,
-    runs: str = "teams",
-    reps: int = DEFAULT_REPS,
-    seed: int = 0,
-    confidence: float = DEFAULT_CONFIDENCE,
-) -> GapEstimate:
-    """``{team: per-episode values (E,)}`` of one metric, the members' self-play teams
-    included -> the cross-play gap (self - cross) with a stratified bootstrap CI.
-
-    For each cross-play team T, its self reference is the mean over T's slots of the slot
-    cell's self-play, episode by episode. runs = ``teams``: one run per T (its mean gap
-    over episodes); ``episodes``: one run per (T, episode) (episodes are paired by index:
-    the same world for every team). Runs are resampled within T's anchor cell.
-    """
-    if runs not in RUNS_MODES:
-        raise UsageError(f"--runs must be one of {', '.join(RUNS_MODES)}, got {runs!r}")
-    arrays = {
-        (t if isinstance(t, Team) else Team(tuple(t))): np.asarray(v, float).reshape(-1)
-        for t, v in scores.items()
-    }
-    self_play = {t.slots[0]: v for t, v in arrays.items() if t.is_self_play}
-    cross = [(t, v) for t, v in arrays.items() if not t.is_self_play]
-    if not cross:
-        raise UsageError("no cross-play team to compare with self-play")
-    values, strata, self_means, cross_means = [], [], [], []
-    for team, x in cross:
-        missing = [m for m in team.members if m not in self_play]
-        if missing:
-            raise EvaluationError(f"team {team.label()}: {missing[0]} has no self-play scores")
-        refs = [self_play[c] for c in team.slots]
-        if any(len(r) != len(x) for r in refs):
-            raise EvaluationError(
-                f"team {team.label()}: {len(x)} episodes but its members' "
-                "self-play has a different number"
-            )
-        ref = np.mean(refs, axis=0)
-        ok = np.isfinite(ref) & np.isfinite(x)
-        if not ok.any():
-            continue
-        diff = ref[ok] - x[ok]
-        self_means.append(ref[ok].mean())
-        cross_means.append(x[ok].mean())
-        if runs == "teams":
-            values.append(diff.mean())
-            strata.append(team.anchor)
-        else:
-            values.extend(diff)
-            strata.extend([team.anchor] * len(diff))
-    if not values:
-        raise EvaluationError(f"no finite {metric} values in the cross-play teams")
-    iv = stratified_mean_interval(
-        values, strata, reps=reps, seed=seed, confidence=confidence, stream=(metric, runs)
-    )
-    return GapEstimate(
-        metric,
-        float(np.mean(self_means)),
-        float(np.mean(cross_means)),
-        iv,
-        n_teams=len(self_means),
-        n_runs=len(values),
-        n_strata=len(set(strata)),
-    )
-
-
 @dataclass(frozen=True)
 class PairMatrix:
     """``values[i, j]``: mean ``metric`` of the teams "cells[i] in all slots but one,
@@ -646,14 +517,18 @@ class CrossplayResult:
         for g in self.gaps:
             info = metric_info(g.metric)
             k = info.scale
+            gap = g.gap.scaled(k)
             rows.append(
                 {
                     "metric": info.label,
                     "self-play": f"{g.self_score * k:.2f}",
                     "cross-play": f"{g.cross * k:.2f}",
-                    "gap (self - cross)": g.gap.scaled(k).fmt(2),
+                    "gap (self - cross)": gap.fmt(2)
+                    if math.isfinite(gap.lo)
+                    else f"{gap.point:.2f} [no CI]",
                     "teams": g.n_teams,
                     "runs": g.n_runs,
+                    "worlds": g.n_worlds,
                 }
             )
         return rows
@@ -713,8 +588,7 @@ def run_crossplay(
 
     note = on_progress or (lambda _m: None)
     _check_scheme(scheme)
-    if runs not in RUNS_MODES:
-        raise UsageError(f"--runs must be one of {', '.join(RUNS_MODES)}, got {runs!r}")
+    check_runs(runs)
     _check_int("--reps", reps, 1)
     cells = list({c.id: c for c in cells}.values())
     resolved = {c.id: _resolve(source, c, resolve_cell) for c in cells}
@@ -803,8 +677,7 @@ def run_crossplay(
             "seed": seed,
             "confidence": confidence,
             "runs": runs,
-            "method": "percentile bootstrap of the mean gap, "
-            "runs resampled within each team's anchor cell",
+            "method": METHOD,
         },
         store=store.root if store is not None else None,
     )
@@ -1031,6 +904,6 @@ def _check_int(name: str, value: Any, minimum: int) -> None:
 
 def _rng(seed: int, *stream: Any) -> np.random.Generator:
     """A generator for ``(seed, stream)``: independent streams from one user seed."""
-    digest = hashlib.sha256(json.dumps([str(s) for s in stream]).encode()).digest()
-    words = [int.from_bytes(digest[i : i + 4], "little") for i in range(0, 16, 4)]
-    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(seed), *words])))
+    from .bootstrap import stream_rng
+
+    return stream_rng(seed, stream)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -141,3 +142,76 @@ def synthetic_frame(**kw) -> pd.DataFrame:
 
 
 HEADLINE_KEYS = tuple(m.key for m in HEADLINE_METRICS)
+
+
+# ----------------------------------------------------------------------------------------
+# Cross-play: many simulated runs of the pairs scheme with a known gap
+# ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CrossplaySim:
+    """X simulated cross-play runs on shared worlds: ``self_play (X, n, E)``, ``cross
+    (X, K, E)`` (NaN = a missing value), ``slots (K, S)`` cell indices of the cross-play
+    teams, ``truth[runs]``: the gap each ``--runs`` weighting estimates."""
+
+    self_play: np.ndarray
+    cross: np.ndarray
+    slots: np.ndarray
+    truth: dict[str, float]
+
+
+def crossplay_sim(
+    experiments: int,
+    *,
+    gap: float,
+    num_cells: int = 4,
+    num_worlds: int = 20,
+    missing: float = 0.0,
+    seed: int = 0,
+) -> CrossplaySim:
+    """Fixed per generator (``seed``): each cell's self-play mean and world sensitivity,
+    each cross-play team's true gap (``gap`` on average over teams, team to team ±0.03),
+    world sensitivity and missing rate (uniform in [0, 2 missing]; self-play misses
+    ``missing / 2``). Drawn per experiment: the worlds. World i has a difficulty shared by
+    every team (each team weighs it differently) and a per-cell luck that enters the cell's
+    self-play fully and every mixed team through its slots at half strength; every
+    (team, world) value adds its own episode noise; values go missing independently of
+    everything. So worlds are the one source of variance the teams share, and the truth is
+    known: ``truth["teams"]`` = the mean of the teams' true gaps; ``truth["episodes"]`` =
+    their mean weighted by each team's chance of a finite (team, world) value."""
+    from types import SimpleNamespace
+
+    from alem_eval.crossplay import compositions
+
+    rng = np.random.default_rng(seed)
+    cells = [SimpleNamespace(id=str(c), algorithm="sim") for c in range(num_cells)]
+    slots = np.array([[int(c) for c in t.slots] for t in compositions(cells, "pairs")[num_cells:]])
+    k = len(slots)
+    mu = rng.uniform(0.2, 0.6, num_cells)
+    sens = rng.uniform(0.5, 1.5, num_cells)
+    team_gap = gap + rng.normal(0.0, 0.03, k)
+    team_gap += gap - team_gap.mean()  # the teams' mean gap is exactly `gap`
+    team_mu = mu[slots].mean(axis=1) - team_gap
+    team_sens = sens[slots].mean(axis=1) + rng.uniform(-0.3, 0.6, k)
+    team_missing = rng.uniform(0.0, 2 * missing, k)
+    finite = (1 - team_missing) * np.prod(
+        [np.where((slots == c).any(axis=1), 1 - missing / 2, 1.0) for c in range(num_cells)],
+        axis=0,
+    )  # P(a team's value and every member's self-play are finite on a world)
+
+    x, e = experiments, num_worlds
+    world = rng.normal(0.0, 0.08, (x, 1, e))
+    luck = rng.normal(0.0, 0.04, (x, num_cells, e))
+    self_play = mu[:, None] + sens[:, None] * world + luck + rng.normal(0, 0.05, luck.shape)
+    cross = (
+        team_mu[:, None]
+        + team_sens[:, None] * world
+        + 0.5 * luck[:, slots].mean(axis=2)
+        + rng.normal(0.0, 0.05, (x, k, e))
+    )
+    self_play[rng.random(self_play.shape) < missing / 2] = np.nan
+    cross[rng.random(cross.shape) < team_missing[:, None]] = np.nan
+    truth = {
+        "teams": float(team_gap.mean()),
+        "episodes": float((finite * team_gap).sum() / finite.sum()),
+    }
+    return CrossplaySim(self_play, cross, slots, truth)

@@ -40,8 +40,8 @@ class Scheme(StrEnum):
 
 
 class CrossRuns(StrEnum):
-    """``alem_eval.crossplay.RUNS_MODES`` (``options.Runs`` is seeds | episodes: a cross-play
-    run is a team, not a seed)."""
+    """``alem_eval.crossplay.RUNS_MODES``: how the gap averages (``options.Runs`` is seeds |
+    episodes: a cross-play run is a team, not a seed)."""
 
     teams = "teams"
     episodes = "episodes"
@@ -92,8 +92,10 @@ def crossplay(
         CrossRuns,
         typer.Option(
             "--runs",
-            help="teams: each cross-play team's mean gap is a run; episodes: every "
-            "(team, episode) is a run.",
+            help="How the gap averages: teams: every cross-play team weighs the same; "
+            "episodes: every (team, episode) with a finite value does (the two differ only "
+            "when values are missing). Either way the CI resamples the worlds (episode "
+            "indices), jointly for every team and the self-play.",
             **choice(CrossRuns, "--runs", "run unit"),
         ),
     ] = CrossRuns.teams,
@@ -112,8 +114,9 @@ def crossplay(
 
     All teams are scored in one compiled rollout on the same worlds; the pair matrix
     (row: partner A in two slots, column: newcomer B in one, diagonal: self-play) and the
-    cross-play gap (self - cross) of Total%, Base% and Coord% with stratified bootstrap
-    CIs are printed. Scored teams are kept under <results>/crossplay/ (never read by
+    cross-play gap (self - cross) of Total%, Base% and Coord% are printed, with bootstrap
+    CIs over the worlds (they need 2 episodes or more): how sure the gap of these
+    checkpoints is, not of their algorithms. Scored teams are kept under <results>/crossplay/ (never read by
     report or leaderboard), so a rerun scores only the teams it has not seen. --seed
     seeds both the team sample (distinct, mixed) and the bootstrap.
 
