@@ -123,6 +123,23 @@ def test_packaged_manifest_is_identical_to_the_human_facing_copy():
 PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
 
 
+def _user_run(argv: list[str], tmp_path: Path, env: dict[str, str], timeout: float = 120):
+    """Run ``argv`` as a user would: from an empty directory, offline, with its own Hugging
+    Face home and alem-eval cache (under ``tmp_path``)."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(exist_ok=True)
+    env = {
+        **env,
+        "HF_HOME": str(tmp_path / "hf-home"),
+        "HF_HUB_OFFLINE": "1",
+        "ALEM_EVAL_CACHE": str(tmp_path / "alem-cache"),
+        "COLUMNS": "200",
+    }
+    return subprocess.run(
+        argv, env=env, cwd=elsewhere, capture_output=True, text=True, timeout=timeout
+    )
+
+
 @pytest.fixture(scope="module")
 def built_wheel(tmp_path_factory) -> Path:
     """``pip wheel`` of a copy of the sources (offline: no build isolation, no deps)."""
@@ -156,31 +173,13 @@ def test_built_wheel_lists_cells_outside_the_checkout(built_wheel, tmp_path):
     )
     assert installed.returncode == 0, installed.stderr
 
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "PYTHON"))}
-    env.update(
-        PYTHONPATH=str(site),
-        HF_HOME=str(tmp_path / "hf-home"),
-        HF_HUB_OFFLINE="1",
-        ALEM_EVAL_CACHE=str(tmp_path / "alem-cache"),
-    )
-    where = subprocess.run(
-        [sys.executable, "-c", "import alem_eval; print(alem_eval.__file__)"],
-        env=env,
-        cwd=elsewhere,
-        capture_output=True,
-        text=True,
-    )
+    env["PYTHONPATH"] = str(site)
+    code = "import alem_eval; print(alem_eval.__file__)"
+    where = _user_run([sys.executable, "-c", code], tmp_path, env)
     assert Path(where.stdout.strip()).parent == site / "alem_eval", where.stderr
-    proc = subprocess.run(
-        [sys.executable, "-m", "alem_eval", "list", "1B/ippo-rnn/hard", "--format", "json"],
-        env=env,
-        cwd=elsewhere,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    argv = [sys.executable, "-m", "alem_eval", "list", "1B/ippo-rnn/hard", "--format", "json"]
+    proc = _user_run(argv, tmp_path, env)
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
     assert [r["cell"] for r in rows] == [f"1B/ippo-rnn/hard/seed{s}" for s in range(5)]
@@ -285,23 +284,9 @@ def test_wheel_with_the_runtime_lock_alone_runs_the_demo_in_a_fresh_venv(built_w
     if cache.is_file():
         shutil.copy2(cache, site_packages / "alem" / "alem_coop" / "assets" / cache.name)
 
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    env.update(
-        HF_HOME=str(tmp_path / "hf-home"),
-        HF_HUB_OFFLINE="1",
-        ALEM_EVAL_CACHE=str(tmp_path / "alem-cache"),
-        COLUMNS="200",
-    )
+    cli = str(venv / "bin" / "alem-eval")
     out = tmp_path / "demo"
-    proc = subprocess.run(
-        [str(venv / "bin" / "alem-eval"), "demo", "--reps", "200", "--out", str(out)],
-        env=env,
-        cwd=elsewhere,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = _user_run([cli, "demo", "--reps", "200", "--out", str(out)], tmp_path, env, 600)
     assert proc.returncode == 0, proc.stderr
     for algorithm in ALGORITHMS:
         assert demo_cell_id(algorithm) in proc.stdout
@@ -309,13 +294,6 @@ def test_wheel_with_the_runtime_lock_alone_runs_the_demo_in_a_fresh_venv(built_w
     assert (out / "leaderboard.md").read_text() in proc.stdout
     assert str(site_packages / "alem_eval" / "data" / "demo-cells") in proc.stderr.replace("\n", "")
     # the datasets extra is not installed: its command says how to get it, in one line
-    proc = subprocess.run(
-        [str(venv / "bin" / "alem-eval"), "dataset", "export", str(tmp_path), "--out", str(out)],
-        env=env,
-        cwd=elsewhere,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = _user_run([cli, "dataset", "export", str(tmp_path), "--out", str(out)], tmp_path, env)
     assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert proc.stderr.strip().endswith("pip install 'alem-eval[datasets]'"), proc.stderr
