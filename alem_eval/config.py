@@ -666,8 +666,9 @@ def training_run_config(
     difficulty).
 
     Without a released config every other key follows the yaml, none follows the budget: PQN's
-    TOTAL_TIMESTEPS_DECAY stays at the yaml's 1e9 for a 100M cell too (its epsilon and LR
-    schedules then decay over 1e9 steps, as upstream's trainer does with its yaml).
+    TOTAL_TIMESTEPS_DECAY stays at the yaml's 1e9 for a 100M cell too (its epsilon then
+    reaches its floor after EPS_DECAY x 1e9 = 1e8 env steps and its LR decays over 1e9, as
+    upstream's trainer does with its yaml).
     """
     record = _algorithm(algorithm, where)
     algo = record.name

@@ -1,6 +1,7 @@
 """Evaluation episodes as offline-MARL datasets (``score --record``, ``alem-eval dataset``).
 
-Three pieces, host-only numpy (JAX and flashbax are imported only by the vault export):
+Three pieces, host-only numpy (JAX and flashbax, the ``datasets`` extra, are imported only
+by the vaults' export and description):
 
 * **the recording** (:class:`Recorder` writes it, :func:`open_recording` reads it): every
   step of every evaluated episode, in compressed ``.npz`` parts, an episode's
@@ -51,6 +52,7 @@ from typing import Any
 import numpy as np
 
 from .errors import DatasetError
+from .extras import require
 from .fsutil import write_bytes_atomic, write_text_atomic
 
 FORMAT = "alem-eval-recording"
@@ -966,6 +968,7 @@ def export_vault(
     or :func:`dataset_info` look) and renamed into place, replacing an older export of
     the same name.
     """
+    require("flashbax", "writing Flashbax vaults")  # the datasets extra, before any work
     if obs_dtype not in (None, "float32"):
         raise DatasetError(f"obs_dtype must be float32 or None, not {obs_dtype!r}")
     recording = open_recording(recording_dir)
@@ -1235,6 +1238,7 @@ def _is_vault(path: Path) -> bool:
 
 
 def _vault_info(path: Path) -> dict[str, Any]:
+    require("flashbax", f"reading the vault {path}")
     from flashbax.vault import Vault
 
     meta = json.loads((path / "metadata.json").read_text(encoding="utf-8"))

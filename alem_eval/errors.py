@@ -53,6 +53,11 @@ class DatasetError(AlemEvalError):
     damaged or foreign directory)."""
 
 
+class MissingExtraError(AlemEvalError):
+    """A command needs an optional dependency that is not installed; the message names the
+    extra that installs it (``alem_eval.extras``)."""
+
+
 class CheckpointError(AlemEvalError):
     """A checkpoint directory that is missing, unreadable or corrupt."""
 

@@ -15,8 +15,8 @@ each agent slot (mixed teams, any algorithms).
 Streaming: the host calls one jitted env+policy step per env step
 (:class:`EpisodePlayer`), draws the new state with alem's ``render_alem_pixels`` and hands
 the frame to the writer at once (:class:`GifWriter`: one frame after another into the file,
-each with its own palette; :class:`Mp4Writer`: raw frames piped to ffmpeg). Memory stays
-bounded whatever the episode length; nothing but the current state is kept.
+each with its own palette; :class:`Mp4Writer`: raw frames piped to ffmpeg, :func:`ffmpeg_exe`).
+Memory stays bounded whatever the episode length; nothing but the current state is kept.
 
 Frames: frame 0 is the reset world, frame ``t`` the state after step ``t``, so a video
 of an episode of ``T`` steps has ``T + 1`` frames. Each frame is the renderer's per-agent
@@ -43,6 +43,7 @@ import numpy as np
 
 from .config import DIFFICULTIES
 from .errors import EvaluationError, UsageError
+from .extras import install_hint, optional
 
 SUFFIXES: tuple[str, ...] = (".gif", ".mp4")
 DEFAULT_FPS = 10.0
@@ -139,8 +140,9 @@ def check_output(out: str | Path, fps: float = DEFAULT_FPS, scale: int = DEFAULT
         raise UsageError(f"--scale must be an integer from 1 to {MAX_SCALE}, got {scale!r}")
     if suffix == ".mp4" and ffmpeg_exe() is None:
         raise UsageError(
-            f"--out {str(out)!r}: writing .mp4 needs ffmpeg, which is not on PATH; install "
-            "it (e.g. apt-get install ffmpeg), or write a .gif"
+            f"--out {str(out)!r}: writing .mp4 needs ffmpeg, which is neither on PATH nor "
+            f"installed with the video extra: {install_hint('imageio_ffmpeg')} (or put "
+            "ffmpeg on PATH), or write a .gif"
         )
     return suffix[1:]
 
@@ -158,8 +160,15 @@ def check_episode(episode: int) -> None:
 
 
 def ffmpeg_exe() -> str | None:
-    """The ffmpeg executable on PATH, or None."""
-    return shutil.which("ffmpeg")
+    """The ffmpeg executable on PATH, else the one the ``video`` extra installs
+    (imageio-ffmpeg's bundled binary, built with libx264), else None."""
+    found = shutil.which("ffmpeg")
+    if found is None and (bundled := optional("imageio_ffmpeg")) is not None:
+        try:
+            found = str(bundled.get_ffmpeg_exe())
+        except RuntimeError:  # a platform without a bundled binary
+            return None
+    return found
 
 
 # ----------------------------------------------------------------------------------------
@@ -614,7 +623,7 @@ class Mp4Writer:
         self.fps = fps
         self.exe = exe or ffmpeg_exe()
         if self.exe is None:
-            raise UsageError("writing .mp4 needs ffmpeg, which is not installed")
+            raise UsageError(f"writing .mp4 needs ffmpeg: {install_hint('imageio_ffmpeg')}")
         self.proc: subprocess.Popen | None = None
         self.size: tuple[int, int] | None = None
         self.frames = 0
@@ -714,7 +723,7 @@ def render_team(
 ) -> RenderResult:
     """Play fast-protocol episode ``episode`` of ``team`` (``team[s]``: the index into
     ``cfgs`` / ``weights`` of the checkpoint driving slot ``s``) and write it to ``out``
-    (``.gif``, or ``.mp4`` with ffmpeg) frame by frame. ``names[k]`` labels checkpoint
+    (``.gif``, or ``.mp4`` with ffmpeg: :func:`ffmpeg_exe`) frame by frame. ``names[k]`` labels checkpoint
     ``k`` in the captions (default ``checkpoint k``). ``on_frame(step, frame)`` sees every
     frame as written; ``on_progress(steps done, max steps)`` is called after each step.
     The file appears complete or not at all (written beside it, then renamed)."""

@@ -13,7 +13,8 @@ hyperparameter comes from it (its ``config``, then its ``reload_overrides``); ot
 upstream yaml defaults apply (plus ``config.REGENERATION_DEFAULTS``). ``--set`` and
 ``--total-timesteps`` win over both. The difference matters for PQN: the yaml fixes
 TOTAL_TIMESTEPS_DECAY at 1e9 whatever the budget, so a 100M cell regenerated without its
-config.json decays epsilon and the LR over 1e9 steps, as the yaml says.
+config.json reaches its epsilon floor after EPS_DECAY x 1e9 = 1e8 env steps (the end of its
+run) and decays the LR over 1e9 (ending at 90% of LR), as the yaml says.
 
 Also the contract between the library and the driver: :class:`Progress`, :class:`CellResult`,
 :class:`TrainingStopped`, :func:`config_identity`, :func:`training_settings`.

@@ -77,7 +77,7 @@ def pytest_configure(config):
     ):
         raise pytest.UsageError(
             f"pytest {pytest.__version__} with pytest-xdist {xdist.__version__} ignores "
-            "--dist loadgroup (pytest-dev/pytest-xdist#1386): install requirements.lock"
+            "--dist loadgroup (pytest-dev/pytest-xdist#1386): install requirements-dev.lock"
         )
 
 

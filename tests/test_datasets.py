@@ -11,12 +11,14 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from alem_eval import datasets as ds
+from alem_eval.cli import main
 from alem_eval.datasets import FIELDS, Recorder, open_recording
 from alem_eval.errors import DatasetError
 from tests.clitools import assert_one_line_error, cli_env, closed_port_url, run_cli
@@ -615,6 +617,27 @@ def test_cli_errors_are_one_line(recorded, tmp_path):
     assert_one_line_error(proc, "no such directory")
     proc = run_cli(["dataset", "export", str(tmp_path / "nowhere"), "--out", str(tmp_path)], env)
     assert_one_line_error(proc, "no recording directory")
+
+
+def test_without_flashbax_export_and_vault_info_name_the_datasets_extra(
+    recorded, tmp_path, monkeypatch, capsys
+):
+    """flashbax is the ``datasets`` extra: without it, the commands that need it fail in one
+    line naming the install command, and a recording is still described."""
+    root, _ = recorded
+    vault = tmp_path / "v" / "fast" / "easy.vlt" / "uid"
+    vault.mkdir(parents=True)
+    (vault / "metadata.json").write_text('{"structure_shape": {}, "structure_dtype": {}}')
+    monkeypatch.setitem(sys.modules, "flashbax", None)  # as if not installed
+    for argv in (["export", str(root), "--out", str(tmp_path / "out")], ["info", str(vault)]):
+        with pytest.raises(SystemExit) as exc:
+            main(["dataset", *argv])
+        err = capsys.readouterr().err.strip()
+        assert exc.value.code == 1 and len(err.splitlines()) == 1, err
+        assert err.startswith("alem-eval: error: ") and "needs flashbax" in err, err
+        assert err.endswith("pip install 'alem-eval[datasets]'"), err
+    assert not (tmp_path / "out").exists()
+    assert ds.dataset_info(root)["kind"] == "recording"
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""Packaging: a built wheel works outside the checkout, and the declared dependencies match
-what the code imports and what requirements.lock pins."""
+"""Packaging: a built wheel works outside the checkout (alone with the runtime lock, in a fresh
+virtual environment), and the declared dependencies match what the code imports and what
+requirements.lock (runtime) and requirements-dev.lock (tests, lint, notebook) pin."""
 
 from __future__ import annotations
 
@@ -10,15 +11,21 @@ import shutil
 import subprocess
 import sys
 import tomllib
-from importlib.metadata import packages_distributions
+from importlib.metadata import PackageNotFoundError, distribution, packages_distributions
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from alem_eval.algorithms import ALGORITHMS
+from alem_eval.demo import demo_cell_id
+from alem_eval.extras import EXTRAS
 from alem_eval.manifest import MANIFEST_PATH
 
 from .conftest import REPO
+from .eval_support import DEMO_PROGRAMS
+from .wheelhouse import lock_pins, wheelhouse
 
 PACKAGES = ("alem_eval", "alem_env", "trainers")  # what the wheel ships
 # Declared although possibly never imported by name, and why.
@@ -27,6 +34,10 @@ NOT_IMPORTED = {
     "flatbuffers": "jax.export's serialiser (the evaluator's warm start)",
 }
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+SELF = canonicalize_name(PYPROJECT["name"])
+RUNTIME_LOCK, DEV_LOCK = REPO / "requirements.lock", REPO / "requirements-dev.lock"
+# What only tests, lint and the notebook use: never in the runtime lock.
+DEV_ONLY = {"pytest", "pytest-xdist", "mypy", "ruff", "ipykernel", "rliable", "nbclient"}
 
 
 def _requirements(specs: list[str]) -> dict[str, list[Requirement]]:
@@ -35,6 +46,40 @@ def _requirements(specs: list[str]) -> dict[str, list[Requirement]]:
         req = Requirement(spec)
         out.setdefault(canonicalize_name(req.name), []).append(req)
     return out
+
+
+def _extra(name: str) -> list[str]:
+    """The requirements of an extra, with the package's own extras it names spelled out."""
+    out = []
+    for spec in PYPROJECT["optional-dependencies"][name]:
+        req = Requirement(spec)
+        if canonicalize_name(req.name) == SELF:
+            out += [s for extra in sorted(req.extras) for s in _extra(extra)]
+        else:
+            out.append(spec)
+    return out
+
+
+def _closure(specs: list[str]) -> set[str]:
+    """Canonical names of ``specs`` and everything they need, from the installed metadata
+    (a distribution that is not installed counts with no dependencies of its own)."""
+    seen: set[tuple[str, frozenset[str]]] = set()
+    todo = [Requirement(s) for s in specs]
+    while todo:
+        req = todo.pop()
+        key = (canonicalize_name(req.name), frozenset(req.extras))
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            requires = distribution(req.name).requires or []
+        except PackageNotFoundError:
+            continue
+        for spec in map(Requirement, requires):
+            extras = [""] + sorted(req.extras)
+            if spec.marker is None or any(spec.marker.evaluate({"extra": e}) for e in extras):
+                todo.append(spec)
+    return {name for name, _ in seen}
 
 
 def _imported_top_levels(roots: list[Path]) -> set[str]:
@@ -53,6 +98,8 @@ def _imported_top_levels(roots: list[Path]) -> set[str]:
 
 def _distributions(modules: set[str]) -> set[str]:
     dists = packages_distributions()
+    # an extra's module need not be installed here: its distribution is known
+    dists.update({m: [dist] for m, (dist, _) in EXTRAS.items() if m not in dists})
     missing = sorted(m for m in modules if m not in dists)
     assert not missing, f"imported but not installed: {missing}"
     return {canonicalize_name(d) for m in modules for d in dists[m]}
@@ -73,66 +120,66 @@ def test_packaged_manifest_is_identical_to_the_human_facing_copy():
     assert proc.returncode == 0, proc.stderr
 
 
-def test_built_wheel_lists_cells_outside_the_checkout(tmp_path):
-    """``pip wheel`` a copy of the sources, install the wheel into a bare folder, run ``list``
-    from elsewhere: the installed copy, not the editable checkout, must answer."""
-    src = tmp_path / "src"
+PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+
+
+def _user_run(argv: list[str], tmp_path: Path, env: dict[str, str], timeout: float = 120):
+    """Run ``argv`` as a user would: from an empty directory, offline, with its own Hugging
+    Face home and alem-eval cache (under ``tmp_path``)."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(exist_ok=True)
+    env = {
+        **env,
+        "HF_HOME": str(tmp_path / "hf-home"),
+        "HF_HUB_OFFLINE": "1",
+        "ALEM_EVAL_CACHE": str(tmp_path / "alem-cache"),
+        "COLUMNS": "200",
+    }
+    return subprocess.run(
+        argv, env=env, cwd=elsewhere, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.fixture(scope="module")
+def built_wheel(tmp_path_factory) -> Path:
+    """``pip wheel`` of a copy of the sources (offline: no build isolation, no deps)."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    src = tmp / "src"
     src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy2(REPO / name, src / name)
     for pkg in PACKAGES:
         shutil.copytree(REPO / pkg, src / pkg, ignore=shutil.ignore_patterns("__pycache__"))
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     built = subprocess.run(
-        [
-            *pip,
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            str(src),
-            "-w",
-            str(tmp_path / "dist"),
-        ],
+        [*PIP, "wheel", "--no-deps", "--no-build-isolation", str(src), "-w", str(tmp / "dist")],
         capture_output=True,
         text=True,
-        cwd=tmp_path,
+        cwd=tmp,
     )
     assert built.returncode == 0, built.stderr
-    [wheel] = (tmp_path / "dist").glob("alem_eval-*.whl")
+    [wheel] = (tmp / "dist").glob("alem_eval-*.whl")
+    return wheel
+
+
+def test_built_wheel_lists_cells_outside_the_checkout(built_wheel, tmp_path):
+    """Install the wheel into a bare folder, run ``list`` from elsewhere: the installed
+    copy, not the editable checkout, must answer."""
     site = tmp_path / "site"
     installed = subprocess.run(
-        [*pip, "install", "--no-deps", "--target", str(site), str(wheel)],
+        [*PIP, "install", "--no-deps", "--target", str(site), str(built_wheel)],
         capture_output=True,
         text=True,
         cwd=tmp_path,
     )
     assert installed.returncode == 0, installed.stderr
 
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "PYTHON"))}
-    env.update(
-        PYTHONPATH=str(site),
-        HF_HOME=str(tmp_path / "hf-home"),
-        HF_HUB_OFFLINE="1",
-        ALEM_EVAL_CACHE=str(tmp_path / "alem-cache"),
-    )
-    where = subprocess.run(
-        [sys.executable, "-c", "import alem_eval; print(alem_eval.__file__)"],
-        env=env,
-        cwd=elsewhere,
-        capture_output=True,
-        text=True,
-    )
+    env["PYTHONPATH"] = str(site)
+    code = "import alem_eval; print(alem_eval.__file__)"
+    where = _user_run([sys.executable, "-c", code], tmp_path, env)
     assert Path(where.stdout.strip()).parent == site / "alem_eval", where.stderr
-    proc = subprocess.run(
-        [sys.executable, "-m", "alem_eval", "list", "1B/ippo-rnn/hard", "--format", "json"],
-        env=env,
-        cwd=elsewhere,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    argv = [sys.executable, "-m", "alem_eval", "list", "1B/ippo-rnn/hard", "--format", "json"]
+    proc = _user_run(argv, tmp_path, env)
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
     assert [r["cell"] for r in rows] == [f"1B/ippo-rnn/hard/seed{s}" for s in range(5)]
@@ -143,9 +190,12 @@ def test_built_wheel_lists_cells_outside_the_checkout(tmp_path):
 # Declared dependencies
 # ----------------------------------------------------------------------------------------
 def test_every_package_the_library_imports_is_declared():
+    """Every import is a runtime dependency, or (imported where it is used, through
+    ``alem_eval.extras``) one of the optional extras."""
     declared = set(_requirements(PYPROJECT["dependencies"]))
+    optional = set(_requirements(_extra("datasets") + _extra("video")))
     imported = _distributions(_imported_top_levels([REPO / p for p in PACKAGES]))
-    assert imported - declared == set()
+    assert imported - declared - optional == set()
 
 
 def test_every_declared_dependency_is_imported():
@@ -154,23 +204,96 @@ def test_every_declared_dependency_is_imported():
     assert declared - imported <= set(NOT_IMPORTED), declared - imported - set(NOT_IMPORTED)
 
 
-def test_test_only_packages_are_in_the_test_extra():
+def test_each_optional_module_is_its_extra_and_not_a_runtime_dependency():
+    runtime = set(_requirements(PYPROJECT["dependencies"]))
+    for module, (dist, extra) in EXTRAS.items():
+        assert canonicalize_name(dist) in _requirements(_extra(extra)), (module, extra)
+        assert canonicalize_name(dist) not in runtime, f"{dist} is a runtime dependency"
+
+
+def test_test_only_packages_are_in_the_dev_extra():
     main = set(_requirements(PYPROJECT["dependencies"]))
-    test = set(_requirements(PYPROJECT["optional-dependencies"]["test"]))
+    dev = set(_requirements(_extra("dev")))
     used = _distributions(_imported_top_levels([REPO / "tests", REPO / "bench"]))
-    assert used - main <= test, f"imported by tests/bench only, not declared: {used - main - test}"
-    assert "rliable" in test and "rliable" not in main
+    assert used - main <= dev, f"imported by tests/bench only, not declared: {used - main - dev}"
+    assert dev >= DEV_ONLY and not DEV_ONLY & main
+    assert {"flashbax", "imageio-ffmpeg"} <= dev  # the extras the tests exercise
 
 
-def test_lock_pins_every_declared_dependency_within_its_range():
-    pins = {}
-    for line in (REPO / "requirements.lock").read_text().splitlines():
-        if line.strip() and not line.startswith("#"):
-            name, _, version = line.partition("==")
-            pins[canonicalize_name(name)] = version.strip()
-    specs = PYPROJECT["dependencies"] + PYPROJECT["optional-dependencies"]["test"]
-    for name, reqs in _requirements(specs).items():
-        assert name in pins, f"{name} is declared but not pinned in requirements.lock"
+def test_runtime_lock_is_exactly_what_the_runtime_dependencies_need():
+    """requirements.lock, which users install into their own environment, holds the
+    dependency closure of ``dependencies`` (from the installed metadata), each within its
+    declared range, and nothing else: no extra, no test or lint tool."""
+    pins = lock_pins(RUNTIME_LOCK)
+    assert set(pins) == _closure(PYPROJECT["dependencies"]), "regenerate requirements.lock"
+    assert not DEV_ONLY & set(pins) and "flashbax" not in pins
+    for name, reqs in _requirements(PYPROJECT["dependencies"]).items():
         for req in reqs:
-            ok = req.specifier.contains(pins[name], prereleases=True)
-            assert ok, f"{name}=={pins[name]} does not satisfy {req}"
+            assert req.specifier.contains(pins[name], prereleases=True), (pins[name], req)
+
+
+def test_dev_lock_adds_the_extras_and_the_tools_to_the_runtime_lock():
+    """requirements-dev.lock includes the runtime lock, pins the rest of the closure of the
+    ``dev`` extra (which holds ``datasets`` and ``video``) within its ranges, and pins no
+    package twice."""
+    lines = [ln for ln in DEV_LOCK.read_text().splitlines() if ln and not ln.startswith("#")]
+    assert lines[0] == "-r requirements.lock"
+    runtime, everything = lock_pins(RUNTIME_LOCK), lock_pins(DEV_LOCK)
+    assert len(lines) - 1 + len(runtime) == len(everything), "a package is pinned twice"
+    assert set(everything) == _closure([*PYPROJECT["dependencies"], *_extra("dev")])
+    for name, reqs in _requirements(_extra("dev")).items():
+        for req in reqs:
+            assert req.specifier.contains(everything[name], prereleases=True), (name, req)
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group(DEMO_PROGRAMS)  # after test_demo: its programs are in the cache
+def test_wheel_with_the_runtime_lock_alone_runs_the_demo_in_a_fresh_venv(built_wheel, tmp_path):
+    """What a user does: a new virtual environment, ``pip install -r requirements.lock`` and
+    the wheel, then ``alem-eval demo``. Offline: pip may use only wheels of the locked
+    versions (made from this environment's installed copies), so it fails if the lock misses
+    a dependency or contradicts a declared range; flashbax and the test tools stay out."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    # pip's own configuration (extra indexes, find-links) is ignored: only the wheelhouse
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "PYTHON"))}
+    env["PIP_CONFIG_FILE"] = os.devnull
+    installed = subprocess.run(
+        [*PIP, "--python", str(python), "install", "--no-index", "--no-compile"]
+        + ["--find-links", str(wheelhouse(RUNTIME_LOCK, tmp_path / "wheels"))]
+        + ["-r", str(RUNTIME_LOCK), str(built_wheel)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert installed.returncode == 0, installed.stderr
+    shutil.rmtree(tmp_path / "wheels")
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    site_packages = Path(site.stdout.strip())
+    present = {canonicalize_name(p.name.split("-")[0]) for p in site_packages.glob("*.dist-info")}
+    assert present == set(lock_pins(RUNTIME_LOCK)) | {SELF}
+    # alem-env's texture cache (built on its first import, minutes) sits beside the package
+    cache = Path(distribution("alem-env").locate_file("alem/alem_coop/assets/texture_cache.pbz2"))
+    if cache.is_file():
+        shutil.copy2(cache, site_packages / "alem" / "alem_coop" / "assets" / cache.name)
+
+    cli = str(venv / "bin" / "alem-eval")
+    out = tmp_path / "demo"
+    proc = _user_run([cli, "demo", "--reps", "200", "--out", str(out)], tmp_path, env, 600)
+    assert proc.returncode == 0, proc.stderr
+    for algorithm in ALGORITHMS:
+        assert demo_cell_id(algorithm) in proc.stdout
+    assert "| Budget | Algorithm | easy Base% |" in proc.stdout
+    assert (out / "leaderboard.md").read_text() in proc.stdout
+    assert str(site_packages / "alem_eval" / "data" / "demo-cells") in proc.stderr.replace("\n", "")
+    # the datasets extra is not installed: its command says how to get it, in one line
+    proc = _user_run([cli, "dataset", "export", str(tmp_path), "--out", str(out)], tmp_path, env)
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert proc.stderr.strip().endswith("pip install 'alem-eval[datasets]'"), proc.stderr

@@ -11,6 +11,7 @@ import io
 import json
 import stat
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -256,11 +257,25 @@ def test_teams_that_do_not_name_one_cell_per_slot_are_one_line_errors(tmp_path, 
     assert_one_line_error(proc, fragment)
 
 
-def test_mp4_without_ffmpeg_is_a_usage_error(monkeypatch):
-    monkeypatch.setattr(R, "ffmpeg_exe", lambda: None)
-    with pytest.raises(UsageError, match=r"writing \.mp4 needs ffmpeg.*or write a \.gif"):
+def test_mp4_without_ffmpeg_or_the_video_extra_names_the_extra(monkeypatch):
+    monkeypatch.setattr(R.shutil, "which", lambda name: None)
+    monkeypatch.setitem(sys.modules, "imageio_ffmpeg", None)  # not installed
+    with pytest.raises(UsageError, match=r"writing \.mp4 needs ffmpeg.*or write a \.gif") as err:
         R.check_output("clip.mp4")
+    assert "pip install 'alem-eval[video]'" in str(err.value)
     assert R.check_output("clip.GIF") == "gif"
+
+
+def test_mp4_uses_the_video_extras_ffmpeg_when_none_is_on_path(monkeypatch, tmp_path):
+    bundled = types.ModuleType("imageio_ffmpeg")
+    bundled.get_ffmpeg_exe = lambda: str(tmp_path / "ffmpeg-bundled")  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "imageio_ffmpeg", bundled)
+    monkeypatch.setattr(R.shutil, "which", lambda name: None)
+    assert R.ffmpeg_exe() == str(tmp_path / "ffmpeg-bundled")
+    assert R.check_output("clip.mp4") == "mp4"
+    # an ffmpeg on PATH comes first
+    monkeypatch.setattr(R.shutil, "which", lambda name: f"/usr/bin/{name}")
+    assert R.ffmpeg_exe() == "/usr/bin/ffmpeg"
 
 
 def test_mp4_frames_are_piped_to_ffmpeg_as_raw_rgb(tmp_path):

@@ -8,9 +8,10 @@ CTRolloutManager, spec §1.5, §5):
   episode ended (CTRolloutManager's ``preprocess_obs``: obs of done agents are 0);
 * epsilon-greedy over the *available* actions: greedy = argmax of the masked Q-values,
   exploration = uniform over the valid actions; epsilon decays linearly from EPS_START to
-  EPS_FINISH over EPS_DECAY x the decay updates (TOTAL_TIMESTEPS_DECAY: the yaml's 1e9
-  whatever the budget, unless the cell's released config.json or --set says otherwise;
-  ``alem_eval.training``);
+  EPS_FINISH over the first EPS_DECAY x the decay updates and stays there (the decay updates
+  span TOTAL_TIMESTEPS_DECAY env steps: the yaml's 1e9 whatever the budget, unless the
+  cell's released config.json or --set says otherwise, ``alem_eval.training``; with the
+  yaml's EPS_DECAY 0.1, epsilon reaches its floor after 1e8 env steps);
 * before the first update the envs run NUM_STEPS steps of uniformly random (unmasked)
   actions whose transitions are discarded (upstream's memory fill with MEMORY_WINDOW 0):
   the driver's warm-up call of the same compiled update (``warm=True``), which also swaps
@@ -24,7 +25,8 @@ CTRolloutManager, spec §1.5, §5):
   together), the LSTM carry of the rollout start as initial state, BatchNorm statistics
   updated in training mode;
 * RAdam behind clip_by_global_norm(MAX_GRAD_NORM), LR decaying linearly to 1e-20 over
-  NUM_EPOCHS x NUM_MINIBATCHES x the decay updates when LR_LINEAR_DECAY;
+  NUM_EPOCHS x NUM_MINIBATCHES x the decay updates (all TOTAL_TIMESTEPS_DECAY env steps,
+  1e9 in the yaml) when LR_LINEAR_DECAY;
 * saved: upstream's CustomTrainState ``{step, params, opt_state, batch_stats, timesteps,
   n_updates, grad_steps}`` (weights at ``params/...``, no double ``params``).
 

@@ -77,8 +77,8 @@ def export(
 
     Example:
 
-      alem-eval score 'tiny/*/*/*' --source ../shared/fixtures/hub \\
-          --episodes 2 --record out/
+      alem-eval score demo --source demo --episodes 2 --max-steps 300 \\
+          --record out/
       alem-eval dataset export out/ --format vault --out vaults/
     """
     from ..datasets import export_vault

@@ -62,8 +62,9 @@ def render(
         Path | None,
         typer.Option(
             "--out",
-            help="Output file, .gif or .mp4 (mp4 needs ffmpeg). Default: a .gif in the "
-            "current directory named after the cells, the difficulty and the episode.",
+            help="Output file, .gif or .mp4 (mp4 needs ffmpeg on PATH or the video extra). "
+            "Default: a .gif in the current directory named after the cells, the difficulty "
+            "and the episode.",
         ),
     ] = None,
     fps: Annotated[float, typer.Option("--fps", help="Frames per second.")] = DEFAULT_FPS,
