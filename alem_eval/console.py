@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import sys
 import time
 from collections.abc import Sequence
@@ -13,6 +12,8 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+
+from .jsonout import json_text
 
 err_console = Console(stderr=True)
 
@@ -32,10 +33,10 @@ def emit_records(
     columns: Sequence[str] | None = None,
     title: str | None = None,
 ) -> None:
-    """Print records as a rich table (stderr-free, to stdout), JSON or CSV."""
+    """Print records as a rich table (stderr-free, to stdout), strict JSON or CSV."""
     columns = list(columns or (records[0].keys() if records else []))
     if fmt == OutputFormat.json:
-        sys.stdout.write(json.dumps(list(records), indent=1, default=_json_default) + "\n")
+        emit_json(list(records))
     elif fmt == OutputFormat.csv:
         buf = io.StringIO()
         w = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore")
@@ -63,19 +64,10 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
-def _json_default(o: Any) -> Any:
-    try:
-        import numpy as np
-
-        if isinstance(o, np.generic):
-            return o.item()
-        if isinstance(o, np.ndarray):
-            return o.tolist()
-    except ImportError:  # pragma: no cover
-        pass
-    if isinstance(o, (set, tuple)):
-        return list(o)
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+def emit_json(doc: Any) -> None:
+    """One strict JSON document on stdout: non-finite floats (numpy's too) are ``null``,
+    never the ``NaN`` that JSON parsers refuse (:mod:`alem_eval.jsonout`)."""
+    sys.stdout.write(json_text(doc) + "\n")
 
 
 class EpisodeBar:

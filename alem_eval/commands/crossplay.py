@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from ..cli import app
-from ..console import OutputFormat, emit_records, err_console
+from ..console import OutputFormat, emit_json, emit_records, err_console
 from ..crossplay import DEFAULT_MAX_TEAMS, DEFAULT_REPS
 from ..options import (
     CacheDirOpt,
@@ -181,11 +181,3 @@ def crossplay(
         f"{result.teams_reused} read back); figure and tables in {out}",
         highlight=False,
     )
-
-
-def emit_json(doc: dict) -> None:
-    """One JSON object on stdout (``emit_records`` prints lists of records)."""
-    import json
-    import sys
-
-    sys.stdout.write(json.dumps(doc, indent=1) + "\n")
