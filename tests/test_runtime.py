@@ -52,9 +52,8 @@ def _blocked_cache(tmp_path, where: str):
     )
 
 
-def test_demo_turns_the_cache_on_before_it_compiles(tmp_path):
-    cache = tmp_path / "jax-cache"
-    out = subprocess.run(
+def _run_demo(tmp_path, cache) -> subprocess.CompletedProcess:
+    return subprocess.run(
         [sys.executable, "-c", _DEMO_SCRIPT, str(tmp_path / "demo")],
         cwd=REPO,
         env=_env(tmp_path, cache),
@@ -62,6 +61,11 @@ def test_demo_turns_the_cache_on_before_it_compiles(tmp_path):
         text=True,
         timeout=300,
     )
+
+
+def test_demo_turns_the_cache_on_before_it_compiles(tmp_path):
+    cache = tmp_path / "jax-cache"
+    out = _run_demo(tmp_path, cache)
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["dir"] == str(cache)
     assert os.listdir(cache), "the first compile of the process was not written to the cache"
@@ -71,14 +75,7 @@ def test_demo_turns_the_cache_on_before_it_compiles(tmp_path):
 @pytest.mark.parametrize("where", ["file", "below-a-file"])
 def test_an_unusable_cache_is_one_warning_and_the_work_goes_on(tmp_path, where):
     blocker, cache = _blocked_cache(tmp_path, where)
-    out = subprocess.run(
-        [sys.executable, "-c", _DEMO_SCRIPT, str(tmp_path / "demo")],
-        cwd=REPO,
-        env=_env(tmp_path, cache),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    out = _run_demo(tmp_path, cache)
     assert "Traceback" not in out.stderr, out.stderr
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report == {"dir": None, "sum": 28.0}  # compiled and ran, with the cache off
