@@ -56,6 +56,24 @@ def emit_records(
         Console(soft_wrap=True, width=width).print(table)
 
 
+def emit_plan(plan: Any, fmt: OutputFormat) -> None:
+    """A ``--dry-run`` plan (:class:`alem_eval.plan.RunPlan`): the whole plan as JSON, or a
+    row per cell (sizes readable in the table); its notes and totals on stderr."""
+    if fmt == OutputFormat.json:
+        emit_json(plan.as_json())
+    else:
+        rows = plan.records()
+        if fmt == OutputFormat.table:
+            from .sources import format_bytes
+
+            sized = ("bytes", "bytes_to_download")
+            rows = [{k: format_bytes(v) if k in sized else v for k, v in r.items()} for r in rows]
+        emit_records(rows, fmt, title=f"{plan.command} --dry-run: {plan.source}")
+    for note in plan.notes:
+        err_console.print(f"[yellow]note[/yellow] {note}", highlight=False)
+    err_console.print(plan.summary(), highlight=False)
+
+
 def _cell(v: Any) -> str:
     if v is None:
         return "-"
