@@ -13,6 +13,7 @@ import importlib
 import inspect
 import os
 import sys
+import warnings
 
 from typing import Annotated
 
@@ -129,14 +130,25 @@ class _CtrlC:
             signal.signal(signal.SIGINT, self._previous)  # type: ignore[arg-type]
 
 
-def main(argv: list[str] | None = None) -> None:
-    from .runtime import enable_compilation_cache
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """alem-eval's own warnings (``alem_eval.*`` categories) as one line, like its errors;
+    any other warning as Python shows it."""
+    if category.__module__.startswith("alem_eval."):
+        print(f"alem-eval: warning: {' '.join(str(message).split())}", file=file or sys.stderr)
+    else:
+        _python_showwarning(message, category, filename, lineno, file, line)
 
-    # Before any command compiles anything: JAX decides once per process whether the
-    # persistent cache is on (the demo used to compile its cells before turning it on).
-    enable_compilation_cache()
+
+_python_showwarning = warnings.showwarning
+
+
+def main(argv: list[str] | None = None) -> None:
+    # The JAX compilation cache is not touched here: each command that compiles turns it
+    # on first (runtime.enable_compilation_cache), so --help, list, report and leaderboard
+    # work whatever state the cache directory is in.
     _register()
-    with _CtrlC() as ctrl_c:
+    with warnings.catch_warnings(), _CtrlC() as ctrl_c:
+        warnings.showwarning = _show_warning
         try:
             app(args=argv, standalone_mode=True)
         except AlemEvalError as err:

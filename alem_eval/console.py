@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import sys
 import time
 from collections.abc import Sequence
@@ -13,6 +12,8 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+
+from .jsonout import json_text
 
 err_console = Console(stderr=True)
 
@@ -32,10 +33,10 @@ def emit_records(
     columns: Sequence[str] | None = None,
     title: str | None = None,
 ) -> None:
-    """Print records as a rich table (stderr-free, to stdout), JSON or CSV."""
+    """Print records as a rich table (stderr-free, to stdout), strict JSON or CSV."""
     columns = list(columns or (records[0].keys() if records else []))
     if fmt == OutputFormat.json:
-        sys.stdout.write(json.dumps(list(records), indent=1, default=_json_default) + "\n")
+        emit_json(list(records))
     elif fmt == OutputFormat.csv:
         buf = io.StringIO()
         w = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore")
@@ -55,6 +56,24 @@ def emit_records(
         Console(soft_wrap=True, width=width).print(table)
 
 
+def emit_plan(plan: Any, fmt: OutputFormat) -> None:
+    """A ``--dry-run`` plan (:class:`alem_eval.plan.RunPlan`): the whole plan as JSON, or a
+    row per cell (sizes readable in the table); its notes and totals on stderr."""
+    if fmt == OutputFormat.json:
+        emit_json(plan.as_json())
+    else:
+        rows = plan.records()
+        if fmt == OutputFormat.table:
+            from .sources import format_bytes
+
+            sized = ("bytes", "bytes_to_download")
+            rows = [{k: format_bytes(v) if k in sized else v for k, v in r.items()} for r in rows]
+        emit_records(rows, fmt, title=f"{plan.command} --dry-run: {plan.source}")
+    for note in plan.notes:
+        err_console.print(f"[yellow]note[/yellow] {note}", highlight=False)
+    err_console.print(plan.summary(), highlight=False)
+
+
 def _cell(v: Any) -> str:
     if v is None:
         return "-"
@@ -63,19 +82,10 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
-def _json_default(o: Any) -> Any:
-    try:
-        import numpy as np
-
-        if isinstance(o, np.generic):
-            return o.item()
-        if isinstance(o, np.ndarray):
-            return o.tolist()
-    except ImportError:  # pragma: no cover
-        pass
-    if isinstance(o, (set, tuple)):
-        return list(o)
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+def emit_json(doc: Any) -> None:
+    """One strict JSON document on stdout: non-finite floats (numpy's too) are ``null``,
+    never the ``NaN`` that JSON parsers refuse (:mod:`alem_eval.jsonout`)."""
+    sys.stdout.write(json_text(doc) + "\n")
 
 
 class EpisodeBar:

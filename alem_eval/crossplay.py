@@ -798,6 +798,7 @@ def write_outputs(result: CrossplayResult, out_dir: str | Path) -> list[Path]:
     import io
 
     from .fsutil import write_text_atomic
+    from .jsonout import json_text
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -809,7 +810,7 @@ def write_outputs(result: CrossplayResult, out_dir: str | Path) -> list[Path]:
     writer.writerows(rows)
     paths.append(write_text_atomic(out / "teams.csv", buf.getvalue()))
     doc = {**result.as_json(), "outputs": [str(p) for p in paths]}
-    paths.append(write_text_atomic(out / "crossplay.json", json.dumps(doc, indent=1) + "\n"))
+    paths.append(write_text_atomic(out / "crossplay.json", json_text(doc) + "\n"))
     return paths
 
 

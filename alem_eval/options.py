@@ -142,6 +142,15 @@ DifficultyFilterOpt = Annotated[
     typer.Option("--difficulty", help="Filter: difficulty(ies); repeat or comma-separate."),
 ]
 
+DryRunOpt = Annotated[
+    bool,
+    typer.Option(
+        "--dry-run",
+        help="Only show the plan: the cells, the files and bytes to download, the episodes "
+        "and at most how many env steps; nothing is downloaded, run or written.",
+    ),
+]
+
 # ----------------------------------------------------------------------------------------
 # Scoring and the results store
 # ----------------------------------------------------------------------------------------

@@ -1,17 +1,25 @@
 """Process-level JAX set-up: the persistent compilation cache and CPU host devices.
 
 Both must happen before JAX compiles anything (the cache) or starts its backends (host
-devices), so :func:`alem_eval.cli.main` calls :func:`enable_compilation_cache` before
-running any command; library users call it themselves (it is idempotent).
+devices), so every command that compiles calls :func:`enable_compilation_cache` before
+its library call (the others, ``--help``, ``list``, ``report``, ``leaderboard``, never
+touch the cache); library users call it themselves (it is idempotent).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import tempfile
+import warnings
 from pathlib import Path
 
 from .errors import UsageError
+
+
+class CacheWarning(UserWarning):
+    """The compilation cache directory cannot be used; work goes on without it."""
+
 
 # JAX's own settings for the persistent cache; read from the environment when JAX is
 # imported, or set through jax.config afterwards.
@@ -22,7 +30,7 @@ _CACHE_SETTINGS = {
 }
 
 
-def enable_compilation_cache(directory: str | os.PathLike | None = None) -> Path:
+def enable_compilation_cache(directory: str | os.PathLike | None = None) -> Path | None:
     """Turn on JAX's persistent compilation cache (idempotent) and return its directory.
 
     Default: ``alem_eval.paths.compilation_cache_dir()`` (``$ALEM_EVAL_JAX_CACHE``, else
@@ -32,13 +40,28 @@ def enable_compilation_cache(directory: str | os.PathLike | None = None) -> Path
     import, so quick commands stay quick); afterwards it updates ``jax.config``. It must
     run before the first compilation of the process: JAX decides once whether the cache
     is on.
+
+    A directory that cannot be created or written (a read-only or full home, a file in its
+    place) leaves the cache off: one :class:`CacheWarning` per directory and process, and
+    None; everything still works, only compiling again in the next process.
     """
     if directory is None:
         from .paths import compilation_cache_dir
 
         directory = compilation_cache_dir()
     path = Path(directory).expanduser()
-    path.mkdir(parents=True, exist_ok=True)
+    problem = _unwritable(path)
+    if problem is not None:
+        if str(path) not in _WARNED:
+            _WARNED.add(str(path))
+            warnings.warn(
+                f"compilation cache off: cannot write to {path} ({problem}); every program "
+                "is compiled again in the next process (set ALEM_EVAL_JAX_CACHE to a "
+                "writable directory)",
+                CacheWarning,
+                stacklevel=2,
+            )
+        return None
     settings = {**_CACHE_SETTINGS, "jax_compilation_cache_dir": str(path)}
     if "jax" in sys.modules:
         import jax
@@ -49,6 +72,22 @@ def enable_compilation_cache(directory: str | os.PathLike | None = None) -> Path
         for name, value in settings.items():
             os.environ[name.upper()] = str(value)
     return path
+
+
+_WARNED: set[str] = set()  # directories already warned about in this process
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why ``path`` cannot hold the cache (None: it can): created if missing, then a small
+    file is written and removed in it (a full disk fails there, not at ``mkdir``)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path, prefix=".alem-eval-probe-") as fh:
+            fh.write(b"\0" * 4096)
+            fh.flush()
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    return None
 
 
 def use_host_devices(n: int | None = None) -> int | None:

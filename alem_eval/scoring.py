@@ -149,8 +149,22 @@ class _Job:
     key: Any = None
 
 
-def _plan(source, cells, opts: ScoreOptions) -> list[_Job]:
+def score_settings(cfg, opts: ScoreOptions) -> tuple[list[str], int, int]:
+    """``(eval difficulties, episodes, step cap)`` a cell of config ``cfg`` is scored
+    with (``score`` and its ``--dry-run`` plan alike)."""
     from .evaluate import episode_settings
+
+    if opts.protocol == "reference":
+        diffs = list(dict.fromkeys(cfg.eval.eval_difficulties))
+    else:
+        diffs = [cfg.env.training_difficulty]
+    n_ep, steps = episode_settings(cfg, opts.protocol, opts.num_episodes, opts.max_steps)
+    if opts.eval_difficulties:
+        diffs = [d for d in diffs if d in opts.eval_difficulties]
+    return diffs, n_ep, steps
+
+
+def _plan(source, cells, opts: ScoreOptions) -> list[_Job]:
     from .loader import resolve_cell
 
     jobs = []
@@ -159,13 +173,7 @@ def _plan(source, cells, opts: ScoreOptions) -> list[_Job]:
         cfg, spec = resolve_cell(
             cell_dir, algorithm=cell.algorithm, difficulty=cell.difficulty, seed=cell.seed
         )
-        if opts.protocol == "reference":
-            diffs = list(dict.fromkeys(cfg.eval.eval_difficulties))
-        else:
-            diffs = [cfg.env.training_difficulty]
-        n_ep, steps = episode_settings(cfg, opts.protocol, opts.num_episodes, opts.max_steps)
-        if opts.eval_difficulties:
-            diffs = [d for d in diffs if d in opts.eval_difficulties]
+        diffs, n_ep, steps = score_settings(cfg, opts)
         for d in diffs:
             jobs.append(_Job(cell, cell_dir, cfg, spec, d, n_ep, steps))
     return jobs

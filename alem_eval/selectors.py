@@ -228,6 +228,27 @@ def select_cells(
     return sort_cells(chosen)
 
 
+def require_selection(
+    source: object,
+    selectors: Sequence[str] | None,
+    *,
+    command: str,
+    filters: Sequence[Sequence[str] | None] = (),
+) -> None:
+    """Refuse to take every cell of a source that would download them all (the Hub:
+    ``source.selection_required``) when neither a selector nor a filter names any: one
+    line naming ``'*'`` as the explicit way to take everything. ``verify``, ``pull``,
+    ``score`` and ``crossplay`` ask it before selecting."""
+    if not getattr(source, "selection_required", False):
+        return
+    if any(str(s).strip() for s in selectors or ()) or any(filters):
+        return
+    raise SelectorError(
+        f"{command}: name the Hub cells, e.g. 1B/ippo-rnn/hard, or '*' to take every cell "
+        "(the whole release to download)"
+    )
+
+
 def parse_shard(text: str | None) -> tuple[int, int] | None:
     """``--shard i/N`` (0-based) -> ``(i, N)``; None when not given. :class:`UsageError`
     for anything else."""

@@ -82,6 +82,26 @@ class PullReport:
     offline: bool = False  # the endpoint was not contacted (offline mode or unreachable)
     checks: Mapping[str, FileCheck] = field(default_factory=dict)  # per cell id
 
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per cell: its id and local directory (``pull --format csv|table``)."""
+        return [
+            {"cell": c.id, "path": str(self.root / c.id), "commit": self.commit} for c in self.cells
+        ]
+
+    def as_json(self) -> dict[str, Any]:
+        """The whole report as plain JSON types (``pull --format json``)."""
+        return {
+            "cells": self.rows(),
+            "files_fetched": self.files_fetched,
+            "files_skipped": self.files_skipped,
+            "files_repaired": self.files_repaired,
+            "bytes_fetched": self.bytes_fetched,
+            "bytes_total": self.bytes_total,
+            "root": str(self.root),
+            "commit": self.commit,
+            "offline": self.offline,
+        }
+
     def summary(self) -> str:
         where = f" at {self.commit[:12]}" if self.commit else ""
         mode = " (offline, from cache)" if self.offline else ""
@@ -182,6 +202,9 @@ class Source(ABC):
     """Where checkpoint cells come from."""
 
     description: str
+    # Taking every cell by default would download the whole release: commands that fetch
+    # ask for an explicit selection ('*' for all; selectors.require_selection).
+    selection_required: bool = False
 
     def __init__(self) -> None:
         self.warnings: list[str] = []  # worth telling the user (shown by the commands)
@@ -236,6 +259,16 @@ class Source(ABC):
     @abstractmethod
     def state(self, cell: Cell) -> CellState:
         """``remote`` (not complete locally), ``cached`` or ``verified``."""
+
+    def cached_dir(self, cell: Cell) -> Path | None:
+        """The cell's directory if it is complete locally, else None (nothing is fetched)."""
+        target = self._marker_target(cell)
+        return None if target is None else target[1]
+
+    @abstractmethod
+    def files_to_fetch(self, cell: Cell) -> tuple[dict[str, int], list[str]]:
+        """``({path: size in bytes} of the cell's files, the paths a pull would download)``;
+        nothing is fetched or written (``--dry-run``)."""
 
     @abstractmethod
     def _marker_target(self, cell: Cell) -> tuple[str, Path, list[Path]] | None:
@@ -322,10 +355,12 @@ def open_source(
     revision: str | None = None,
     cache_dir: str | Path | None = None,
     endpoint: str | None = None,
+    read_only: bool = False,
 ) -> Source:
     """``"hub"`` (the default), ``"demo"`` (the small trained cells bundled with the package,
     :mod:`alem_eval.demo`) or a local directory in the released layout (``./hub`` for a
-    directory named ``hub``)."""
+    directory named ``hub``). ``read_only``: a Hub source never writes to its cache nor
+    downloads (local directories are only read anyway)."""
     name = str(spec).strip().lower()
     if name == HUB_SPEC:
         return HubSource(
@@ -333,6 +368,7 @@ def open_source(
             revision=revision or DEFAULT_REVISION,
             cache_dir=cache_dir,
             endpoint=endpoint,
+            read_only=read_only,
         )
     if repo is not None or revision is not None:
         raise UsageError(
@@ -439,6 +475,10 @@ class LocalSource(Source):
     @staticmethod
     def _files(d: Path) -> list[Path]:
         return sorted(p for p in d.rglob("*") if p.is_file())
+
+    def files_to_fetch(self, cell: Cell) -> tuple[dict[str, int], list[str]]:
+        d = self.local_dir(cell)
+        return {p.relative_to(self.root).as_posix(): p.stat().st_size for p in self._files(d)}, []
 
     def state(self, cell: Cell) -> CellState:
         self.local_dir(cell)
@@ -705,6 +745,8 @@ class ByteProgress:
 class HubSource(Source):
     """The released checkpoints on the Hugging Face Hub, through the standard HF cache."""
 
+    selection_required = True
+
     def __init__(
         self,
         repo: str = HUB_REPO,
@@ -712,9 +754,13 @@ class HubSource(Source):
         *,
         cache_dir: str | Path | None = None,
         endpoint: str | None = None,
+        read_only: bool = False,
     ):
         super().__init__()
         check_hub_client()
+        # read_only: never write to the cache (the listing is not kept) nor download
+        # (pull and local_dir raise SourceError): what --dry-run reads a plan from.
+        self.read_only = read_only
         from huggingface_hub import constants
         from huggingface_hub.file_download import repo_folder_name
 
@@ -911,6 +957,8 @@ class HubSource(Source):
             _atomic_write(self._ref_path(), commit, tmp_dir=self.storage / _STATE_DIRNAME)
 
     def _best_effort(self, fn: Callable[[], None]) -> None:
+        if self.read_only:
+            return
         try:
             fn()
         except OSError as exc:
@@ -1062,6 +1110,8 @@ class HubSource(Source):
         progress: bool | None = None,
         rehash: bool = False,
     ) -> PullReport:
+        if self.read_only:
+            raise SourceError(f"{self.description}: opened read-only, nothing is downloaded")
         listing = self.listing
         if listing.commit is None:
             raise self._nothing_cached(listing)
@@ -1118,6 +1168,15 @@ class HubSource(Source):
         )
         digests = {p: f.digest for p, f in self._files_of(cell).items()}
         return FileCheck.of_cell(self._cell_id(cell), digests, repaired, no_hash_reason=why)
+
+    def files_to_fetch(self, cell: Cell) -> tuple[dict[str, int], list[str]]:
+        """Sizes from the Hub listing; a cached file counts as fetched when its size and hash
+        match (as :meth:`pull` checks it, reading only)."""
+        if self.listing.commit is None:
+            raise self._nothing_cached(self.listing)
+        files = self._files_of(cell)
+        todo, _ = self._plan(files, _CheckedFiles(self._checked, rehash=False))
+        return {p: max(f.size, 0) for p, f in files.items()}, [p for p, _, _ in todo]
 
     def _plan(
         self, wanted: dict[str, RemoteFile], checked: _CheckedFiles

@@ -44,3 +44,62 @@ def test_episode_bar_in_a_batch_log_prints_throttled_lines_with_rates_after_the_
         "episodes 2/10, 1,100 env steps (100/s), 70s, ETA 40s",
         "episodes 10/10, 5,100 env steps (125/s), 100s",
     ]
+
+
+def _strict_loads(text: str):
+    """``json.loads`` that refuses NaN / Infinity (what jq and JavaScript do)."""
+    import json
+
+    def refuse(token):
+        raise ValueError(f"not JSON: {token}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_json_output_is_strict_with_non_finite_values_as_null(capsys):
+    """``score --format json`` printed a bare NaN for a metric with no finite value;
+    every ``--format json`` output goes through emit_records / emit_json."""
+    import numpy as np
+
+    from alem_eval.console import emit_json
+
+    rows = [
+        {
+            "cell": "1B/ippo-rnn/hard/seed0",
+            "mean": float("nan"),
+            "se": np.float32("inf"),
+            "n": np.int64(3),
+            "ok": np.bool_(True),
+            "episodes": [{"Team/achievement_pct": np.float64("-inf"), "len": 7.5}],
+            "values": np.array([1.0, np.nan]),
+            "pair": (1, float("inf")),
+        }
+    ]
+    emit_records(rows, OutputFormat.json)
+    emit_json({"gaps": [{"gap": np.nan, "lo": -0.25}]})
+    first, second = capsys.readouterr().out.split("\n]\n")
+    assert _strict_loads(first + "\n]") == [
+        {
+            "cell": "1B/ippo-rnn/hard/seed0",
+            "mean": None,
+            "se": None,
+            "n": 3,
+            "ok": True,
+            "episodes": [{"Team/achievement_pct": None, "len": 7.5}],
+            "values": [1.0, None],
+            "pair": [1, None],
+        }
+    ]
+    assert _strict_loads(second) == {"gaps": [{"gap": None, "lo": -0.25}]}
+
+
+def test_commands_print_json_only_through_the_console():
+    """One place emits JSON on stdout (strict); a command's own json.dumps would not be."""
+    from tests.conftest import REPO
+
+    offenders = [
+        p.name
+        for p in sorted((REPO / "alem_eval" / "commands").glob("*.py"))
+        if "json.dump" in p.read_text()
+    ]
+    assert offenders == []

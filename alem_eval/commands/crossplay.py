@@ -8,15 +8,16 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from ..cli import app
-from ..console import OutputFormat, emit_records, err_console
+from ..console import OutputFormat, emit_json, emit_records, err_console
 from ..crossplay import DEFAULT_MAX_TEAMS, DEFAULT_REPS
 from ..options import (
     CacheDirOpt,
+    DryRunOpt,
     EnvMismatch,
     EnvMismatchOpt,
     FormatOpt,
@@ -50,8 +51,12 @@ class CrossRuns(StrEnum):
 @app.command("crossplay")
 def crossplay(
     selectors: Annotated[
-        list[str], typer.Argument(help="Cells to put in teams together, e.g. '1B/*/hard'.")
-    ],
+        list[str] | None,
+        typer.Argument(
+            help="Cells to put in teams together, e.g. '1B/*/hard' (default: all of a local "
+            "--source; the Hub needs a selection)."
+        ),
+    ] = None,
     source: SourceOpt = "hub",
     repo: RepoOpt = None,
     revision: RevisionOpt = None,
@@ -107,6 +112,7 @@ def crossplay(
         ),
     ] = Path("alem-eval-crossplay"),
     on_env_mismatch: EnvMismatchOpt = EnvMismatch.error,
+    dry_run: DryRunOpt = False,
     fmt: FormatOpt = OutputFormat.table,
 ) -> None:
     """Cross-play vs self-play: how much do teams lose when their agents come from
@@ -129,10 +135,26 @@ def crossplay(
     from ..crossplay import CrossplayStore, run_crossplay, write_outputs
     from ..results import collect_warnings
     from ..runtime import enable_compilation_cache
+    from ..selectors import require_selection
     from ..sources import open_source
 
-    src = open_source(source, repo=repo, revision=revision, cache_dir=cache_dir)
-    cells = src.select(list(selectors))
+    src = open_source(source, repo=repo, revision=revision, cache_dir=cache_dir, read_only=dry_run)
+    require_selection(src, selectors, command="crossplay")
+    cells = src.select(list(selectors or []))
+    play: dict[str, Any] = {  # the run's settings, and its --dry-run plan's
+        "scheme": scheme.value,
+        "eval_difficulty": difficulty,
+        "num_episodes": episodes,
+        "max_steps": max_steps,
+        "max_teams": max_teams,
+        "seed": seed,
+    }
+    if dry_run:
+        from ..console import emit_plan
+        from ..plan import plan_crossplay
+
+        emit_plan(plan_crossplay(src, cells, **play), fmt)
+        return
     enable_compilation_cache()
 
     def progress(message: str) -> None:
@@ -142,12 +164,7 @@ def crossplay(
         result = run_crossplay(
             src,
             cells,
-            scheme=scheme.value,
-            eval_difficulty=difficulty,
-            num_episodes=episodes,
-            max_steps=max_steps,
-            max_teams=max_teams,
-            seed=seed,
+            **play,
             reps=reps,
             runs=runs.value,
             store=CrossplayStore.for_results(results),
@@ -184,11 +201,3 @@ def crossplay(
         f"{result.teams_reused} read back); figure and tables in {out}",
         highlight=False,
     )
-
-
-def emit_json(doc: dict) -> None:
-    """One JSON object on stdout (``emit_records`` prints lists of records)."""
-    import json
-    import sys
-
-    sys.stdout.write(json.dumps(doc, indent=1) + "\n")

@@ -6,8 +6,6 @@ Each parses, calls one :mod:`alem_eval.datasets` function and renders its result
 
 from __future__ import annotations
 
-import json
-import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -15,7 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from ..cli import app
-from ..console import OutputFormat, emit_records, err_console
+from ..console import OutputFormat, emit_json, emit_records, err_console
 from ..options import DatasetFormat, DatasetFormatOpt, FormatOpt, choice
 
 dataset_app = typer.Typer(
@@ -119,7 +117,7 @@ def info(
 
     result = dataset_info(path)
     if fmt == OutputFormat.json:
-        sys.stdout.write(json.dumps(result, indent=1) + "\n")
+        emit_json(result)
         return
     if result["kind"] == "recording":
         _recording_table(result, fmt)

@@ -49,7 +49,9 @@ def demo(
       alem-eval demo --clips            # and a GIF per algorithm in the report
     """
     from ..demo import DEMO_NOTE, run_demo
+    from ..runtime import enable_compilation_cache
 
+    enable_compilation_cache()  # before the demo compiles its cells
     err_console.print(f"[bold]{DEMO_NOTE}[/bold]", highlight=False)
     t0 = time.perf_counter()
     res = run_demo(

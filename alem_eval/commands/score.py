@@ -18,6 +18,7 @@ from ..options import (
     BudgetFilterOpt,
     CacheDirOpt,
     DifficultyFilterOpt,
+    DryRunOpt,
     EnvMismatch,
     EnvMismatchOpt,
     FormatOpt,
@@ -34,7 +35,8 @@ from ..options import (
 @app.command("score")
 def score(
     selectors: Annotated[
-        list[str] | None, typer.Argument(help="Cells (default: all in the source).")
+        list[str] | None,
+        typer.Argument(help="Cells (default: all of a local --source; the Hub needs a selection)."),
     ] = None,
     budget: BudgetFilterOpt = None,
     algorithm: AlgorithmFilterOpt = None,
@@ -106,6 +108,7 @@ def score(
             "near-ties, so leave it unset for numbers that must not depend on the core count.",
         ),
     ] = None,
+    dry_run: DryRunOpt = False,
     fmt: FormatOpt = OutputFormat.table,
 ) -> None:
     """Score cells the way the paper did, as one compiled batched computation per stack.
@@ -116,12 +119,13 @@ def score(
     Examples:
 
       alem-eval score '1B/*/hard'
+      alem-eval score '*' --dry-run
       alem-eval score --source runs --protocol reference --format json
     """
     from ..runtime import enable_compilation_cache, parse_devices, use_host_devices
     from ..results import open_store
     from ..scoring import ScoreOptions, env_steps, episode_rows, score_cells
-    from ..selectors import parse_shard, shard_cells
+    from ..selectors import parse_shard, require_selection, shard_cells
     from ..sources import open_source
 
     n_devices = parse_devices(devices)
@@ -137,7 +141,8 @@ def score(
         batch=batch,
         on_env_mismatch=on_env_mismatch.value,
     )
-    src = open_source(source, repo=repo, revision=revision, cache_dir=cache_dir)
+    src = open_source(source, repo=repo, revision=revision, cache_dir=cache_dir, read_only=dry_run)
+    require_selection(src, selectors, command="score", filters=(budget, algorithm, difficulty))
     selected = src.select(
         list(selectors or []),
         budgets=split_commas(budget),
@@ -149,6 +154,12 @@ def score(
         err_console.print(
             f"shard {shard}: no cells in this share of {len(selected)}", highlight=False
         )
+        return
+    if dry_run:
+        from ..console import emit_plan
+        from ..plan import plan_score
+
+        emit_plan(plan_score(src, cells, options), fmt)
         return
     store = open_store(results)
     enable_compilation_cache()

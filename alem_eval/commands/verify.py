@@ -42,13 +42,12 @@ def verify(
       alem-eval verify 1B/ippo-rnn/hard
       alem-eval verify --source runs
     """
-    from ..errors import UsageError
-    from ..sources import HubSource, open_source
+    from ..selectors import require_selection
+    from ..sources import open_source
     from ..verify import verify_cells
 
     src = open_source(source, repo=repo, revision=revision, cache_dir=cache_dir)
-    if not selectors and isinstance(src, HubSource):  # would download the whole release
-        raise UsageError("verify: name the Hub cells to check, e.g. 1B/ippo-rnn/hard")
+    require_selection(src, selectors, command="verify")
     results = verify_cells(src, src.select(list(selectors or [])))
     if fmt == OutputFormat.table:
         for r in results:
