@@ -17,8 +17,10 @@ from ..console import OutputFormat, emit_records, err_console
 from ..crossplay import DEFAULT_MAX_TEAMS, DEFAULT_REPS
 from ..options import (
     CacheDirOpt,
+    DifficultyFilterOpt,
     EnvMismatch,
     EnvMismatchOpt,
+    EvalDifficultyOpt,
     FormatOpt,
     RepoOpt,
     RepsOpt,
@@ -27,6 +29,7 @@ from ..options import (
     SeedOpt,
     SourceOpt,
     choice,
+    split_commas,
 )
 
 
@@ -56,14 +59,8 @@ def crossplay(
     repo: RepoOpt = None,
     revision: RevisionOpt = None,
     cache_dir: CacheDirOpt = None,
-    difficulty: Annotated[
-        str | None,
-        typer.Option(
-            "--difficulty",
-            help="Eval difficulty (default: the cells' training difficulty, "
-            "which they must then share).",
-        ),
-    ] = None,
+    difficulty: DifficultyFilterOpt = None,
+    eval_difficulty: EvalDifficultyOpt = None,
     episodes: Annotated[
         int | None,
         typer.Option("--episodes", help="Episodes per team (default 20, the paper protocol)."),
@@ -115,7 +112,8 @@ def crossplay(
     cross-play gap (self - cross) of Total%, Base% and Coord% with stratified bootstrap
     CIs are printed. Scored teams are kept under <results>/crossplay/ (never read by
     report or leaderboard), so a rerun scores only the teams it has not seen. --seed
-    seeds both the team sample (distinct, mixed) and the bootstrap.
+    seeds both the team sample (distinct, mixed) and the bootstrap. The cells play on
+    their shared training difficulty's worlds unless --eval-difficulty names others.
 
     Examples:
 
@@ -129,7 +127,7 @@ def crossplay(
     from ..sources import open_source
 
     src = open_source(source, repo=repo, revision=revision, cache_dir=cache_dir)
-    cells = src.select(list(selectors))
+    cells = src.select(list(selectors), difficulties=split_commas(difficulty))
     enable_compilation_cache()
 
     def progress(message: str) -> None:
@@ -140,7 +138,7 @@ def crossplay(
             src,
             cells,
             scheme=scheme.value,
-            eval_difficulty=difficulty,
+            eval_difficulty=eval_difficulty.value if eval_difficulty else None,
             num_episodes=episodes,
             max_steps=max_steps,
             max_teams=max_teams,
