@@ -8,6 +8,7 @@ import io
 import itertools
 import json
 import shutil
+import sys
 import warnings
 from collections import Counter
 
@@ -226,7 +227,6 @@ def test_cli_difficulty_selects_the_cells_and_eval_difficulty_the_worlds(tmp_pat
     cells only, on hard worlds (the library call is stubbed: no compile)."""
     from typer.testing import CliRunner
 
-    import alem_eval.crossplay as xp
     import alem_eval.runtime as runtime
     from alem_eval.cli import _register, app
 
@@ -239,7 +239,8 @@ def test_cli_difficulty_selects_the_cells_and_eval_difficulty_the_worlds(tmp_pat
         seen.update(cells=[c.id for c in cells], eval_difficulty=eval_difficulty)
         raise Stop
 
-    monkeypatch.setattr(xp, "run_crossplay", run_crossplay)
+    # The module: `alem_eval.crossplay` is the public function (alem_eval/__init__.py).
+    monkeypatch.setattr(sys.modules["alem_eval.crossplay"], "run_crossplay", run_crossplay)
     monkeypatch.setattr(runtime, "enable_compilation_cache", lambda *a, **k: None)
     _register()
     args = ["crossplay", "tiny/ippo-rnn", "--source", str(FIXTURES), "--difficulty", "easy"]
@@ -441,8 +442,8 @@ def test_cli_cell_that_cannot_be_loaded_is_one_line_and_keeps_stored_teams(score
 
 
 def test_command_choices_are_what_the_library_accepts():
-    import alem_eval.crossplay as crossplay
     from alem_eval.commands.crossplay import CrossRuns, Scheme
+    from alem_eval.crossplay import RUNS_MODES, SCHEMES
 
-    assert tuple(m.value for m in Scheme) == crossplay.SCHEMES
-    assert tuple(m.value for m in CrossRuns) == crossplay.RUNS_MODES
+    assert tuple(m.value for m in Scheme) == SCHEMES
+    assert tuple(m.value for m in CrossRuns) == RUNS_MODES
