@@ -18,15 +18,18 @@ actions follow from the same inputs. Everything is jit-, vmap- and scan-able.
 
 from __future__ import annotations
 
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-
+from .api import _before_compiling
 from .errors import UsageError
+
+_before_compiling()  # the persistent compilation cache, while JAX is not yet imported
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
 
 # The released configurations' world (config.py defaults): 3 players, no shared reward,
 # the base difficulty not scaled.

@@ -125,6 +125,7 @@ def test_built_wheel_lists_cells_outside_the_checkout(tmp_path):
         text=True,
     )
     assert Path(where.stdout.strip()).parent == site / "alem_eval", where.stderr
+    assert (site / "alem_eval" / "py.typed").is_file()  # PEP 561: typed for its users
     proc = subprocess.run(
         [sys.executable, "-m", "alem_eval", "list", "1B/ippo-rnn/hard", "--format", "json"],
         env=env,
