@@ -72,7 +72,7 @@ class EnvStatics:
 
 
 class StepOutput(NamedTuple):
-    obs: jax.Array  # [P, input_dim] float32 (pre-processed for the policy)
+    obs: jax.Array  # [P, obs_dim] float32 raw observations, as reset gives them
     state: Any  # the env's EnvState
     reward: jax.Array  # [P] float32, in agent order
     agent_dones: jax.Array  # [P] bool
@@ -191,9 +191,12 @@ class EvalEnv:
     def step(
         self, key: jax.Array, state: Any, actions: jax.Array, dyn: DifficultyParams
     ) -> StepOutput:
-        """One ``env.step_env`` (no auto-reset) with ``actions`` [P] int in agent order."""
-        out = self._step(key, state, actions, dyn)
-        return out._replace(obs=self.preprocess(out.obs))
+        """One ``env.step_env`` (no auto-reset) with ``actions`` [P] int in agent order.
+
+        Its obs are RAW ``[P, obs_dim]``, like :meth:`reset`'s: apply :meth:`preprocess`
+        before feeding them to a policy (the evaluator's policies do it themselves).
+        """
+        return self._step(key, state, actions, dyn)
 
     def _step_impl(self, key, state, actions, dyn) -> StepOutput:
         env = self.bind(dyn)

@@ -63,13 +63,16 @@ def compare_scores(
     }
 
 
-def select_source(spec: str, selectors: Sequence[str]) -> tuple[Any, list[Any]]:
-    """Open source ``spec`` and select its cells: a missing source or a selector matching
-    nothing fails here, before anything is scored."""
+def select_source(
+    spec: str, selectors: Sequence[str], difficulties: Sequence[str] | None = None
+) -> tuple[Any, list[Any]]:
+    """Open source ``spec`` and select its cells (``difficulties``: of these training
+    difficulties only): a missing source or a selector matching nothing fails here,
+    before anything is scored."""
     from .sources import open_source
 
     src = open_source(spec)
-    return src, src.select(list(selectors))
+    return src, src.select(list(selectors), difficulties=difficulties)
 
 
 def resolve_compare_metric(metric: str, src: Any, cells: Sequence[Any]) -> str:
@@ -192,6 +195,7 @@ def compare_sources(
     *,
     metric: str = DEFAULT_COMPARE_METRIC,
     eval_difficulty: str | None = None,
+    difficulties: Sequence[str] | None = None,
     protocol: str = "fast",
     episodes: int | None = DEFAULT_COMPARE_EPISODES,
     max_steps: int | None = None,
@@ -203,14 +207,20 @@ def compare_sources(
 ) -> list[dict[str, Any]]:
     """Score the selected cells of two sources and compare them, one row per eval
     difficulty: ``eval_difficulty, metric, A, B, runs ("seeds" | "episodes"), n_A, n_B,
-    mean_A, mean_B`` and the keys of :func:`compare_scores`. Both sources' scores are
+    mean_A, mean_B`` and the keys of :func:`compare_scores`. ``difficulties`` narrows the
+    selection to cells of these training difficulties; ``eval_difficulty`` plays every
+    cell on that difficulty's worlds (default: each its own). Both sources' scores are
     read from and written to ``store`` (see :func:`score_source`; the CLI's default is
     ``<user cache>/compare``, kept apart from the results store; progress callbacks
     as there)."""
     if len(sources) != 2:
         raise UsageError(f"compare needs exactly two --source options (got {len(sources)})")
+    if eval_difficulty is not None:
+        from .evaluate import check_eval_difficulty
+
+        check_eval_difficulty(eval_difficulty)
     # Both sources and their cells first: a wrong B fails before A is scored.
-    selected = [select_source(s, selectors) for s in sources]
+    selected = [select_source(s, selectors, difficulties) for s in sources]
     metric = resolve_compare_metric(metric, *selected[0])  # before minutes of scoring
     scored = [
         score_source(

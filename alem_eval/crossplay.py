@@ -705,7 +705,8 @@ def _shared_difficulty(cells, resolved) -> str:
     if len(names) > 1:
         raise UsageError(
             f"the selected cells were trained on different difficulties "
-            f"({', '.join(names)}); pass --difficulty to play them together"
+            f"({', '.join(names)}); pass --eval-difficulty to play them together on one "
+            "difficulty's worlds, or --difficulty to keep the cells of one"
         )
     return names[0]
 

@@ -193,15 +193,20 @@ def check_settings(
     _check_count("--batch", batch)
 
 
-def _validate_request(
-    protocol: str, eval_difficulty: str, num_episodes: int | None, max_steps: int | None
-) -> None:
-    check_settings(protocol, num_episodes, max_steps)
+def check_eval_difficulty(eval_difficulty: str) -> None:
+    """A :class:`UsageError` unless ``eval_difficulty`` names a difficulty's worlds."""
     if eval_difficulty not in DIFFICULTIES:
         raise UsageError(
             f"unknown eval difficulty {eval_difficulty!r} "
             f"(expected one of {', '.join(DIFFICULTIES)})"
         )
+
+
+def _validate_request(
+    protocol: str, eval_difficulty: str, num_episodes: int | None, max_steps: int | None
+) -> None:
+    check_settings(protocol, num_episodes, max_steps)
+    check_eval_difficulty(eval_difficulty)
 
 
 def eval_statics(cfg: RunConfig):

@@ -14,7 +14,7 @@ import io
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from collections.abc import Mapping, Sequence
 
 from .algorithms import get_algorithm
@@ -33,6 +33,9 @@ from .bootstrap import BootstrapSettings, Interval
 from .config import DIFFICULTIES
 from .errors import UsageError
 from .metrics import LEADERBOARD_METRICS, metric_info
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FORMATS: tuple[str, ...] = ("md", "csv", "latex", "json")
 SCORES: tuple[str, ...] = tuple(LEADERBOARD_METRICS)  # base, coord, total
@@ -110,6 +113,30 @@ class Leaderboard:
     harness_version: str
     config: str  # free-text description of how the numbers were made
     notes: tuple[str, ...] = ()
+
+    # The publishable renderings (``alem_eval.leaderboard(...)`` returns this object).
+    def to_frame(self) -> pd.DataFrame:
+        """One row per (budget, algorithm): ``budget, algorithm`` and per difficulty
+        ``<difficulty>_seeds`` and ``<difficulty>_<base|coord|total>[_lo|_hi]`` (percent,
+        the mean over seeds and its CI; NaN = not scored): the CSV's columns, as numbers."""
+        import pandas as pd
+
+        header, rows = _table(self)
+        return pd.DataFrame(rows, columns=header)
+
+    def to_csv(self) -> str:
+        return to_csv(self)
+
+    def to_markdown(self) -> str:
+        return to_markdown(self)
+
+    def to_latex(self) -> str:
+        """A booktabs ``tabular`` (best mean per column in bold)."""
+        return to_latex(self)
+
+    def to_json(self) -> str:
+        """The upstream leaderboard entry schema, one entry per row."""
+        return to_json(self)
 
     def best(self, difficulty: str, name: str, digits: int = 1) -> float | None:
         """The best displayed (rounded) mean of a column, None if the column is empty."""
@@ -267,25 +294,35 @@ def to_markdown(lb: Leaderboard) -> str:
     return md_table(header, rows) + "\n\n" + foot + "\n"
 
 
-def to_csv(lb: Leaderboard) -> str:
-    """One row per (budget, algorithm); ``<difficulty>_<score>[_lo|_hi]`` numeric columns
-    in percent, plus ``<difficulty>_seeds``; empty = not scored."""
+def _table(lb: Leaderboard) -> tuple[list[str], list[list[Any]]]:
+    """(header, rows) of the numeric table: seeds an int, scores floats, None = not scored."""
     header = ["budget", "algorithm"]
     for d in lb.difficulties:
         header.append(f"{d}_seeds")
         for s in SCORES:
             header += [f"{d}_{s}", f"{d}_{s}_lo", f"{d}_{s}_hi"]
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(header)
+    rows = []
     for r in lb.rows:
         line: list[Any] = [r.entry.budget, r.entry.algorithm]
         for d in lb.difficulties:
-            line.append(r.seeds.get(d, ""))
+            line.append(r.seeds.get(d))
             for s in SCORES:
                 iv = r.score(d, s)
-                line += ["", "", ""] if iv is None else [f"{v:.4f}" for v in iv.as_list()]
-        w.writerow(line)
+                line += [None] * 3 if iv is None else iv.as_list()
+        rows.append(line)
+    return header, rows
+
+
+def to_csv(lb: Leaderboard) -> str:
+    """One row per (budget, algorithm); ``<difficulty>_<score>[_lo|_hi]`` numeric columns
+    in percent, plus ``<difficulty>_seeds``; empty = not scored."""
+    header, rows = _table(lb)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(header)
+    numeric = [i >= 2 and not h.endswith("_seeds") for i, h in enumerate(header)]
+    for line in rows:
+        w.writerow(["" if v is None else f"{v:.4f}" if num else v for v, num in zip(line, numeric)])
     return buf.getvalue()
 
 

@@ -65,6 +65,14 @@ class DatasetFormat(StrEnum):
     vault = "vault"
 
 
+class Difficulty(StrEnum):
+    """``alem_eval.config.DIFFICULTIES``: the worlds ``--eval-difficulty`` plays."""
+
+    easy = "easy"
+    medium = "medium"
+    hard = "hard"
+
+
 class Prefer(StrEnum):
     """Which side ``merge`` keeps on a same-key content conflict."""
 
@@ -139,7 +147,20 @@ AlgorithmFilterOpt = Annotated[
 ]
 DifficultyFilterOpt = Annotated[
     list[str] | None,
-    typer.Option("--difficulty", help="Filter: difficulty(ies); repeat or comma-separate."),
+    typer.Option(
+        "--difficulty",
+        help="Filter: the cells' training difficulty(ies); repeat or comma-separate.",
+    ),
+]
+EvalDifficultyOpt = Annotated[
+    Difficulty | None,
+    typer.Option(
+        "--eval-difficulty",
+        help="Play every cell on this difficulty's worlds (default: each cell's own "
+        "training difficulty; with --protocol reference, the EVAL_DIFFICULTIES its run "
+        "evaluated).",
+        **choice(Difficulty, "--eval-difficulty", "eval difficulty"),
+    ),
 ]
 
 DryRunOpt = Annotated[

@@ -109,12 +109,13 @@ def parse_team(spec: str) -> list[str]:
     return parts
 
 
-def resolve_team(source: Any, spec: str) -> list[Any]:
-    """The cells (manifest ``Cell`` s) named by ``spec``: each part must match exactly one
-    cell of ``source``. One part is that cell's self-play (the caller repeats it)."""
+def resolve_team(source: Any, spec: str, difficulties: Sequence[str] | None = None) -> list[Any]:
+    """The cells (manifest ``Cell`` s) named by ``spec``: each part, narrowed to cells of
+    the training ``difficulties`` when given, must match exactly one cell of ``source``.
+    One part is that cell's self-play (the caller repeats it)."""
     cells = []
     for part in parse_team(spec):
-        found = source.select([part])
+        found = source.select([part], difficulties=difficulties)
         if len(found) != 1:
             shown = ", ".join(c.id for c in found[:3]) + (", ..." if len(found) > 3 else "")
             raise UsageError(
@@ -823,17 +824,22 @@ def render_episode(
     on_env_mismatch: str = "error",
     on_frame: Callable[[EpisodeStep, np.ndarray], None] | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    difficulties: Sequence[str] | None = None,
 ) -> RenderResult:
     """Render episode ``episode`` of the team ``team`` of ``source`` (an
     :func:`alem_eval.sources.open_source` source): one cell selector (self-play) or one
-    per agent slot joined by ``+``, each naming exactly one cell. ``eval_difficulty``
-    defaults to the cells' training difficulty (which they must then share); ``out``
-    defaults to :func:`default_out`. Options are checked before anything is loaded."""
+    per agent slot joined by ``+``, each naming exactly one cell (of the training
+    ``difficulties``, when given). ``eval_difficulty`` defaults to the cells' training
+    difficulty (which they must then share); ``out`` defaults to :func:`default_out`.
+    Options are checked before anything is loaded."""
     from .crossplay import _shared_difficulty
+    from .evaluate import check_eval_difficulty
     from .loader import load_cell
 
     check_episode(episode)
-    cells = resolve_team(source, team)
+    if eval_difficulty is not None:
+        check_eval_difficulty(eval_difficulty)
+    cells = resolve_team(source, team, difficulties)
     path = Path(out) if out is not None else None
     if path is not None:
         check_output(path, fps, scale)

@@ -33,16 +33,20 @@ class ScoreOptions:
     protocol: str = "fast"  # evaluate.PROTOCOLS
     num_episodes: int | None = None  # None: the protocol's default
     max_steps: int | None = None
-    eval_difficulties: tuple[str, ...] | None = None  # report filter (never changes keys)
+    # The worlds every cell plays on; None: each cell's own (fast: its training
+    # difficulty; reference: the EVAL_DIFFICULTIES its run evaluated). Part of every key.
+    eval_difficulty: str | None = None
     max_stack: int = 5
     batch: int | None = None  # evaluator batch slots (None: evaluate.slots_per_team's default)
     on_env_mismatch: str = "error"  # evaluate.ENV_MISMATCH_POLICIES: error | warn | ignore
 
     def __post_init__(self) -> None:
-        from .evaluate import ENV_MISMATCH_POLICIES, check_settings
+        from .evaluate import ENV_MISMATCH_POLICIES, check_eval_difficulty, check_settings
 
         # The evaluator's own checks of protocol, --episodes, --max-steps and --batch.
         check_settings(self.protocol, self.num_episodes, self.max_steps, self.batch)
+        if self.eval_difficulty is not None:
+            check_eval_difficulty(self.eval_difficulty)
         if (
             isinstance(self.max_stack, bool)
             or not isinstance(self.max_stack, int)
@@ -154,13 +158,13 @@ def score_settings(cfg, opts: ScoreOptions) -> tuple[list[str], int, int]:
     with (``score`` and its ``--dry-run`` plan alike)."""
     from .evaluate import episode_settings
 
-    if opts.protocol == "reference":
+    if opts.eval_difficulty is not None:
+        diffs = [opts.eval_difficulty]
+    elif opts.protocol == "reference":
         diffs = list(dict.fromkeys(cfg.eval.eval_difficulties))
     else:
         diffs = [cfg.env.training_difficulty]
     n_ep, steps = episode_settings(cfg, opts.protocol, opts.num_episodes, opts.max_steps)
-    if opts.eval_difficulties:
-        diffs = [d for d in diffs if d in opts.eval_difficulties]
     return diffs, n_ep, steps
 
 

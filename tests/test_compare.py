@@ -96,6 +96,17 @@ def test_compare_sources_input_errors(two_sources):
     assert two_sources.calls == []
 
 
+def test_difficulty_selects_the_cells_and_eval_difficulty_the_worlds(two_sources):
+    a, b = two_sources("tiny/ippo-rnn/easy/seed0", "tiny/ippo-rnn/hard/seed2")
+    rows = compare_sources(
+        [a, b], ["tiny/ippo-rnn"], difficulties=["hard"], eval_difficulty="easy", reps=10
+    )
+    assert [r["eval_difficulty"] for r in rows] == ["easy"]
+    assert [(n, d) for n, d, *_ in two_sources.calls] == [(1, "easy"), (1, "easy")]
+    with pytest.raises(UsageError, match="unknown eval difficulty 'extreme'"):
+        compare_sources([a, b], ["tiny"], eval_difficulty="extreme")
+
+
 def test_a_wrong_second_source_fails_before_the_first_is_scored(two_sources, tmp_path):
     from alem_eval.errors import AlemEvalError
 

@@ -8,6 +8,7 @@ import io
 import itertools
 import json
 import shutil
+import sys
 import warnings
 from collections import Counter
 
@@ -158,9 +159,37 @@ def test_cells_of_different_difficulties_need_an_explicit_one(tmp_path):
     with pytest.raises(
         UsageError,
         match=r"different difficulties \(easy, hard\); pass "
-        r"--difficulty",
+        r"--eval-difficulty to play them together on one difficulty's worlds, or "
+        r"--difficulty to keep the cells of one",
     ):
         run_crossplay(source, source.select(["tiny/ippo-rnn"]), num_episodes=1, max_steps=32)
+
+
+def test_cli_difficulty_selects_the_cells_and_eval_difficulty_the_worlds(tmp_path, monkeypatch):
+    """``crossplay tiny/ippo-rnn --difficulty easy --eval-difficulty hard`` pairs the easy
+    cells only, on hard worlds (the library call is stubbed: no compile)."""
+    from typer.testing import CliRunner
+
+    import alem_eval.runtime as runtime
+    from alem_eval.cli import _register, app
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def run_crossplay(source, cells, *, eval_difficulty, **_):
+        seen.update(cells=[c.id for c in cells], eval_difficulty=eval_difficulty)
+        raise Stop
+
+    # The module: `alem_eval.crossplay` is the public function (alem_eval/__init__.py).
+    monkeypatch.setattr(sys.modules["alem_eval.crossplay"], "run_crossplay", run_crossplay)
+    monkeypatch.setattr(runtime, "enable_compilation_cache", lambda *a, **k: None)
+    _register()
+    args = ["crossplay", "tiny/ippo-rnn", "--source", str(FIXTURES), "--difficulty", "easy"]
+    with pytest.raises(Stop):
+        CliRunner().invoke(app, [*args, "--eval-difficulty", "hard"], catch_exceptions=False)
+    assert seen == {"cells": ["tiny/ippo-rnn/easy/seed0"], "eval_difficulty": "hard"}
 
 
 def test_a_selector_matching_nothing_is_a_one_line_error(tmp_path):
@@ -356,8 +385,8 @@ def test_cli_cell_that_cannot_be_loaded_is_one_line_and_keeps_stored_teams(score
 
 
 def test_command_choices_are_what_the_library_accepts():
-    from alem_eval import crossplay
     from alem_eval.commands.crossplay import CrossRuns, Scheme
+    from alem_eval.crossplay import RUNS_MODES, SCHEMES
 
-    assert tuple(m.value for m in Scheme) == crossplay.SCHEMES
-    assert tuple(m.value for m in CrossRuns) == crossplay.RUNS_MODES
+    assert tuple(m.value for m in Scheme) == SCHEMES
+    assert tuple(m.value for m in CrossRuns) == RUNS_MODES

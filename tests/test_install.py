@@ -178,6 +178,7 @@ def test_built_wheel_lists_cells_outside_the_checkout(built_wheel, tmp_path):
     code = "import alem_eval; print(alem_eval.__file__)"
     where = _user_run([sys.executable, "-c", code], tmp_path, env)
     assert Path(where.stdout.strip()).parent == site / "alem_eval", where.stderr
+    assert (site / "alem_eval" / "py.typed").is_file()  # PEP 561: typed for its users
     argv = [sys.executable, "-m", "alem_eval", "list", "1B/ippo-rnn/hard", "--format", "json"]
     proc = _user_run(argv, tmp_path, env)
     assert proc.returncode == 0, proc.stderr

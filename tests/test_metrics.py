@@ -7,9 +7,10 @@ import json
 
 import pytest
 
-from alem_eval import leaderboard, metrics
+from alem_eval import metrics
 from alem_eval.bootstrap import BootstrapSettings
 from alem_eval.interop import export_marl_eval, marl_eval_metric_name
+from alem_eval.leaderboard import SCORE_LABELS, build_leaderboard, render
 from alem_eval.metrics import HEADLINE_METRICS, LEADERBOARD_METRICS, metric_info
 from alem_eval.report import build_report
 from alem_eval.results import ResultsStore
@@ -38,10 +39,10 @@ def test_labels_are_unique_and_fractions_are_shown_in_percent():
 
 
 def test_leaderboard_columns_are_the_registry_labels(store):
-    lb = leaderboard.build_leaderboard(store, settings=BootstrapSettings(reps=50))
-    header = leaderboard.render(lb, "md").splitlines()[0]
+    lb = build_leaderboard(store, settings=BootstrapSettings(reps=50))
+    header = render(lb, "md").splitlines()[0]
     for name, key in LEADERBOARD_METRICS.items():
-        assert leaderboard.SCORE_LABELS[name] == metric_info(key).label
+        assert SCORE_LABELS[name] == metric_info(key).label
         assert f"easy {metric_info(key).label} |" in header
 
 

@@ -53,6 +53,23 @@ def test_notebook_is_committed_with_outputs_cleared():
     assert all(not c.outputs and c.execution_count is None for c in code)
 
 
+def test_notebook_uses_nothing_but_import_alem_eval():
+    """The public API (alem_eval/__init__.py) is the whole of alem-eval it touches."""
+    import ast
+
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    imported = []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        for node in ast.walk(ast.parse(cell.source)):
+            if isinstance(node, ast.Import):
+                imported += [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                imported += [f"{node.module}.{a.name}" for a in node.names]
+    assert [n for n in imported if n.startswith("alem")] == ["alem_eval"]
+
+
 def test_quickstart_notebook_runs_top_to_bottom(tmp_path):
     nb = nbformat.read(NOTEBOOK, as_version=4)
     work = tmp_path / "work"
@@ -73,10 +90,18 @@ def test_quickstart_notebook_runs_top_to_bottom(tmp_path):
         (cell,) = [c for c in code if marker in c.source]
         return sum(mime in o.get("data", {}) for o in cell.outputs)
 
-    assert shown("build_report(", "image/png") >= 3  # the report's figures, inline
-    assert shown("run_crossplay(", "image/png") == 1  # the cross-play heatmap
-    for marker in ("hub.records(", "score_cells(demo", "build_leaderboard(store, selectors"):
+    assert shown("alem_eval.report(", "image/png") >= 3  # the report's figures, inline
+    assert shown("alem_eval.crossplay(", "image/png") == 1  # the cross-play heatmap
+    for marker in (
+        'alem_eval.select("1B',
+        "alem_eval.verify(cells)",
+        "headline = [",  # the score cell (the own-runs cell scores too)
+        "board = alem_eval.leaderboard(",
+        "xplay.gap",
+    ):
         assert shown(marker, "text/html") == 1, f"no DataFrame shown by the {marker!r} cell"
+    (loop,) = [c for c in code if "alem_eval.load_policy(" in c.source]
+    assert "team achievements" in "".join(o.get("text", "") for o in loop.outputs)
     out = work / "quickstart-output"
     assert (out / "report" / "report.md").is_file()
     assert list((out / "report" / "figures").glob("*.png"))

@@ -10,7 +10,9 @@ import re
 import pytest
 from typer.testing import CliRunner
 
-from alem_eval import bootstrap, datasets, evaluate, leaderboard, options
+from alem_eval import bootstrap, datasets, evaluate, options
+from alem_eval.config import DIFFICULTIES
+from alem_eval.leaderboard import FORMATS as LEADERBOARD_FORMATS
 from alem_eval.cli import COMMAND_MODULES, _register, app, main
 from alem_eval.console import OutputFormat
 from alem_eval.errors import UsageError
@@ -32,6 +34,8 @@ SHARED_FLAGS = (
     "--on-env-mismatch",
     "--budget",
     "--algorithm",
+    "--difficulty",
+    "--eval-difficulty",
 )
 # Command modules of other work in progress, to move onto the aliases.
 PENDING = {"crossplay"}  # --runs teams|episodes is its own
@@ -45,7 +49,8 @@ def test_choices_are_what_the_library_accepts(tmp_path):
     assert _values(options.Protocol) == evaluate.PROTOCOLS
     assert set(_values(options.EnvMismatch)) <= set(evaluate.ENV_MISMATCH_POLICIES)
     assert _values(options.Runs) == bootstrap.RUNS_MODES
-    assert _values(options.LeaderboardFormat) == leaderboard.FORMATS
+    assert _values(options.LeaderboardFormat) == LEADERBOARD_FORMATS
+    assert _values(options.Difficulty) == DIFFICULTIES
     assert options.OutputFormat is OutputFormat
     assert _values(options.DatasetFormat) == datasets.VAULT_FORMATS
     for side in options.Prefer:  # accepted: it gets as far as the missing directory
@@ -106,6 +111,32 @@ def test_a_wrong_choice_is_a_one_line_usage_error(capsys, args, message):
         main(args)
     err = capsys.readouterr().err
     assert exc.value.code == 2 and err.strip() == f"alem-eval: error: {message}"
+
+
+PLAYING_COMMANDS = ("score", "compare", "crossplay", "render")
+
+
+@pytest.mark.parametrize("command", PLAYING_COMMANDS)
+def test_commands_that_play_take_difficulty_as_a_filter_and_eval_difficulty_once(command):
+    """--difficulty selects cells (as list does), --eval-difficulty sets the worlds: both
+    the options module's aliases."""
+    import typing
+
+    func = importlib.import_module(f"alem_eval.commands.{command}")
+    hints = typing.get_type_hints(getattr(func, command), include_extras=True)
+    assert hints["difficulty"] == options.DifficultyFilterOpt
+    assert hints["eval_difficulty"] == options.EvalDifficultyOpt
+
+
+@pytest.mark.parametrize("command", PLAYING_COMMANDS)
+def test_a_wrong_eval_difficulty_is_a_one_line_usage_error(capsys, command):
+    with pytest.raises(SystemExit) as exc:
+        main([command, "x", "--eval-difficulty", "extreme"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.strip() == (
+        "alem-eval: error: unknown eval difficulty 'extreme': --eval-difficulty must be one "
+        "of easy, medium, hard"
+    )
 
 
 def test_choice_parser_accepts_the_same_strings_as_before():

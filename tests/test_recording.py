@@ -16,6 +16,7 @@ import pytest
 
 from alem_eval import evaluate as ev
 from alem_eval.errors import DatasetError
+from tests.conftest import FIXTURES
 from tests.eval_support import EVALUATOR_GROUP, MIXED_CELLS, MIXED_RUN, MIXED_TEAMS, load
 
 pytestmark = pytest.mark.xdist_group(EVALUATOR_GROUP)
@@ -114,6 +115,44 @@ def test_recorded_actions_replayed_from_the_recorded_keys_reproduce_the_episode(
             obs, state = out.obs, out.state
             np.testing.assert_array_equal(np.asarray(out.reward), steps["rewards"][t])
         assert int(env.team_achievements(state)) == meta["final_achievements"]
+
+
+def test_the_public_policy_takes_the_recorded_actions_from_the_recorded_inputs(recorded):
+    """``alem_eval.load_policy(cell).act`` fed each episode's recorded observations and
+    legal actions, step by step from ``init``, takes the actions the evaluator took in the
+    slots that cell drove: every algorithm, self-play and mixed teams alike."""
+    import alem_eval
+
+    _, rec, _, teams = recorded
+    policies = {c: alem_eval.load_policy(c, source=str(FIXTURES)) for c in MIXED_CELLS}
+    for team in teams:
+        names = tuple(MIXED_CELLS[m] for m in team)
+        episodes = [rec.episode(names, e) for e in range(EPISODES)]
+        length = max(len(ep["actions"]) for ep in episodes)
+
+        obs = _padded([ep["observations"] for ep in episodes], length, 0.0).astype(np.float32)
+        legal = _padded([ep["legal_actions"] for ep in episodes], length, True)
+        for member in dict.fromkeys(names):
+            policy = policies[member]
+            carry, taken = policy.init(EPISODES), []
+            for t in range(length):
+                carry, actions = policy.act(carry, obs[:, t], legal[:, t])
+                taken.append(np.asarray(actions))
+            got = np.stack(taken, axis=1)  # [E, T, P]
+            slots = [s for s, name in enumerate(names) if name == member]
+            for e, ep in enumerate(episodes):
+                n = len(ep["actions"])
+                np.testing.assert_array_equal(
+                    got[e, :n, slots], ep["actions"][:, slots].T, f"{member} in {names}, ep {e}"
+                )
+
+
+def _padded(arrays, length, fill):
+    """``[E, length, ...]``: each episode's ``[T, ...]`` steps, then ``fill``."""
+    out = np.full((len(arrays), length) + arrays[0].shape[1:], fill, arrays[0].dtype)
+    for e, a in enumerate(arrays):
+        out[e, : len(a)] = a
+    return out
 
 
 def test_a_failing_recorder_stops_the_recording_not_the_scores(recorded):

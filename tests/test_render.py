@@ -229,7 +229,8 @@ def test_cli_renders_the_same_episode(rendered, tmp_path):
         (["--episode", "-1"], ["--episode must be an integer from 0"]),
         (["--scale", "0"], ["--scale must be an integer from 1"]),
         (["--fps", "0"], ["--fps must be in"]),
-        (["--difficulty", "extreme"], ["unknown eval difficulty 'extreme'"]),
+        (["--eval-difficulty", "extreme"], ["unknown eval difficulty 'extreme'"]),
+        (["--difficulty", "extreme"], ["matches no cell"]),
     ],
 )
 def test_bad_options_are_one_line_errors(tmp_path, args, fragments):
@@ -255,6 +256,17 @@ def test_teams_that_do_not_name_one_cell_per_slot_are_one_line_errors(tmp_path, 
         cli_env(tmp_path, closed_port_url()),
     )
     assert_one_line_error(proc, fragment)
+
+
+def test_difficulty_narrows_each_part_of_the_team_to_cells_of_that_difficulty():
+    from alem_eval.sources import open_source
+
+    source = open_source(str(FIXTURES))
+    with pytest.raises(UsageError, match="names 2 cells"):
+        R.resolve_team(source, "tiny/ippo-rnn")
+    assert [c.id for c in R.resolve_team(source, "tiny/ippo-rnn", ["hard"])] == [
+        "tiny/ippo-rnn/hard/seed2"
+    ]
 
 
 def test_mp4_without_ffmpeg_or_the_video_extra_names_the_extra(monkeypatch):

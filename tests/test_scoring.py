@@ -290,3 +290,104 @@ def test_reference_warns_and_records_what_it_assumed_without_a_full_config(
     with warnings.catch_warnings():
         warnings.simplefilter("error", ReferenceAssumptionWarning)
         score_cells(src2, src2.select([CELL]), options=options)
+
+
+# ----------------------------------------------------------------------------------------
+# --difficulty selects cells, --eval-difficulty sets the worlds
+# ----------------------------------------------------------------------------------------
+HARD = "tiny/ippo-rnn/hard/seed2"
+
+
+def test_a_cell_played_on_another_difficulty_is_stored_apart_from_its_own(
+    cell_copy, fake_evaluator, tmp_path
+):
+    """The hard cell on easy worlds, then on its own: two keys, two files, both read back
+    under their eval difficulty; an analysis (leaderboard, report) sees only its own."""
+    from alem_eval.analysis import prepare
+    from alem_eval.results import ResultsStore
+
+    d = cell_copy(HARD)
+    src = open_source(d.parents[3])
+    cells = src.select([HARD])
+    store = ResultsStore(tmp_path / "res")
+    other = ScoreOptions(num_episodes=2, max_steps=4, eval_difficulty="easy")
+    [on_easy] = score_cells(src, cells, options=other, store=store)
+    [own] = score_cells(src, cells, options=ScoreOptions(num_episodes=2, max_steps=4), store=store)
+    assert [c["eval_difficulty"] for c in fake_evaluator] == ["easy", "hard"]
+    assert (on_easy.eval_difficulty, own.eval_difficulty) == ("easy", "hard")
+    assert on_easy.provenance["eval_difficulty"] == "easy"
+    entries = sorted(store.entries(), key=lambda e: e.key.eval_difficulty)
+    assert [e.key.eval_difficulty for e in entries] == ["easy", "hard"]
+    assert [e.path.parent.name for e in entries] == ["easy", "hard"]
+    assert len({e.key.slot for e in entries}) == 2  # neither replaces the other
+    frame = store.load([HARD])
+    assert sorted(frame["eval_difficulty"].unique()) == ["easy", "hard"]
+    assert (frame["difficulty"] == "hard").all()
+    # Read back again (no evaluation) under the same eval difficulty it was played on.
+    [again] = score_cells(src, cells, options=other, store=store)
+    assert again.reused and again.eval_difficulty == "easy" and len(fake_evaluator) == 2
+    prepared = prepare(store, [HARD])
+    assert set(prepared.frame["eval_difficulty"]) == {"hard"}
+    assert any("training difficulty" in n for n in prepared.notes)
+
+
+def test_score_options_reject_an_unknown_eval_difficulty_in_the_evaluators_words():
+    with pytest.raises(UsageError) as ours:
+        ScoreOptions(eval_difficulty="extreme")
+    with pytest.raises(UsageError) as theirs:
+        evaluate._validate_request("fast", "extreme", None, None)
+    assert str(ours.value) == str(theirs.value)
+
+
+def _invoke(monkeypatch, args):
+    from typer.testing import CliRunner
+
+    import alem_eval.runtime as runtime
+    from alem_eval.cli import _register, app
+
+    monkeypatch.setattr(runtime, "enable_compilation_cache", lambda *a, **k: None)
+    _register()
+    return CliRunner().invoke(app, args, catch_exceptions=False)
+
+
+def test_score_difficulty_selects_cells_and_eval_difficulty_sets_the_worlds(
+    cell_copy, fake_evaluator, tmp_path, monkeypatch
+):
+    import json
+
+    cell_copy(CELL)
+    root = cell_copy(HARD).parents[3]
+    common = ["--source", str(root), "--results", str(tmp_path / "res"), "--format", "json"]
+    common += ["--episodes", "2", "--max-steps", "4"]
+    result = _invoke(monkeypatch, ["score", "tiny/ippo-rnn", "--difficulty", "hard", *common])
+    assert result.exit_code == 0, result.output
+    assert [(r["cell"], r["eval_difficulty"]) for r in json.loads(result.stdout)] == [
+        (HARD, "hard")
+    ]
+    args = ["score", "tiny/ippo-rnn", "--difficulty", "hard", "--eval-difficulty", "easy"]
+    result = _invoke(monkeypatch, [*args, *common])
+    assert result.exit_code == 0, result.output
+    assert [(r["cell"], r["eval_difficulty"]) for r in json.loads(result.stdout)] == [
+        (HARD, "easy")
+    ]
+    assert [c["eval_difficulty"] for c in fake_evaluator] == ["hard", "easy"]
+
+
+def test_reference_difficulty_filter_keeps_every_difficulty_the_run_evaluated(
+    cell_copy, fake_evaluator, tmp_path, monkeypatch
+):
+    """--difficulty hard picks the hard cells; 'reference' then plays each on all its
+    EVAL_DIFFICULTIES (it used to play only those named by --difficulty)."""
+    import json
+
+    d = cell_copy(HARD)
+    config = json.loads((d / "config.json").read_text())
+    config["config"]["EVAL_DIFFICULTIES"] = ["hard", "easy"]
+    (d / "config.json").write_text(json.dumps(config))
+    args = ["score", "tiny", "--difficulty", "hard", "--protocol", "reference"]
+    args += ["--source", str(d.parents[3]), "--results", str(tmp_path / "res")]
+    result = _invoke(
+        monkeypatch, [*args, "--episodes", "2", "--max-steps", "4", "--format", "json"]
+    )
+    assert result.exit_code == 0, result.output
+    assert [r["eval_difficulty"] for r in json.loads(result.stdout)] == ["hard", "easy"]

@@ -18,7 +18,17 @@ from ..compare import (
     DEFAULT_COMPARE_REPS,
 )
 from ..console import EpisodeBar, OutputFormat, emit_records, err_console
-from ..options import FormatOpt, Protocol, ProtocolOpt, RepsOpt, SeedOpt, SourcePairOpt
+from ..options import (
+    DifficultyFilterOpt,
+    EvalDifficultyOpt,
+    FormatOpt,
+    Protocol,
+    ProtocolOpt,
+    RepsOpt,
+    SeedOpt,
+    SourcePairOpt,
+    split_commas,
+)
 
 __all__ = ["compare"]
 
@@ -35,12 +45,8 @@ def compare(
             "--metric", help="Per-episode metric (a compute_score key, episode_return, ...)."
         ),
     ] = DEFAULT_COMPARE_METRIC,
-    difficulty: Annotated[
-        str | None,
-        typer.Option(
-            "--difficulty", help="Eval difficulty (default: each cell's training difficulty)."
-        ),
-    ] = None,
+    difficulty: DifficultyFilterOpt = None,
+    eval_difficulty: EvalDifficultyOpt = None,
     episodes: Annotated[
         int | None, typer.Option("--episodes", help="Episodes per cell.")
     ] = DEFAULT_COMPARE_EPISODES,
@@ -71,6 +77,8 @@ def compare(
 
       alem-eval compare 1B/ippo-rnn/hard/seed0 --source hub --source runs
       alem-eval compare 'demo/*/easy' --source demo --source runs --metric total
+      alem-eval compare '1B/ippo' --difficulty hard --eval-difficulty easy \\
+          --source hub --source runs
     """
     from ..compare import compare_sources
     from ..paths import compare_dir
@@ -83,7 +91,8 @@ def compare(
             sources,
             selectors,
             metric=metric,
-            eval_difficulty=difficulty,
+            eval_difficulty=eval_difficulty.value if eval_difficulty else None,
+            difficulties=split_commas(difficulty),
             protocol=protocol.value,
             episodes=episodes,
             max_steps=max_steps,

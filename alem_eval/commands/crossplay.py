@@ -18,8 +18,10 @@ from ..crossplay import DEFAULT_MAX_TEAMS, DEFAULT_REPS
 from ..options import (
     CacheDirOpt,
     DryRunOpt,
+    DifficultyFilterOpt,
     EnvMismatch,
     EnvMismatchOpt,
+    EvalDifficultyOpt,
     FormatOpt,
     RepoOpt,
     RepsOpt,
@@ -28,6 +30,7 @@ from ..options import (
     SeedOpt,
     SourceOpt,
     choice,
+    split_commas,
 )
 
 
@@ -61,14 +64,8 @@ def crossplay(
     repo: RepoOpt = None,
     revision: RevisionOpt = None,
     cache_dir: CacheDirOpt = None,
-    difficulty: Annotated[
-        str | None,
-        typer.Option(
-            "--difficulty",
-            help="Eval difficulty (default: the cells' training difficulty, "
-            "which they must then share).",
-        ),
-    ] = None,
+    difficulty: DifficultyFilterOpt = None,
+    eval_difficulty: EvalDifficultyOpt = None,
     episodes: Annotated[
         int | None,
         typer.Option("--episodes", help="Episodes per team (default 20, the paper protocol)."),
@@ -124,7 +121,8 @@ def crossplay(
     CIs over the worlds (they need 2 episodes or more): how sure the gap of these
     checkpoints is, not of their algorithms. Scored teams are kept under <results>/crossplay/ (never read by
     report or leaderboard), so a rerun scores only the teams it has not seen. --seed
-    seeds both the team sample (distinct, mixed) and the bootstrap.
+    seeds both the team sample (distinct, mixed) and the bootstrap. The cells play on
+    their shared training difficulty's worlds unless --eval-difficulty names others.
 
     Examples:
 
@@ -139,11 +137,11 @@ def crossplay(
     from ..sources import open_source
 
     src = open_source(source, repo=repo, revision=revision, cache_dir=cache_dir, read_only=dry_run)
-    require_selection(src, selectors, command="crossplay")
-    cells = src.select(list(selectors or []))
+    require_selection(src, selectors, command="crossplay", filters=(difficulty,))
+    cells = src.select(list(selectors or []), difficulties=split_commas(difficulty))
     play: dict[str, Any] = {  # the run's settings, and its --dry-run plan's
         "scheme": scheme.value,
-        "eval_difficulty": difficulty,
+        "eval_difficulty": eval_difficulty.value if eval_difficulty else None,
         "num_episodes": episodes,
         "max_steps": max_steps,
         "max_teams": max_teams,

@@ -42,15 +42,15 @@ def leaderboard(
       alem-eval leaderboard --format md
       alem-eval leaderboard '1B' --format latex --out table.tex
     """
-    from ..bootstrap import BootstrapSettings
+    from ..api import leaderboard as build_leaderboard
     from ..fsutil import write_text_atomic
-    from ..leaderboard import build_leaderboard, render
-    from ..results import open_store
+    from ..leaderboard import render
 
     lb = build_leaderboard(
-        open_store(results),
-        selectors or None,
-        settings=BootstrapSettings(reps=reps, seed=seed),
+        *(selectors or []),
+        results=results,
+        reps=reps,
+        seed=seed,
         protocol=protocol and protocol.value,
     )
     text = render(lb, fmt.value)

@@ -15,12 +15,15 @@ from ..cli import app
 from ..console import OutputFormat, emit_records, err_console
 from ..options import (
     CacheDirOpt,
+    DifficultyFilterOpt,
     EnvMismatch,
     EnvMismatchOpt,
+    EvalDifficultyOpt,
     FormatOpt,
     RepoOpt,
     RevisionOpt,
     SourceOpt,
+    split_commas,
 )
 from ..render import DEFAULT_FPS, DEFAULT_SCALE, MAX_SCALE
 
@@ -39,14 +42,8 @@ def render(
     repo: RepoOpt = None,
     revision: RevisionOpt = None,
     cache_dir: CacheDirOpt = None,
-    difficulty: Annotated[
-        str | None,
-        typer.Option(
-            "--difficulty",
-            help="Eval difficulty (default: the cells' training difficulty, which they "
-            "must then share).",
-        ),
-    ] = None,
+    difficulty: DifficultyFilterOpt = None,
+    eval_difficulty: EvalDifficultyOpt = None,
     episode: Annotated[
         int,
         typer.Option(
@@ -81,7 +78,8 @@ def render(
     caption: the step, the team's distinct achievements so far, and each agent's cell,
     action and comm signal. Frame 0 is the reset world, frame t the state after step t
     (an episode of T steps gives T + 1 frames). Frames are written as they are drawn, so
-    a 10,000-step episode needs no more memory than a short one.
+    a 10,000-step episode needs no more memory than a short one. The team plays on its
+    cells' shared training difficulty's worlds unless --eval-difficulty names others.
 
     Examples:
 
@@ -104,7 +102,8 @@ def render(
             src,
             team,
             out=out,
-            eval_difficulty=difficulty,
+            eval_difficulty=eval_difficulty.value if eval_difficulty else None,
+            difficulties=split_commas(difficulty),
             episode=episode,
             max_steps=max_steps,
             fps=fps,

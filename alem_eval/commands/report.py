@@ -85,36 +85,35 @@ def report(
 
       alem-eval report 'demo' --source demo --clips --out demo-report/
     """
-    from ..bootstrap import BootstrapSettings
+    from ..api import report as build_report
     from ..metrics import DEFAULT_METRIC
-    from ..report import ClipRequest, build_report
-    from ..results import open_store
 
-    clip_request = None
+    src = None
     if clips:
         from ..runtime import enable_compilation_cache
         from ..sources import open_source
 
         src = open_source(source, repo=repo, revision=revision, cache_dir=cache_dir)
         enable_compilation_cache()
-        clip_request = ClipRequest(src, max_steps=clip_steps)
-    settings = BootstrapSettings(reps=reps, seed=seed, runs=runs.value)
     res = build_report(
-        open_store(results),
-        out,
-        selectors=selectors or None,
+        *(selectors or []),
+        out=out,
+        results=results,
         metrics=tuple(metric or (DEFAULT_METRIC,)),
-        settings=settings,
+        reps=reps,
+        seed=seed,
+        runs=runs.value,
         protocol=protocol and protocol.value,
-        formats=("png", "pdf") if pdf else ("png",),
+        pdf=pdf,
         jobs=jobs,
-        clips=clip_request,
+        clips=src,
+        clip_steps=clip_steps,
     )
     for note in res.notes:
         err_console.print(f"[yellow]note[/yellow] {note}", highlight=False)
     err_console.print(
         f"report for {', '.join(res.metrics)} (protocol {res.protocol}, "
-        f"{settings.runs} as runs, {settings.reps:,} bootstrap reps): "
+        f"{runs.value} as runs, {reps:,} bootstrap reps): "
         f"{len(res.figures)} figure files in {res.out_dir / 'figures'}"
         + (f", {len(res.clips)} clips in {res.out_dir / 'clips'}" if res.clips else ""),
         highlight=False,

@@ -21,6 +21,7 @@ from ..options import (
     DryRunOpt,
     EnvMismatch,
     EnvMismatchOpt,
+    EvalDifficultyOpt,
     FormatOpt,
     Protocol,
     ProtocolOpt,
@@ -41,6 +42,7 @@ def score(
     budget: BudgetFilterOpt = None,
     algorithm: AlgorithmFilterOpt = None,
     difficulty: DifficultyFilterOpt = None,
+    eval_difficulty: EvalDifficultyOpt = None,
     episodes: Annotated[
         int | None,
         typer.Option(
@@ -116,10 +118,15 @@ def score(
     The table shows mean ± s.e. over episodes of Total%, Base%, Coord% and Ach% (the
     Team/*_pct metrics ×100). Episode lengths are true lengths (upstream logs length − 1).
 
+    --difficulty selects cells by the difficulty they were trained on; --eval-difficulty
+    plays them on another difficulty's worlds, stored apart from their own-difficulty
+    scores (report and leaderboard read own-difficulty scores only).
+
     Examples:
 
       alem-eval score '1B/*/hard'
       alem-eval score '*' --dry-run
+      alem-eval score '1B/*/hard' --eval-difficulty easy
       alem-eval score --source runs --protocol reference --format json
     """
     from ..runtime import enable_compilation_cache, parse_devices, use_host_devices
@@ -131,12 +138,11 @@ def score(
     n_devices = parse_devices(devices)
     if n_devices is not None and use_host_devices(n_devices):  # before JAX starts its backends
         err_console.print(f"splitting the work over {n_devices} CPU devices", highlight=False)
-    difficulties = split_commas(difficulty)
     options = ScoreOptions(
         protocol=protocol.value,
         num_episodes=episodes,
         max_steps=max_steps,
-        eval_difficulties=tuple(difficulties or ()) or None,
+        eval_difficulty=eval_difficulty.value if eval_difficulty else None,
         max_stack=stack,
         batch=batch,
         on_env_mismatch=on_env_mismatch.value,
@@ -147,7 +153,7 @@ def score(
         list(selectors or []),
         budgets=split_commas(budget),
         algorithms=split_commas(algorithm),
-        difficulties=difficulties,
+        difficulties=split_commas(difficulty),
     )
     cells = shard_cells(selected, parse_shard(shard))
     if not cells:
