@@ -237,7 +237,7 @@ def score_cells(
         # Any algorithms together: the evaluator runs them in one compiled program.
         groups[(job.eval_difficulty, job.num_episodes, job.max_steps)].append(job)
     plan = [sp for group in groups.values() for sp in _stacks(group, options.max_stack)]
-    episodes_total = sum(len(padded) * stack[0].num_episodes for stack, padded in plan)
+    episodes_total = sum(len(stack) * stack[0].num_episodes for stack, _ in plan)
     ran = {"episodes": 0, "steps": 0}
     clock = time.perf_counter()
 
@@ -271,16 +271,16 @@ def score_cells(
         if on_progress:
             on_progress(f"scored {job.cell.id}", len(done), total)
 
-    def finished(job_at: dict[int, _Job], k: int, episodes: list[dict[str, float]]) -> None:
+    def finished(padded: list[_Job], k: int, episodes: list[dict[str, float]]) -> None:
         """``on_team`` of a stack: save the job at index ``k`` of its checkpoints (run_stack
-        calls it once per checkpoint; padding repeats are no job)."""
-        job = job_at.get(k)
-        if job is not None:
-            save(job, episodes)
+        calls it once per checkpoint that is not padding)."""
+        save(padded[k], episodes)
 
     for stack, padded in plan:
+        # Every job of the padded stack once (a shape this stack lacks is padded with a job
+        # of another stack).
         loaded = {
-            id(j): load_cell(
+            key: load_cell(
                 j.cell_dir,
                 algorithm=j.cell.algorithm,
                 difficulty=j.cell.difficulty,
@@ -288,13 +288,13 @@ def score_cells(
                 policy_only=True,
                 where=j.cell.id,
             )
-            for j in stack
+            for key, j in {id(j): j for j in padded}.items()
         }
         cfgs = [loaded[id(j)].cfg for j in padded]
         weights = [loaded[id(j)].weights for j in padded]
         difficulty = stack[0].eval_difficulty
-        real = {id(j): k for k, j in reversed(list(enumerate(padded)))}  # first = real
-        job_at = {real[id(j)]: j for j in stack}
+        first = {id(j): k for k, j in reversed(list(enumerate(padded)))}
+        real = {first[id(j)] for j in stack}  # the rest repeats a job, maybe of another stack
 
         result = run_stack(
             cfgs,
@@ -311,10 +311,11 @@ def score_cells(
                 if recorders is None
                 else RecordTo(recorders.get(difficulty), [j.cell.id for j in padded])
             ),
-            on_team=functools.partial(finished, job_at),
+            on_team=functools.partial(finished, padded),
+            padding=[k for k in range(len(padded)) if k not in real],
         )
-        ran["episodes"] += len(padded) * stack[0].num_episodes
-        ran["steps"] += sum(int(ep["episode_length"]) for rec in result.records for ep in rec)
+        ran["episodes"] += len(stack) * stack[0].num_episodes
+        ran["steps"] += result.live_steps
         if result.record_error is not None:
             raise DatasetError(
                 f"recording into {record_dir} stopped: {result.record_error} (the scores "

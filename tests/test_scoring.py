@@ -22,6 +22,7 @@ CELL = "tiny/ippo-rnn/easy/seed0"
 
 class _Calls(list):
     kill_after: int | None = None
+    paddings: list[list[int]]
 
 
 @pytest.fixture
@@ -31,6 +32,7 @@ def fake_evaluator(monkeypatch):
     Checkpoint k's episodes end k-th (``on_team``); ``calls.kill_after = k`` kills the
     call right after that."""
     calls = _Calls()
+    calls.paddings = []
 
     def run_stack(
         cfgs,
@@ -45,16 +47,22 @@ def fake_evaluator(monkeypatch):
         on_progress=None,
         record=None,
         on_team=None,
+        padding=(),
     ):
         for i, cfg in enumerate(cfgs):
             evaluate.check_env_version(cfg, on_mismatch=on_env_mismatch, where=f"checkpoint {i}")
         calls.append(dict(n=len(cfgs), protocol=protocol, eval_difficulty=eval_difficulty))
+        calls.paddings.append(sorted(padding))
         records = [
-            [{"Team/achievement_pct": 0.25, "episode_length": 4.0} for _ in range(num_episodes)]
-            for _ in cfgs
+            []
+            if k in padding
+            else [
+                {"Team/achievement_pct": 0.25, "episode_length": 4.0} for _ in range(num_episodes)
+            ]
+            for k in range(len(cfgs))
         ]
         for k, recs in enumerate(records):  # checkpoint 0's episodes end first, and so on
-            if on_team is not None:
+            if on_team is not None and k not in padding:  # padding is never reported
                 on_team(k, recs)
             if calls.kill_after == k:
                 raise KeyboardInterrupt  # the run is killed while the next ones still run
@@ -159,6 +167,35 @@ def test_a_cell_is_stored_when_its_episodes_end_so_a_kill_mid_stack_keeps_it(
         f"scored {c.id}" for c in cells if c.id != first
     ]
     assert len(store.entries()) == 2 and [s.cell.id for s in scores] == [c.id for c in cells]
+
+
+def test_stacks_are_padded_to_one_structure_and_the_padding_is_never_scored(
+    cell_copy, fake_evaluator
+):
+    """Three IPPO cells and one PQN, two of each shape per stack: IPPO, IPPO, PQN and a
+    PQN copy; then IPPO, an IPPO copy and two copies of the PQN cell of the first stack
+    (loaded again: it is in no job of the second). The evaluator is told which are
+    copies; each cell is scored once."""
+    _, d = _source(cell_copy)
+    for seed in (1, 2):
+        shutil.copytree(d, d.parent / f"seed{seed}")
+    cell_copy("tiny/pqn-vdn-rnn/easy/seed0")
+    src = open_source(d.parents[3])
+    cells = src.select(["tiny/*"])
+    assert [c.algorithm for c in cells].count("ippo-rnn") == 3 and len(cells) == 4
+    seen: list[str] = []
+    scores = score_cells(
+        src,
+        cells,
+        options=ScoreOptions(num_episodes=2, max_steps=4),
+        on_progress=lambda m, *_: seen.append(m),
+    )
+    assert [c["n"] for c in fake_evaluator] == [4, 4]
+    assert fake_evaluator.paddings == [[3], [1, 2, 3]]
+    assert sorted(m for m in seen if m.startswith("scored")) == sorted(
+        f"scored {c.id}" for c in cells
+    )
+    assert [s.cell.id for s in scores] == [c.id for c in cells]
 
 
 @pytest.mark.parametrize(
