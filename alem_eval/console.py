@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import sys
 import time
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -76,6 +78,27 @@ def _json_default(o: Any) -> Any:
     if isinstance(o, (set, tuple)):
         return list(o)
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+@contextlib.contextmanager
+def warning_lines(*categories: type[Warning]) -> Iterator[None]:
+    """Inside the block, each warning of ``categories`` prints at once as one stderr line,
+    ``warning <message>``, not Python's two-line form naming the source line."""
+    from rich.markup import escape
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:  # type: ignore[no-untyped-def]
+        if issubclass(category, categories):
+            text = escape(" ".join(str(message).split()))
+            err_console.print(f"[yellow]warning[/yellow] {text}", highlight=False, soft_wrap=True)
+        else:
+            python_show(message, category, filename, lineno, file, line)
+
+    with warnings.catch_warnings():
+        python_show = warnings.showwarning
+        for category in categories:
+            warnings.simplefilter("always", category)
+        warnings.showwarning = show
+        yield
 
 
 class EpisodeBar:

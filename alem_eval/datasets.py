@@ -16,7 +16,10 @@ Recording format, version 1::
         part-<KKKKK>.npz                  steps [t0, t0 + T) of the episode
         episode.json                      written last, atomically: the commit marker
 
-``<team>`` is :func:`team_path`. A part holds, for its ``T`` steps (step ``t``: what the
+``<team>`` is :func:`team_path`. ``episode.json`` also names what produced the episode
+(protocol, eval difficulty, env version and, from ``score --record``, checkpoint hash,
+config hash and step cap): a recorder reuses an episode only when all of them match
+(:mod:`alem_eval.producers`). A part holds, for its ``T`` steps (step ``t``: what the
 agents saw, what they did, what came back): ``observations [T, P, D]`` (see below),
 ``legal_actions [T, P, A]`` bool, ``actions [T, P]`` (the smallest unsigned int holding
 ``A - 1``), ``rewards [T, P]`` float32, ``dones [T, P]`` bool and ``team_achievements [T]``
@@ -52,6 +55,7 @@ import numpy as np
 
 from .errors import DatasetError
 from .fsutil import write_bytes_atomic, write_text_atomic
+from .producers import producer_changes
 
 FORMAT = "alem-eval-recording"
 VERSION = 1
@@ -273,19 +277,51 @@ class Recorder:
         self._open: dict[tuple[Team, int], _OpenEpisode] = {}
         self._skip: set[tuple[Team, int]] = set()
         self._complete: set[tuple[Team, int]] = set()
+        self._producers: dict[Team, dict[str, Any]] = {}
 
     def _dir(self, team: Team, episode: int) -> Path:
         return episode_dir(self.root, self.protocol, self.eval_difficulty, team, episode)
 
-    def is_complete(self, team: Sequence[str], episode: int) -> bool:
-        """``episode.json`` is there and every part it lists checks out (sha256, steps)."""
+    def set_producer(self, team: Sequence[str], producer: Mapping[str, Any]) -> None:
+        """Declare what produces ``team``'s episodes from now on (JSON values, e.g.
+        :func:`alem_eval.producers.cell_producer`): written into each of its
+        ``episode.json``, and a recorded episode is reused only when it names the same
+        (:mod:`alem_eval.producers`)."""
+        team = tuple(team)
+        self._producers[team] = json.loads(json.dumps(dict(producer)))  # as read back
+        self._complete = {k for k in self._complete if k[0] != team}
+
+    def producer(self, team: Sequence[str]) -> dict[str, Any]:
+        """What an episode of ``team`` recorded now names: the protocol, eval difficulty
+        and env version, then what :meth:`set_producer` declared."""
+        own = {"protocol": self.protocol, "eval_difficulty": self.eval_difficulty}
+        return {**own, "env_version": self.env_version, **self._producers.get(tuple(team), {})}
+
+    def changes(self, team: Sequence[str], episode: int) -> list[str] | None:
+        """None when the episode is not complete on disk; else how what produced it
+        differs from :meth:`producer` (:func:`~alem_eval.producers.producer_changes`;
+        empty: it is reused)."""
         key = (tuple(team), int(episode))
         if key in self._complete:
-            return True
+            return []
         meta, _ = check_episode(self._dir(*key))
-        if meta is not None:
+        if meta is None:
+            return None
+        changes = producer_changes(meta, self.producer(team))
+        if not changes:
             self._complete.add(key)
-        return meta is not None
+        return changes
+
+    def recorded_episodes(self, team: Sequence[str]) -> list[int]:
+        """The episode numbers with a directory under ``team``'s (complete or not)."""
+        base = self._dir(tuple(team), 0).parent
+        found = (_EPISODE_DIR.fullmatch(p.name) for p in _listdir(base))
+        return sorted(int(m.group(1)) for m in found if m)
+
+    def is_complete(self, team: Sequence[str], episode: int) -> bool:
+        """``episode.json`` is there, every part it lists checks out (sha256, steps), and
+        it names the team's :meth:`producer`: the episode is reused as recorded."""
+        return self.changes(team, episode) == []
 
     def add_steps(
         self, team: Sequence[str], episode: int, t0: int, arrays: Mapping[str, np.ndarray]
@@ -360,9 +396,7 @@ class Recorder:
             "version": VERSION,
             "team": list(ep.team),
             "episode": ep.episode,
-            "protocol": self.protocol,
-            "eval_difficulty": self.eval_difficulty,
-            "env_version": self.env_version,
+            **self.producer(ep.team),
             "alem_eval_version": __version__,
             "world_key": [int(x) for x in meta["world_key"]],
             "step_key": [int(x) for x in meta["step_key"]],
@@ -447,6 +481,16 @@ def _prepare_root(root: Path) -> None:
         )
     text = json.dumps({"format": FORMAT, "version": VERSION}) + "\n"
     _write(root, lambda: write_text_atomic(marker, text))
+
+
+def _listdir(path: Path) -> list[Path]:
+    """The entries of ``path`` (none when it does not exist)."""
+    try:
+        return list(path.iterdir())
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise DatasetError(f"cannot list {path}: {_why(exc)}") from None
 
 
 def _probe(path: Path) -> None:

@@ -224,8 +224,10 @@ def score_cells(
             num_episodes=job.num_episodes,
             max_steps=job.max_steps,
         )
+        if recorders is not None:
+            recorders.declare(job)
         stored = store.get(job.key) if store is not None else None
-        if stored is not None and _recorded(recorders, job, options.protocol):
+        if stored is not None and (recorders is None or recorders.recorded(job)):
             done[(job.cell.id, job.eval_difficulty)] = _from_frame(job, stored, options.protocol)
         else:
             todo.append(job)
@@ -346,14 +348,56 @@ class _Recorders:
             )
         return self._open[eval_difficulty]
 
+    def declare(self, job: _Job) -> None:
+        """Tell the job's recorder what produces its cell's episodes; warn
+        (:class:`RecordingWarning`) when the recording holds some another produced."""
+        from .producers import cell_producer
 
-def _recorded(recorders: _Recorders | None, job: _Job, protocol: str) -> bool:
-    """Is every episode of a stored job in the recording (True when not recording)?"""
-    if recorders is None:
-        return True
-    rec = recorders.get(job.eval_difficulty)
-    team = (job.cell.id,) * job.cfg.env.num_agents
-    return all(rec.is_complete(team, e) for e in range(job.num_episodes))
+        rec, team = self.get(job.eval_difficulty), _team(job)
+        key = job.key
+        rec.set_producer(
+            team,
+            cell_producer(
+                checkpoint_hash=key.checkpoint_hash,
+                config_hash=key.config_hash,
+                max_steps=key.max_steps,
+            ),
+        )
+        changed = {e: c for e in rec.recorded_episodes(team) if (c := rec.changes(team, e))}
+        if changed:
+            warnings.warn(_changed_message(job, changed, self.root), RecordingWarning, stacklevel=3)
+
+    def recorded(self, job: _Job) -> bool:
+        """Is every episode of the job in the recording, recorded as this run would?"""
+        rec = self.get(job.eval_difficulty)
+        return all(rec.is_complete(_team(job), e) for e in range(job.num_episodes))
+
+
+def _team(job: _Job) -> tuple[str, ...]:
+    return (job.cell.id,) * job.cfg.env.num_agents
+
+
+class RecordingWarning(UserWarning):
+    """``score --record`` found episodes of a cell recorded by another checkpoint, config,
+    step cap, protocol or env version: it records them again."""
+
+
+def _changed_message(job: _Job, changed: Mapping[int, Sequence[str]], root: Path) -> str:
+    from .producers import describe_changes
+
+    again = [e for e in changed if e < job.num_episodes]
+    kept = len(changed) - len(again)
+    what = describe_changes([c for cs in changed.values() for c in cs])
+    n = len(changed)
+    text = (
+        f"{job.cell.id} ({job.eval_difficulty}): {n} episode{'s' if n > 1 else ''} recorded "
+        f"in {root} {'differ' if n > 1 else 'differs'}: {what}"
+    )
+    if again:
+        text += f"; recording {len(again)} of them again"
+    if kept:
+        text += f"; {kept} beyond this run's {job.num_episodes} episodes stay as they are"
+    return text
 
 
 class ReferenceAssumptionWarning(UserWarning):

@@ -30,7 +30,10 @@ def fake_evaluator(monkeypatch):
     """``evaluate.run_stack`` without the compile: it checks the env version of every
     config under the policy it is given, as the real one does before compiling anything.
     Checkpoint k's episodes end k-th (``on_team``); ``calls.kill_after = k`` kills the
-    call right after that."""
+    call right after that. Episodes last ``max_steps`` (synthetic steps when recording);
+    padding checkpoints are neither reported nor recorded, as in the real one."""
+    from tests.test_datasets import make_steps, meta_for
+
     calls = _Calls()
     calls.paddings = []
 
@@ -57,12 +60,19 @@ def fake_evaluator(monkeypatch):
             []
             if k in padding
             else [
-                {"Team/achievement_pct": 0.25, "episode_length": 4.0} for _ in range(num_episodes)
+                {"Team/achievement_pct": 0.25, "episode_length": float(max_steps)}
+                for _ in range(num_episodes)
             ]
             for k in range(len(cfgs))
         ]
         for k, recs in enumerate(records):  # checkpoint 0's episodes end first, and so on
-            if on_team is not None and k not in padding:  # padding is never reported
+            if record is not None and k not in padding:
+                team = (record.names[k],) * cfgs[k].env.num_agents
+                for e in range(num_episodes):
+                    steps = make_steps(max_steps, e)
+                    record.recorder.add_steps(team, e, 0, steps)
+                    record.recorder.finish_episode(team, e, meta_for(steps, e))
+            if on_team is not None and k not in padding:
                 on_team(k, recs)
             if calls.kill_after == k:
                 raise KeyboardInterrupt  # the run is killed while the next ones still run
@@ -131,6 +141,86 @@ def test_scoring_hashes_the_checkpoint_it_restores(cell_copy, fake_evaluator):
     [score] = score_cells(src, src.select([CELL]), options=ScoreOptions(num_episodes=1))
     assert score.provenance["checkpoint_hash"] == ckpt.checkpoint_hash(d / "checkpoint_v3")
     assert score.provenance["checkpoint_hash"] != ckpt.checkpoint_hash(d / "checkpoint")
+
+
+def _recorded_meta(rec_dir) -> dict[int, dict]:
+    from alem_eval.datasets import open_recording
+
+    recording = open_recording(rec_dir)
+    assert recording.incomplete == ()
+    return {ep.episode: dict(ep.meta) for ep in recording.complete}
+
+
+def test_a_recording_of_another_checkpoint_is_recorded_again_with_a_warning(
+    cell_copy, fake_evaluator, tmp_path
+):
+    """Retrained in place (``train --force``), or another source's cell under the same id:
+    another checkpoint hash. Its recorded episodes are recorded again (a warning names
+    the change); with the same checkpoint they are reused."""
+    from alem_eval.results import ResultsStore
+    from alem_eval.scoring import RecordingWarning
+
+    src, d = _source(cell_copy)
+    run = dict(
+        options=ScoreOptions(num_episodes=2, max_steps=4),
+        store=ResultsStore(tmp_path / "res"),
+        record_dir=tmp_path / "rec",
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RecordingWarning)
+        score_cells(src, src.select([CELL]), **run)
+        [again] = score_cells(src, src.select([CELL]), **run)
+    assert again.reused and len(fake_evaluator) == 1
+    first = _recorded_meta(tmp_path / "rec")
+    old_hash = first[0]["checkpoint_hash"]
+    assert old_hash == again.provenance["checkpoint_hash"]
+    assert {m["config_hash"] for m in first.values()} == {again.provenance["config_hash"]}
+    assert {m["max_steps"] for m in first.values()} == {4}
+
+    (d / "checkpoint" / "retrained").write_text("another checkpoint, the same cell id")
+    new_hash = ckpt.checkpoint_hash(d / "checkpoint")
+    with pytest.warns(RecordingWarning) as caught:
+        score_cells(src, src.select([CELL]), **run)
+    assert [str(w.message) for w in caught] == [
+        f"{CELL} (easy): 2 episodes recorded in {tmp_path / 'rec'} differ: checkpoint_hash "
+        f"{old_hash[:12]} (now {new_hash[:12]}); recording 2 of them again"
+    ]
+    assert len(fake_evaluator) == 2
+    assert {m["checkpoint_hash"] for m in _recorded_meta(tmp_path / "rec").values()} == {new_hash}
+
+
+def test_a_recording_with_another_step_cap_is_recorded_again_and_the_rest_named(
+    cell_copy, fake_evaluator, tmp_path
+):
+    """Cap 4 over 3 episodes, then cap 8 over 2: episodes 0 and 1 are recorded again at
+    cap 8; episode 2, which this run does not play, stays (the warning says so)."""
+    from alem_eval.scoring import RecordingWarning
+
+    src, _ = _source(cell_copy)
+    rec_dir = tmp_path / "rec"
+    score_cells(
+        src,
+        src.select([CELL]),
+        options=ScoreOptions(num_episodes=3, max_steps=4),
+        record_dir=rec_dir,
+    )
+    with pytest.warns(RecordingWarning) as caught:
+        score_cells(
+            src,
+            src.select([CELL]),
+            options=ScoreOptions(num_episodes=2, max_steps=8),
+            record_dir=rec_dir,
+        )
+    assert [str(w.message) for w in caught] == [
+        f"{CELL} (easy): 3 episodes recorded in {rec_dir} differ: max_steps 4 (now 8); "
+        "recording 2 of them again; 1 beyond this run's 2 episodes stay as they are"
+    ]
+    metas = _recorded_meta(rec_dir)
+    assert {e: (m["max_steps"], m["length"]) for e, m in metas.items()} == {
+        0: (8, 8),
+        1: (8, 8),
+        2: (4, 4),
+    }
 
 
 def test_a_cell_is_stored_when_its_episodes_end_so_a_kill_mid_stack_keeps_it(
