@@ -298,19 +298,24 @@ class Recorder:
         return {**own, "env_version": self.env_version, **self._producers.get(tuple(team), {})}
 
     def changes(self, team: Sequence[str], episode: int) -> list[str] | None:
-        """None when the episode is not complete on disk; else how what produced it
-        differs from :meth:`producer` (:func:`~alem_eval.producers.producer_changes`;
-        empty: it is reused)."""
+        """How what produced a recorded episode differs from :meth:`producer`
+        (:func:`~alem_eval.producers.producer_changes`): empty when it is complete and is
+        reused; None when it is not complete on disk. An episode that names another
+        producer is recorded again whatever its parts hold, so they are not read."""
         key = (tuple(team), int(episode))
         if key in self._complete:
             return []
-        meta, _ = check_episode(self._dir(*key))
+        path = self._dir(*key)
+        meta = _episode_json(path)
         if meta is None:
             return None
         changes = producer_changes(meta, self.producer(team))
-        if not changes:
-            self._complete.add(key)
-        return changes
+        if changes:
+            return changes
+        if check_episode(path)[0] is None:
+            return None
+        self._complete.add(key)
+        return []
 
     def recorded_episodes(self, team: Sequence[str]) -> list[int]:
         """The episode numbers with a directory under ``team``'s (complete or not)."""
@@ -644,6 +649,17 @@ def check_episode(path: Path) -> tuple[dict[str, Any] | None, str | None]:
     if t != length or length < 1:
         return None, f"parts hold {t} steps, the episode has {length}"
     return meta, None
+
+
+def _episode_json(path: Path) -> dict[str, Any] | None:
+    """The episode's ``episode.json`` if it is there, readable and of this format (its
+    parts unchecked: :func:`check_episode` checks them)."""
+    try:
+        meta = json.loads((path / EPISODE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(meta, dict) and (meta.get("format"), meta.get("version")) == (FORMAT, VERSION)
+    return meta if ok else None
 
 
 def _sha256_file(path: Path) -> str | None:

@@ -17,14 +17,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-# What the recorder itself knows (written into every episode.json since the format began).
-RECORDER_KEYS: tuple[str, ...] = ("protocol", "eval_difficulty", "env_version")
-# What ``score --record`` declares per cell (every episode.json it writes names them).
-CELL_KEYS: tuple[str, ...] = ("checkpoint_hash", "config_hash", "max_steps")
-
 
 def cell_producer(*, checkpoint_hash: str, config_hash: str, max_steps: int) -> dict[str, Any]:
-    """What ``score`` declares for a self-play team of a cell: :data:`CELL_KEYS`."""
+    """What ``score`` declares for a self-play team of a cell (the recorder adds the
+    protocol, eval difficulty and env version it records under)."""
     return {"checkpoint_hash": checkpoint_hash, "config_hash": config_hash, "max_steps": max_steps}
 
 
@@ -45,7 +41,7 @@ def producer_changes(recorded: Mapping[str, Any], expected: Mapping[str, Any]) -
 
 def describe_changes(changes: Sequence[str]) -> str:
     """The distinct phrases of :func:`producer_changes`, in first-seen order, joined."""
-    return "; ".join(dict.fromkeys(changes))
+    return ", ".join(dict.fromkeys(changes))
 
 
 def _value(key: str, value: Any, *, named: bool = True) -> str:

@@ -190,7 +190,10 @@ def score_cells(
 
     With ``record_dir``, every evaluated step is recorded there as the rollout runs
     (:mod:`alem_eval.datasets`); a cell whose scores are stored but whose recording is
-    incomplete is evaluated again (its scores are identical). A recording that fails
+    incomplete is evaluated again (its scores are identical). A recorded episode is reused
+    only when it names this run's checkpoint hash, config hash, step cap, protocol and
+    env version (:mod:`alem_eval.producers`); otherwise it is recorded again, and a
+    :class:`RecordingWarning` per cell says what differs. A recording that fails
     (unwritable or full disk) raises :class:`DatasetError` once the scores of the stack
     being evaluated are saved.
     """

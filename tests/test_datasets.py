@@ -279,6 +279,12 @@ def test_an_episode_is_reused_only_when_what_produced_it_matches(tmp_path):
     env = Recorder(root, protocol="fast", eval_difficulty="easy", env_version="0.2.0")
     env.set_producer(SELF, PRODUCER)
     assert env.changes(SELF, 0) == ["env_version 0.1.0 (now 0.2.0)"]
+    # What differs is read from episode.json alone; a reusable episode's parts are checked.
+    (ep_files(root, SELF, 0) / "part-00000.npz").write_bytes(b"damaged")
+    damaged = new_recorder(root)
+    damaged.set_producer(SELF, PRODUCER)
+    assert damaged.changes(SELF, 0) is None
+    assert other.changes(SELF, 0) == ["config_hash ffffffffffffffff (now eeeeeeeeeeeeeeee)"]
 
     capped = new_recorder(root)
     capped.set_producer(SELF, {**PRODUCER, "max_steps": 60})
