@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import sys
 import time
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -86,6 +88,27 @@ def emit_json(doc: Any) -> None:
     """One strict JSON document on stdout: non-finite floats (numpy's too) are ``null``,
     never the ``NaN`` that JSON parsers refuse (:mod:`alem_eval.jsonout`)."""
     sys.stdout.write(json_text(doc) + "\n")
+
+
+@contextlib.contextmanager
+def warning_lines(*categories: type[Warning]) -> Iterator[None]:
+    """Inside the block, each warning of ``categories`` prints at once as one stderr line,
+    ``warning <message>``, not Python's two-line form naming the source line."""
+    from rich.markup import escape
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:  # type: ignore[no-untyped-def]
+        if issubclass(category, categories):
+            text = escape(" ".join(str(message).split()))
+            err_console.print(f"[yellow]warning[/yellow] {text}", highlight=False, soft_wrap=True)
+        else:
+            python_show(message, category, filename, lineno, file, line)
+
+    with warnings.catch_warnings():
+        python_show = warnings.showwarning
+        for category in categories:
+            warnings.simplefilter("always", category)
+        warnings.showwarning = show
+        yield
 
 
 class EpisodeBar:

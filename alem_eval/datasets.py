@@ -17,7 +17,10 @@ Recording format, version 1::
         part-<KKKKK>.npz                  steps [t0, t0 + T) of the episode
         episode.json                      written last, atomically: the commit marker
 
-``<team>`` is :func:`team_path`. A part holds, for its ``T`` steps (step ``t``: what the
+``<team>`` is :func:`team_path`. ``episode.json`` also names what produced the episode
+(protocol, eval difficulty, env version and, from ``score --record``, checkpoint hash,
+config hash and step cap): a recorder reuses an episode only when all of them match
+(:mod:`alem_eval.producers`). A part holds, for its ``T`` steps (step ``t``: what the
 agents saw, what they did, what came back): ``observations [T, P, D]`` (see below),
 ``legal_actions [T, P, A]`` bool, ``actions [T, P]`` (the smallest unsigned int holding
 ``A - 1``), ``rewards [T, P]`` float32, ``dones [T, P]`` bool and ``team_achievements [T]``
@@ -54,6 +57,7 @@ import numpy as np
 from .errors import DatasetError
 from .extras import require
 from .fsutil import write_bytes_atomic, write_text_atomic
+from .producers import producer_changes
 
 FORMAT = "alem-eval-recording"
 VERSION = 1
@@ -275,19 +279,56 @@ class Recorder:
         self._open: dict[tuple[Team, int], _OpenEpisode] = {}
         self._skip: set[tuple[Team, int]] = set()
         self._complete: set[tuple[Team, int]] = set()
+        self._producers: dict[Team, dict[str, Any]] = {}
 
     def _dir(self, team: Team, episode: int) -> Path:
         return episode_dir(self.root, self.protocol, self.eval_difficulty, team, episode)
 
-    def is_complete(self, team: Sequence[str], episode: int) -> bool:
-        """``episode.json`` is there and every part it lists checks out (sha256, steps)."""
+    def set_producer(self, team: Sequence[str], producer: Mapping[str, Any]) -> None:
+        """Declare what produces ``team``'s episodes from now on (JSON values, e.g.
+        :func:`alem_eval.producers.cell_producer`): written into each of its
+        ``episode.json``, and a recorded episode is reused only when it names the same
+        (:mod:`alem_eval.producers`)."""
+        team = tuple(team)
+        self._producers[team] = json.loads(json.dumps(dict(producer)))  # as read back
+        self._complete = {k for k in self._complete if k[0] != team}
+
+    def producer(self, team: Sequence[str]) -> dict[str, Any]:
+        """What an episode of ``team`` recorded now names: the protocol, eval difficulty
+        and env version, then what :meth:`set_producer` declared."""
+        own = {"protocol": self.protocol, "eval_difficulty": self.eval_difficulty}
+        return {**own, "env_version": self.env_version, **self._producers.get(tuple(team), {})}
+
+    def changes(self, team: Sequence[str], episode: int) -> list[str] | None:
+        """How what produced a recorded episode differs from :meth:`producer`
+        (:func:`~alem_eval.producers.producer_changes`): empty when it is complete and is
+        reused; None when it is not complete on disk. An episode that names another
+        producer is recorded again whatever its parts hold, so they are not read."""
         key = (tuple(team), int(episode))
         if key in self._complete:
-            return True
-        meta, _ = check_episode(self._dir(*key))
-        if meta is not None:
-            self._complete.add(key)
-        return meta is not None
+            return []
+        path = self._dir(*key)
+        meta = _episode_json(path)
+        if meta is None:
+            return None
+        changes = producer_changes(meta, self.producer(team))
+        if changes:
+            return changes
+        if check_episode(path)[0] is None:
+            return None
+        self._complete.add(key)
+        return []
+
+    def recorded_episodes(self, team: Sequence[str]) -> list[int]:
+        """The episode numbers with a directory under ``team``'s (complete or not)."""
+        base = self._dir(tuple(team), 0).parent
+        found = (_EPISODE_DIR.fullmatch(p.name) for p in _listdir(base))
+        return sorted(int(m.group(1)) for m in found if m)
+
+    def is_complete(self, team: Sequence[str], episode: int) -> bool:
+        """``episode.json`` is there, every part it lists checks out (sha256, steps), and
+        it names the team's :meth:`producer`: the episode is reused as recorded."""
+        return self.changes(team, episode) == []
 
     def add_steps(
         self, team: Sequence[str], episode: int, t0: int, arrays: Mapping[str, np.ndarray]
@@ -362,9 +403,7 @@ class Recorder:
             "version": VERSION,
             "team": list(ep.team),
             "episode": ep.episode,
-            "protocol": self.protocol,
-            "eval_difficulty": self.eval_difficulty,
-            "env_version": self.env_version,
+            **self.producer(ep.team),
             "alem_eval_version": __version__,
             "world_key": [int(x) for x in meta["world_key"]],
             "step_key": [int(x) for x in meta["step_key"]],
@@ -449,6 +488,16 @@ def _prepare_root(root: Path) -> None:
         )
     text = json.dumps({"format": FORMAT, "version": VERSION}) + "\n"
     _write(root, lambda: write_text_atomic(marker, text))
+
+
+def _listdir(path: Path) -> list[Path]:
+    """The entries of ``path`` (none when it does not exist)."""
+    try:
+        return list(path.iterdir())
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise DatasetError(f"cannot list {path}: {_why(exc)}") from None
 
 
 def _probe(path: Path) -> None:
@@ -602,6 +651,17 @@ def check_episode(path: Path) -> tuple[dict[str, Any] | None, str | None]:
     if t != length or length < 1:
         return None, f"parts hold {t} steps, the episode has {length}"
     return meta, None
+
+
+def _episode_json(path: Path) -> dict[str, Any] | None:
+    """The episode's ``episode.json`` if it is there, readable and of this format (its
+    parts unchecked: :func:`check_episode` checks them)."""
+    try:
+        meta = json.loads((path / EPISODE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(meta, dict) and (meta.get("format"), meta.get("version")) == (FORMAT, VERSION)
+    return meta if ok else None
 
 
 def _sha256_file(path: Path) -> str | None:

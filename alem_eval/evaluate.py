@@ -66,7 +66,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -1250,6 +1250,7 @@ def run_stack(
     record: RecordTo | None = None,
     episode_caps: Sequence[int] | None = None,
     on_team: Callable[[int, list[dict[str, float]]], None] | None = None,
+    padding: Collection[int] = (),
 ) -> StackResult:
     """Self-play evaluation of a stack of checkpoints (any algorithms) on ``eval_difficulty``.
 
@@ -1258,7 +1259,8 @@ def run_stack(
     that share the world's env configuration run in ONE compiled program (one trace of the
     Alem step, whatever the algorithms). The result keeps the input order;
     ``on_team(k, records)`` gets checkpoint ``k``'s records as soon as its last episode
-    ends (see :func:`run_teams`).
+    ends (see :func:`run_teams`). ``padding``: checkpoints that only fill the stack's
+    structure (see :func:`run_teams`).
     """
     teams = [(k,) * (cfg.env.num_agents if cfg is not None else 1) for k, cfg in enumerate(cfgs)]
     return run_teams(
@@ -1276,6 +1278,7 @@ def run_stack(
         record=record,
         episode_caps=episode_caps,
         on_team=on_team,
+        padding=padding,
     )
 
 
@@ -1295,6 +1298,7 @@ def run_teams(
     record: RecordTo | None = None,
     episode_caps: Sequence[int] | None = None,
     on_team: Callable[[int, list[dict[str, float]]], None] | None = None,
+    padding: Collection[int] = (),
 ) -> StackResult:
     """Evaluate teams whose agent slots are driven by any of the given checkpoints.
 
@@ -1314,6 +1318,12 @@ def run_teams(
     ``episode_caps[e]`` (benchmarks, tests) truncates episode ``e`` of every team at its
     own step limit, at most the cap: a batch ragged by design, as policies that end
     episodes early would make it.
+
+    ``padding``: indices of teams that only fill the batch structure (copies, so that
+    every stack of a selection shares one compiled program). They run, but nothing of
+    them is reported: their records and starts are empty, ``on_team`` and the recording
+    never see them, and progress counts only the other teams' episodes (``live_steps``
+    and ``slot_steps`` still count every step the batch ran).
     """
     _validate_request(protocol, eval_difficulty, num_episodes, max_steps)
     if len(cfgs) != len(weights):
@@ -1323,6 +1333,12 @@ def run_teams(
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
         raise UsageError(f"chunk must be a positive integer, got {chunk!r}")
     _check_count("--batch", batch)
+    padding = frozenset(padding)
+    if not padding <= set(range(len(teams))) or len(padding) == len(teams):
+        raise UsageError(
+            f"padding {sorted(padding, key=str)} must name some, not all, of the "
+            f"{len(teams)} teams (indices from 0)"
+        )
     # Both protocols: the PRNG mode draws the worlds (PRNGKey(9999 + i)) and the step keys.
     if jax.config.jax_threefry_partitionable or jax.config.jax_enable_x64:  # type: ignore[attr-defined]
         raise EvaluationError(
@@ -1366,13 +1382,18 @@ def run_teams(
     starts: list[Any] = [None] * len(teams)
     live = slot = slot_done = 0
     record_error: str | None = None
-    total = sum(len(idx) * settings(teams[idx[0]])[0] for idx in groups.values())
+    real = {g: [i for i in idx if i not in padding] for g, idx in groups.items()}
+    total = sum(len(real[g]) * settings(teams[idx[0]])[0] for g, idx in groups.items())
     clock = time.perf_counter()
-    for idx in groups.values():
+    for g, idx in groups.items():
         n_ep, cap = settings(teams[idx[0]])
         caps = _episode_caps(episode_caps, n_ep, cap)
+        if not real[g]:  # only padding: nothing to report, nothing to run
+            for i in idx:
+                records[i], starts[i] = [], np.zeros(0, np.int32)
+            continue
 
-        def on_status(st: Status, before=(slot_done, live), size=len(idx) * n_ep) -> None:
+        def on_status(st: Status, before=(slot_done, live), size=len(real[g]) * n_ep) -> None:
             if on_progress is not None:
                 episodes = before[0] + min(int(st.finished), size)
                 steps = before[1] + int(st.live_steps)
@@ -1393,12 +1414,13 @@ def run_teams(
             on_status,
             record,
             None if on_team is None else functools.partial(_team_in, on_team, idx),
+            {j for j, i in enumerate(idx) if i in padding},
         )
         record_error = record_error or error
         for j, i in enumerate(idx):
             records[i], starts[i] = recs[j], st[j]
         live, slot = live + live_steps, slot + slot_steps
-        slot_done += len(idx) * n_ep
+        slot_done += len(real[g]) * n_ep
     return StackResult(
         records=records,
         starts=starts,
@@ -1591,15 +1613,17 @@ def _run_group(
     on_status: Callable[[Status], None],
     record: RecordTo | None = None,
     on_team: Callable[[int, list[dict[str, float]]], None] | None = None,
+    padding: Collection[int] = (),
 ):
     """Evaluate one group of teams (one world and settings) in one program -> (records,
     starts, slot-steps, live env-steps, recording error), per team in the group's order.
     A team's records are made as soon as its last episode ends (``on_team(i, records)``,
     ``i`` its index in ``teams``), from the same output buffer and score program as at the
-    end."""
+    end. The teams in ``padding`` (indices into ``teams``) run unreported (:func:`run_teams`)."""
     keys, group_specs, classes, order = _batch_structure(teams, cfgs, specs)
     batch_teams = [teams[i] for i in order]  # class by class
     t = len(batch_teams)
+    wanted = [j for j in range(t) if order[j] not in padding]  # batch rows to report
     world = statics[batch_teams[0][0]].world
     masking = any(cfgs[m].env.action_masking for team in batch_teams for m in team)
     capacity = _capacity(int(caps.max()))
@@ -1671,7 +1695,13 @@ def _run_group(
     sink = (
         None
         if record is None
-        else _RecordSink(record, prog, batch_teams[:t], np.stack(worlds), num_episodes)
+        else _RecordSink(
+            record,
+            prog,
+            [team if j in wanted else None for j, team in enumerate(batch_teams[:t])],
+            np.stack(worlds),
+            num_episodes,
+        )
     )
     template = _first(state0)
     queue = len(steps)  # a team's queue (fast: with the episodes padding it to the devices)
@@ -1688,17 +1718,19 @@ def _run_group(
         scoring["s"] += time.perf_counter() - t0
 
     def status(st: Status, done: EpisodeResult) -> None:
-        on_status(st)
-        rows = [j for j in range(t) if j not in made and st.team_finished[j] >= queue]
+        finished = np.minimum(st.team_finished[wanted], num_episodes)  # padding's uncounted
+        on_status(st._replace(finished=finished.sum()))
+        rows = [j for j in wanted if j not in made and st.team_finished[j] >= queue]
         if rows:
             make_records(rows, done)
 
     done, slot_steps = _drive(prog, loop, (*shared, *keys_arg, obs0, state0, steps), status, sink)
     t_roll, in_roll = time.perf_counter(), scoring["s"]
-    rest = [j for j in range(t) if j not in made]
+    rest = [j for j in wanted if j not in made]
     if rest:  # (every team's last status came with its records: none, unless cut short)
         make_records(rest, done)
     starts = np.asarray(prog.merge(done.start))[:t, :num_episodes]
+    lengths = np.asarray(prog.merge(done.length))[:t, :num_episodes]
     LAST_TIMINGS.clear()
     LAST_TIMINGS.update(
         resets_s=t_reset - clock,
@@ -1708,8 +1740,8 @@ def _run_group(
     out_records: list[Any] = [None] * t
     out_starts: list[Any] = [None] * t
     for j, i in enumerate(order):
-        out_records[i], out_starts[i] = made[j], starts[j]
-    live_steps = sum(int(r["episode_length"]) for recs in made.values() for r in recs)
+        out_records[i], out_starts[i] = made.get(j, []), starts[j] if j in made else starts[j, :0]
+    live_steps = int(lengths.sum())  # every team's, the padding's too: the work the batch ran
     error = None if sink is None else sink.error
     return out_records, out_starts, slot_steps, live_steps, error
 
@@ -1759,8 +1791,11 @@ class _RecordSink:
     FIELDS = ("observations", "legal_actions", "actions", "rewards", "dones", "team_achievements")
 
     def __init__(self, target: RecordTo, prog: _Program, teams, world_keys, num_episodes: int):
+        """``teams[j]``: batch row ``j``'s team, None for a padding team (never recorded)."""
         self.recorder = target.recorder
-        self.team_names = [tuple(target.names[m] for m in team) for team in teams]
+        self.team_names = [
+            None if team is None else tuple(target.names[m] for m in team) for team in teams
+        ]
         self.prog = prog
         self.world_keys = np.asarray(world_keys, np.uint32)
         self.num_episodes = num_episodes
@@ -1794,12 +1829,15 @@ class _RecordSink:
                 episode = int(log.episode[rows[0], n]) + (
                     d * local_episodes if key.protocol == "fast" else 0
                 )
-                if team < len(self.team_names) and episode < self.num_episodes:  # else padding
-                    self._run(log, n, rows, team, episode)
+                names = self.team_names[team] if team < len(self.team_names) else None
+                if names is not None and episode < self.num_episodes:  # else padding
+                    self._run(log, n, rows, team, names, episode)
 
-    def _run(self, log: StepLog, n: int, rows: np.ndarray, team: int, episode: int) -> None:
+    def _run(
+        self, log: StepLog, n: int, rows: np.ndarray, team: int, names: tuple, episode: int
+    ) -> None:
         """Hand the recorder consecutive rows of one episode of slot ``n``."""
-        names, t0 = self.team_names[team], int(log.t[rows[0], n])
+        t0 = int(log.t[rows[0], n])
         acc = self.open.setdefault((team, episode), {"return": [], "step_key": None})
         if t0 == 0:
             acc.update(steps=[], step_key=[int(x) for x in log.key[rows[0], n]])

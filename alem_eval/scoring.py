@@ -202,7 +202,10 @@ def score_cells(
 
     With ``record_dir``, every evaluated step is recorded there as the rollout runs
     (:mod:`alem_eval.datasets`); a cell whose scores are stored but whose recording is
-    incomplete is evaluated again (its scores are identical). A recording that fails
+    incomplete is evaluated again (its scores are identical). A recorded episode is reused
+    only when it names this run's checkpoint hash, config hash, step cap, protocol and
+    env version (:mod:`alem_eval.producers`); otherwise it is recorded again, and a
+    :class:`RecordingWarning` per cell says what differs. A recording that fails
     (unwritable or full disk) raises :class:`DatasetError` once the scores of the stack
     being evaluated are saved.
     """
@@ -236,8 +239,10 @@ def score_cells(
             num_episodes=job.num_episodes,
             max_steps=job.max_steps,
         )
+        if recorders is not None:
+            recorders.declare(job)
         stored = store.get(job.key) if store is not None else None
-        if stored is not None and _recorded(recorders, job, options.protocol):
+        if stored is not None and (recorders is None or recorders.recorded(job)):
             done[(job.cell.id, job.eval_difficulty)] = _from_frame(job, stored, options.protocol)
         else:
             todo.append(job)
@@ -249,7 +254,7 @@ def score_cells(
         # Any algorithms together: the evaluator runs them in one compiled program.
         groups[(job.eval_difficulty, job.num_episodes, job.max_steps)].append(job)
     plan = [sp for group in groups.values() for sp in _stacks(group, options.max_stack)]
-    episodes_total = sum(len(padded) * stack[0].num_episodes for stack, padded in plan)
+    episodes_total = sum(len(stack) * stack[0].num_episodes for stack, _ in plan)
     ran = {"episodes": 0, "steps": 0}
     clock = time.perf_counter()
 
@@ -283,16 +288,16 @@ def score_cells(
         if on_progress:
             on_progress(f"scored {job.cell.id}", len(done), total)
 
-    def finished(job_at: dict[int, _Job], k: int, episodes: list[dict[str, float]]) -> None:
+    def finished(padded: list[_Job], k: int, episodes: list[dict[str, float]]) -> None:
         """``on_team`` of a stack: save the job at index ``k`` of its checkpoints (run_stack
-        calls it once per checkpoint; padding repeats are no job)."""
-        job = job_at.get(k)
-        if job is not None:
-            save(job, episodes)
+        calls it once per checkpoint that is not padding)."""
+        save(padded[k], episodes)
 
     for stack, padded in plan:
+        # Every job of the padded stack once (a shape this stack lacks is padded with a job
+        # of another stack).
         loaded = {
-            id(j): load_cell(
+            key: load_cell(
                 j.cell_dir,
                 algorithm=j.cell.algorithm,
                 difficulty=j.cell.difficulty,
@@ -300,13 +305,13 @@ def score_cells(
                 policy_only=True,
                 where=j.cell.id,
             )
-            for j in stack
+            for key, j in {id(j): j for j in padded}.items()
         }
         cfgs = [loaded[id(j)].cfg for j in padded]
         weights = [loaded[id(j)].weights for j in padded]
         difficulty = stack[0].eval_difficulty
-        real = {id(j): k for k, j in reversed(list(enumerate(padded)))}  # first = real
-        job_at = {real[id(j)]: j for j in stack}
+        first = {id(j): k for k, j in reversed(list(enumerate(padded)))}
+        real = {first[id(j)] for j in stack}  # the rest repeats a job, maybe of another stack
 
         result = run_stack(
             cfgs,
@@ -323,10 +328,11 @@ def score_cells(
                 if recorders is None
                 else RecordTo(recorders.get(difficulty), [j.cell.id for j in padded])
             ),
-            on_team=functools.partial(finished, job_at),
+            on_team=functools.partial(finished, padded),
+            padding=[k for k in range(len(padded)) if k not in real],
         )
-        ran["episodes"] += len(padded) * stack[0].num_episodes
-        ran["steps"] += sum(int(ep["episode_length"]) for rec in result.records for ep in rec)
+        ran["episodes"] += len(stack) * stack[0].num_episodes
+        ran["steps"] += result.live_steps
         if result.record_error is not None:
             raise DatasetError(
                 f"recording into {record_dir} stopped: {result.record_error} (the scores "
@@ -357,14 +363,56 @@ class _Recorders:
             )
         return self._open[eval_difficulty]
 
+    def declare(self, job: _Job) -> None:
+        """Tell the job's recorder what produces its cell's episodes; warn
+        (:class:`RecordingWarning`) when the recording holds some another produced."""
+        from .producers import cell_producer
 
-def _recorded(recorders: _Recorders | None, job: _Job, protocol: str) -> bool:
-    """Is every episode of a stored job in the recording (True when not recording)?"""
-    if recorders is None:
-        return True
-    rec = recorders.get(job.eval_difficulty)
-    team = (job.cell.id,) * job.cfg.env.num_agents
-    return all(rec.is_complete(team, e) for e in range(job.num_episodes))
+        rec, team = self.get(job.eval_difficulty), _team(job)
+        key = job.key
+        rec.set_producer(
+            team,
+            cell_producer(
+                checkpoint_hash=key.checkpoint_hash,
+                config_hash=key.config_hash,
+                max_steps=key.max_steps,
+            ),
+        )
+        changed = {e: c for e in rec.recorded_episodes(team) if (c := rec.changes(team, e))}
+        if changed:
+            warnings.warn(_changed_message(job, changed, self.root), RecordingWarning, stacklevel=3)
+
+    def recorded(self, job: _Job) -> bool:
+        """Is every episode of the job in the recording, recorded as this run would?"""
+        rec = self.get(job.eval_difficulty)
+        return all(rec.is_complete(_team(job), e) for e in range(job.num_episodes))
+
+
+def _team(job: _Job) -> tuple[str, ...]:
+    return (job.cell.id,) * job.cfg.env.num_agents
+
+
+class RecordingWarning(UserWarning):
+    """``score --record`` found episodes of a cell recorded by another checkpoint, config,
+    step cap, protocol or env version: it records them again."""
+
+
+def _changed_message(job: _Job, changed: Mapping[int, Sequence[str]], root: Path) -> str:
+    from .producers import describe_changes
+
+    again = [e for e in changed if e < job.num_episodes]
+    kept = len(changed) - len(again)
+    what = describe_changes([c for cs in changed.values() for c in cs])
+    n = len(changed)
+    text = (
+        f"{job.cell.id} ({job.eval_difficulty}): {n} episode{'s' if n > 1 else ''} recorded "
+        f"in {root} {'differ' if n > 1 else 'differs'}: {what}"
+    )
+    if again:
+        text += f"; recording {len(again)} of them again"
+    if kept:
+        text += f"; {kept} beyond this run's {job.num_episodes} episodes stay as they are"
+    return text
 
 
 class ReferenceAssumptionWarning(UserWarning):

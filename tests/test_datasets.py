@@ -248,6 +248,77 @@ def test_a_complete_episode_is_skipped_when_it_comes_again(tmp_path):
     assert {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in path.iterdir()} == before
 
 
+PRODUCER = {"checkpoint_hash": "c" * 64, "config_hash": "f" * 16, "max_steps": 120}
+
+
+def test_an_episode_is_reused_only_when_what_produced_it_matches(tmp_path):
+    """Each episode.json names what produced it; a recorder declaring another checkpoint,
+    config, step cap or env version records the episode again (what differs is said)."""
+    root = tmp_path / "rec"
+    first = new_recorder(root)
+    first.set_producer(SELF, PRODUCER)
+    record(first, SELF, 0, make_steps(120, 5))
+    (ep,) = open_recording(root).complete
+    assert {k: ep.meta[k] for k in PRODUCER} == PRODUCER
+    assert (ep.meta["protocol"], ep.meta["eval_difficulty"], ep.meta["env_version"]) == (
+        "fast",
+        "easy",
+        "0.1.0",
+    )
+
+    same = new_recorder(root)
+    same.set_producer(SELF, dict(PRODUCER))
+    assert same.is_complete(SELF, 0) and same.changes(SELF, 0) == []
+    assert same.changes(SELF, 1) is None and same.recorded_episodes(SELF) == [0]
+    for change, phrase in [
+        (dict(max_steps=60), "max_steps 120 (now 60)"),
+        (dict(checkpoint_hash="d" * 64), f"checkpoint_hash {'c' * 12} (now {'d' * 12})"),
+        (dict(config_hash="e" * 16), f"config_hash {'f' * 16} (now {'e' * 16})"),
+    ]:
+        other = new_recorder(root)
+        other.set_producer(SELF, {**PRODUCER, **change})
+        assert not other.is_complete(SELF, 0) and other.changes(SELF, 0) == [phrase]
+    env = Recorder(root, protocol="fast", eval_difficulty="easy", env_version="0.2.0")
+    env.set_producer(SELF, PRODUCER)
+    assert env.changes(SELF, 0) == ["env_version 0.1.0 (now 0.2.0)"]
+    # What differs is read from episode.json alone; a reusable episode's parts are checked.
+    (ep_files(root, SELF, 0) / "part-00000.npz").write_bytes(b"damaged")
+    damaged = new_recorder(root)
+    damaged.set_producer(SELF, PRODUCER)
+    assert damaged.changes(SELF, 0) is None
+    assert other.changes(SELF, 0) == ["config_hash ffffffffffffffff (now eeeeeeeeeeeeeeee)"]
+
+    capped = new_recorder(root)
+    capped.set_producer(SELF, {**PRODUCER, "max_steps": 60})
+    steps = make_steps(60, 6)
+    record(capped, SELF, 0, steps)  # recorded again, replacing the old episode
+    (ep,) = open_recording(root).complete
+    assert ep.meta["max_steps"] == 60 and ep.length == 60
+    assert_same_steps(ep.arrays(), steps)
+
+
+def test_an_episode_recorded_without_a_producer_is_read_but_never_reused(tmp_path):
+    """Recordings made before episodes named their producer still read (open, info,
+    export) but are recorded again by a run that declares one."""
+    root = tmp_path / "rec"
+    steps = make_steps(30, 7)
+    record(new_recorder(root), SELF, 0, steps)  # no producer declared: an older recording
+    (ep,) = open_recording(root).complete
+    assert "checkpoint_hash" not in ep.meta
+    assert_same_steps(ep.arrays(), steps)
+    assert ds.dataset_info(root)["complete_episodes"] == 1
+    assert new_recorder(root).is_complete(SELF, 0)  # nothing declared: nothing to differ
+
+    rec = new_recorder(root)
+    rec.set_producer(SELF, PRODUCER)
+    assert rec.changes(SELF, 0) == [
+        "no checkpoint_hash, config_hash, max_steps recorded (an older alem-eval)"
+    ]
+    assert not rec.is_complete(SELF, 0)
+    record(rec, SELF, 0, make_steps(30, 8))
+    assert open_recording(root).complete[0].meta["checkpoint_hash"] == PRODUCER["checkpoint_hash"]
+
+
 def test_steps_must_be_contiguous_and_add_up_to_the_length(tmp_path):
     rec = new_recorder(tmp_path / "rec")
     steps = make_steps(40, 7)

@@ -68,6 +68,13 @@ def test_stack_errors():
         ev.score_stack([a.cfg], [h.weights], protocol="fast", eval_difficulty="easy")
 
 
+def test_padding_names_some_but_not_all_of_the_teams():
+    a = load(CELL)
+    for padding in ([0], [1], [-1]):
+        with pytest.raises(UsageError, match=r"padding \[.*\] must name some, not all, of"):
+            ev.run_stack([a.cfg], [a.weights], eval_difficulty="easy", padding=padding)
+
+
 def test_reference_needs_an_evaluated_difficulty():
     with pytest.raises(EvaluationError, match="EVAL_DIFFICULTIES=\\['easy'\\]"):
         _score(protocol="reference", eval_difficulty="hard")

@@ -210,3 +210,43 @@ def test_score_record_then_dataset_export_reads_back_with_flashbax(tmp_path, cap
     assert np.flatnonzero(ends[0, :, 0]).tolist() == list(np.cumsum(lengths) - 1)
     card = json.loads((path / "card.json").read_text())
     assert card["episodes"] == EPISODES and card["steps"] == sum(lengths)
+
+
+def test_recording_again_with_another_cap_replaces_the_episodes_and_says_so(tmp_path, capsys):
+    """Cap 30, then cap 60 into one recording directory (the same compiled program): the
+    episodes are recorded again at cap 60, one stderr line says why, and the recording
+    holds every step scored (it used to keep the cap-30 episodes)."""
+    import json
+
+    from alem_eval.cli import main
+    from alem_eval.datasets import open_recording
+    from tests.conftest import FIXTURES
+
+    rec = tmp_path / "out"
+
+    def score(cap: int) -> tuple[list[int], list[str]]:
+        with pytest.raises(SystemExit) as exc:
+            main(
+                [
+                    *("score", IPPO, "--source", str(FIXTURES), "--episodes", str(EPISODES)),
+                    *("--max-steps", str(cap), "--results", str(tmp_path / "results")),
+                    *("--record", str(rec), "--format", "json"),
+                ]
+            )
+        out = capsys.readouterr()
+        assert (exc.value.code or 0) == 0, out.err
+        [cell] = json.loads(out.out)
+        warned = [line for line in out.err.splitlines() if line.startswith("warning")]
+        return [int(e["episode_length"]) for e in cell["episodes"]], warned
+
+    _, warned = score(30)
+    assert warned == []
+    lengths, warned = score(60)
+    assert warned == [
+        f"warning {IPPO} (easy): {EPISODES} episodes recorded in {rec} differ: max_steps 30 "
+        f"(now 60); recording {EPISODES} of them again"
+    ]
+    recording = open_recording(rec)
+    assert recording.incomplete == ()
+    assert sorted((ep.episode, ep.length) for ep in recording.complete) == list(enumerate(lengths))
+    assert {ep.meta["max_steps"] for ep in recording.complete} == {60}

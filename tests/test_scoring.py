@@ -22,6 +22,7 @@ CELL = "tiny/ippo-rnn/easy/seed0"
 
 class _Calls(list):
     kill_after: int | None = None
+    paddings: list[list[int]]
 
 
 @pytest.fixture
@@ -29,8 +30,12 @@ def fake_evaluator(monkeypatch):
     """``evaluate.run_stack`` without the compile: it checks the env version of every
     config under the policy it is given, as the real one does before compiling anything.
     Checkpoint k's episodes end k-th (``on_team``); ``calls.kill_after = k`` kills the
-    call right after that."""
+    call right after that. Episodes last ``max_steps`` (synthetic steps when recording);
+    padding checkpoints are neither reported nor recorded, as in the real one."""
+    from tests.test_datasets import make_steps, meta_for
+
     calls = _Calls()
+    calls.paddings = []
 
     def run_stack(
         cfgs,
@@ -45,16 +50,29 @@ def fake_evaluator(monkeypatch):
         on_progress=None,
         record=None,
         on_team=None,
+        padding=(),
     ):
         for i, cfg in enumerate(cfgs):
             evaluate.check_env_version(cfg, on_mismatch=on_env_mismatch, where=f"checkpoint {i}")
         calls.append(dict(n=len(cfgs), protocol=protocol, eval_difficulty=eval_difficulty))
+        calls.paddings.append(sorted(padding))
         records = [
-            [{"Team/achievement_pct": 0.25, "episode_length": 4.0} for _ in range(num_episodes)]
-            for _ in cfgs
+            []
+            if k in padding
+            else [
+                {"Team/achievement_pct": 0.25, "episode_length": float(max_steps)}
+                for _ in range(num_episodes)
+            ]
+            for k in range(len(cfgs))
         ]
         for k, recs in enumerate(records):  # checkpoint 0's episodes end first, and so on
-            if on_team is not None:
+            if record is not None and k not in padding:
+                team = (record.names[k],) * cfgs[k].env.num_agents
+                for e in range(num_episodes):
+                    steps = make_steps(max_steps, e)
+                    record.recorder.add_steps(team, e, 0, steps)
+                    record.recorder.finish_episode(team, e, meta_for(steps, e))
+            if on_team is not None and k not in padding:
                 on_team(k, recs)
             if calls.kill_after == k:
                 raise KeyboardInterrupt  # the run is killed while the next ones still run
@@ -125,6 +143,86 @@ def test_scoring_hashes_the_checkpoint_it_restores(cell_copy, fake_evaluator):
     assert score.provenance["checkpoint_hash"] != ckpt.checkpoint_hash(d / "checkpoint")
 
 
+def _recorded_meta(rec_dir) -> dict[int, dict]:
+    from alem_eval.datasets import open_recording
+
+    recording = open_recording(rec_dir)
+    assert recording.incomplete == ()
+    return {ep.episode: dict(ep.meta) for ep in recording.complete}
+
+
+def test_a_recording_of_another_checkpoint_is_recorded_again_with_a_warning(
+    cell_copy, fake_evaluator, tmp_path
+):
+    """Retrained in place (``train --force``), or another source's cell under the same id:
+    another checkpoint hash. Its recorded episodes are recorded again (a warning names
+    the change); with the same checkpoint they are reused."""
+    from alem_eval.results import ResultsStore
+    from alem_eval.scoring import RecordingWarning
+
+    src, d = _source(cell_copy)
+    run = dict(
+        options=ScoreOptions(num_episodes=2, max_steps=4),
+        store=ResultsStore(tmp_path / "res"),
+        record_dir=tmp_path / "rec",
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RecordingWarning)
+        score_cells(src, src.select([CELL]), **run)
+        [again] = score_cells(src, src.select([CELL]), **run)
+    assert again.reused and len(fake_evaluator) == 1
+    first = _recorded_meta(tmp_path / "rec")
+    old_hash = first[0]["checkpoint_hash"]
+    assert old_hash == again.provenance["checkpoint_hash"]
+    assert {m["config_hash"] for m in first.values()} == {again.provenance["config_hash"]}
+    assert {m["max_steps"] for m in first.values()} == {4}
+
+    (d / "checkpoint" / "retrained").write_text("another checkpoint, the same cell id")
+    new_hash = ckpt.checkpoint_hash(d / "checkpoint")
+    with pytest.warns(RecordingWarning) as caught:
+        score_cells(src, src.select([CELL]), **run)
+    assert [str(w.message) for w in caught] == [
+        f"{CELL} (easy): 2 episodes recorded in {tmp_path / 'rec'} differ: checkpoint_hash "
+        f"{old_hash[:12]} (now {new_hash[:12]}); recording 2 of them again"
+    ]
+    assert len(fake_evaluator) == 2
+    assert {m["checkpoint_hash"] for m in _recorded_meta(tmp_path / "rec").values()} == {new_hash}
+
+
+def test_a_recording_with_another_step_cap_is_recorded_again_and_the_rest_named(
+    cell_copy, fake_evaluator, tmp_path
+):
+    """Cap 4 over 3 episodes, then cap 8 over 2: episodes 0 and 1 are recorded again at
+    cap 8; episode 2, which this run does not play, stays (the warning says so)."""
+    from alem_eval.scoring import RecordingWarning
+
+    src, _ = _source(cell_copy)
+    rec_dir = tmp_path / "rec"
+    score_cells(
+        src,
+        src.select([CELL]),
+        options=ScoreOptions(num_episodes=3, max_steps=4),
+        record_dir=rec_dir,
+    )
+    with pytest.warns(RecordingWarning) as caught:
+        score_cells(
+            src,
+            src.select([CELL]),
+            options=ScoreOptions(num_episodes=2, max_steps=8),
+            record_dir=rec_dir,
+        )
+    assert [str(w.message) for w in caught] == [
+        f"{CELL} (easy): 3 episodes recorded in {rec_dir} differ: max_steps 4 (now 8); "
+        "recording 2 of them again; 1 beyond this run's 2 episodes stay as they are"
+    ]
+    metas = _recorded_meta(rec_dir)
+    assert {e: (m["max_steps"], m["length"]) for e, m in metas.items()} == {
+        0: (8, 8),
+        1: (8, 8),
+        2: (4, 4),
+    }
+
+
 def test_a_cell_is_stored_when_its_episodes_end_so_a_kill_mid_stack_keeps_it(
     cell_copy, fake_evaluator, tmp_path
 ):
@@ -159,6 +257,35 @@ def test_a_cell_is_stored_when_its_episodes_end_so_a_kill_mid_stack_keeps_it(
         f"scored {c.id}" for c in cells if c.id != first
     ]
     assert len(store.entries()) == 2 and [s.cell.id for s in scores] == [c.id for c in cells]
+
+
+def test_stacks_are_padded_to_one_structure_and_the_padding_is_never_scored(
+    cell_copy, fake_evaluator
+):
+    """Three IPPO cells and one PQN, two of each shape per stack: IPPO, IPPO, PQN and a
+    PQN copy; then IPPO, an IPPO copy and two copies of the PQN cell of the first stack
+    (loaded again: it is in no job of the second). The evaluator is told which are
+    copies; each cell is scored once."""
+    _, d = _source(cell_copy)
+    for seed in (1, 2):
+        shutil.copytree(d, d.parent / f"seed{seed}")
+    cell_copy("tiny/pqn-vdn-rnn/easy/seed0")
+    src = open_source(d.parents[3])
+    cells = src.select(["tiny/*"])
+    assert [c.algorithm for c in cells].count("ippo-rnn") == 3 and len(cells) == 4
+    seen: list[str] = []
+    scores = score_cells(
+        src,
+        cells,
+        options=ScoreOptions(num_episodes=2, max_steps=4),
+        on_progress=lambda m, *_: seen.append(m),
+    )
+    assert [c["n"] for c in fake_evaluator] == [4, 4]
+    assert fake_evaluator.paddings == [[3], [1, 2, 3]]
+    assert sorted(m for m in seen if m.startswith("scored")) == sorted(
+        f"scored {c.id}" for c in cells
+    )
+    assert [s.cell.id for s in scores] == [c.id for c in cells]
 
 
 @pytest.mark.parametrize(

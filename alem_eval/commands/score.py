@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from ..cli import app
-from ..console import EpisodeBar, OutputFormat, emit_records, err_console
+from ..console import EpisodeBar, OutputFormat, emit_records, err_console, warning_lines
 from ..options import (
     AlgorithmFilterOpt,
     BudgetFilterOpt,
@@ -97,7 +97,9 @@ def score(
             help="Also record every evaluated step (observations, legal actions, actions, "
             "rewards, dones, team achievements) into this directory, streamed in compressed "
             "chunks as the rollout runs; 'alem-eval dataset export' turns it into Flashbax "
-            "vaults. A rerun completes an interrupted recording.",
+            "vaults. A rerun completes an interrupted recording; episodes there that "
+            "another checkpoint, config, --max-steps or env version made are recorded "
+            "again (a warning says what differs).",
         ),
     ] = None,
     devices: Annotated[
@@ -131,7 +133,7 @@ def score(
     """
     from ..runtime import enable_compilation_cache, parse_devices, use_host_devices
     from ..results import open_store
-    from ..scoring import ScoreOptions, env_steps, episode_rows, score_cells
+    from ..scoring import RecordingWarning, ScoreOptions, env_steps, episode_rows, score_cells
     from ..selectors import parse_shard, require_selection, shard_cells
     from ..sources import open_source
 
@@ -171,7 +173,7 @@ def score(
     enable_compilation_cache()
     t0 = time.perf_counter()
 
-    with EpisodeBar("score") as bar:
+    with EpisodeBar("score") as bar, warning_lines(RecordingWarning):
         scores = score_cells(
             src,
             cells,
