@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Mapping, Sequence
 
-from .algorithms import ALGORITHMS, get_algorithm
+from .algorithms import algorithm_names, get_algorithm
 from .config import DIFFICULTIES, RunConfig, TrainConfig, build_train_config, training_run_config
 from .layout import checkpoint_path, config_path
 from .selectors import shard_cells
@@ -152,7 +152,7 @@ def _canonical_budget(label: str) -> str:
 def expand_cells(selectors: Sequence[str]) -> list[Cell]:
     """The cells a training selector names. Concrete ids (``tiny/ippo-rnn/easy/seed0``)
     are taken as given; patterns expand over the released grid (budgets 100M and 1B
-    unless named, the four algorithms, three difficulties, seeds 0-4 unless named)."""
+    unless named, every registered algorithm, three difficulties, seeds 0-4 unless named)."""
     from .selectors import Selector, select_cells
 
     out: list[Cell] = []
@@ -171,7 +171,9 @@ def expand_cells(selectors: Sequence[str]) -> list[Cell]:
                     seeds.add(int(item[4:]))
         universe = [
             Cell(b, a, d, s)
-            for b, a, d, s in itertools.product(budgets, ALGORITHMS, DIFFICULTIES, sorted(seeds))
+            for b, a, d, s in itertools.product(
+                budgets, algorithm_names(), DIFFICULTIES, sorted(seeds)
+            )
         ]
         out += select_cells(universe, [text])
     return sort_cells(dict.fromkeys(out))
