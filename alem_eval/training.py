@@ -40,6 +40,16 @@ from .manifest import Cell, sort_cells
 DEFAULT_BUDGETS = ("100M", "1B")
 DEFAULT_SEEDS = tuple(range(5))
 METRICS_LOG = "train_log.jsonl"  # per cell: one JSON line per compiled call (see the driver)
+# The episode totals a trainer's update reports (``trainers.common.log_episodes``), summed
+# over the episodes that ended; the driver turns them into per-episode means.
+EPISODE_KEYS = (
+    "episodes",
+    "return",
+    "length",
+    "achievement_pct",
+    "normal_achievement_pct",
+    "coordination_achievement_pct",
+)
 
 
 # ----------------------------------------------------------------------------------------
