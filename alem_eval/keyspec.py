@@ -8,7 +8,7 @@
   dataclass);
 * :class:`TrainFamily`: how a family of trainers types and checks its hyperparameters.
 
-It imports nothing of alem_eval, so the registry (``alem_eval.algorithms``) builds on it
+It imports nothing of alem_eval (not even for types), so the registry (``alem_eval.algorithms``) builds on it
 and ``alem_eval.config``, which reads the keys, asks the registry.
 """
 
@@ -18,10 +18,7 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
-
-if TYPE_CHECKING:
-    from .config import RunConfig, TrainConfig
+from typing import Any, ClassVar, Protocol
 
 KeySpec = tuple[Callable[[Any], Any], Any]  # (coercion, trainer default)
 
@@ -127,6 +124,6 @@ class TrainFamily:
 
     epochs_key: str  # PPO's UPDATE_EPOCHS, PQN's NUM_EPOCHS
     lr_decay_key: str  # PPO's ANNEAL_LR, PQN's LR_LINEAR_DECAY
-    build: Callable[[RunConfig, TrainFamily, str], TrainConfig]
+    build: Callable[[Any, TrainFamily, str], Any]  # (RunConfig, family, where) -> TrainConfig
     needs_agent_id: bool = False  # trains on obs + one-hot id (APPEND_AGENT_ID must be set)
     scales_clip_eps: bool = False  # SCALE_CLIP_EPS divides CLIP_EPS by the agent count
