@@ -11,6 +11,11 @@ field is read defensively. Values may be JSON numbers/booleans/lists or strings 
 "true", "[16]"); a known key whose value cannot be coerced is a :class:`ConfigError`
 naming the key. Unknown keys in ``reload_overrides`` produce warnings; nothing is ever
 evaluated as code.
+
+Which keys an algorithm's trainer reads (:func:`key_table`: :data:`COMMON_KEYS` plus its
+registry record's ``keys``) and how its network sizes are typed (the record's
+``network_config``) are the registry's (``alem_eval.algorithms``): nothing here is
+per-algorithm. The coercions are ``alem_eval.keyspec``'s.
 """
 
 from __future__ import annotations
@@ -18,17 +23,16 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
+from .algorithms import algorithm_names, canonical_algorithm, get_algorithm
 from .errors import ConfigError
+from .keyspec import KeySpec, NetworkConfig, TrainFamily, choice, to_bool, to_float, to_int, to_list
 
 DIFFICULTIES: tuple[str, ...] = ("easy", "medium", "hard")
-ACTIVATIONS: tuple[str, ...] = ("tanh", "relu")
-NORM_TYPES: tuple[str, ...] = ("layer_norm", "batch_norm", "none")
 ENV_NAMES: tuple[str, ...] = ("Alem-Coop-Symbolic",)
 # The keys upstream's final evaluation derives its step-key chain from (spec §3.1).
 REFERENCE_CHAIN_KEYS: tuple[str, ...] = ("SEED", "VISUALIZE", "EVAL_DIFFICULTIES")
@@ -36,187 +40,52 @@ REFERENCE_CHAIN_KEYS: tuple[str, ...] = ("SEED", "VISUALIZE", "EVAL_DIFFICULTIES
 PAPER_ENV_VERSION = "v0.13741-fix-construction-more-metrics"
 
 
-def _algorithm(name: str, where: str = "config"):
-    """The registry record (imported lazily: the registry itself reads this module)."""
-    from .algorithms import get_algorithm
-
-    return get_algorithm(name, where=where)
-
-
-# ----------------------------------------------------------------------------------------
-# Coercion of loosely typed JSON values
-# ----------------------------------------------------------------------------------------
-_TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off"}
-
-
-def _to_bool(v: Any) -> bool:
-    if isinstance(v, bool):
-        return v
-    if isinstance(v, int) and v in (0, 1):
-        return bool(v)
-    if isinstance(v, str) and v.strip().lower() in _TRUE | _FALSE:
-        return v.strip().lower() in _TRUE
-    raise ValueError("expected a boolean")
-
-
-def _to_int(v: Any) -> int:
-    if isinstance(v, bool):
-        raise ValueError("expected an integer")
-    if isinstance(v, int):
-        return v
-    if isinstance(v, float) and math.isfinite(v) and v == int(v):
-        return int(v)
-    if isinstance(v, str):
-        s = v.strip()
-        try:
-            return int(s)
-        except ValueError:
-            f = float(s)  # "1e9"
-            if math.isfinite(f) and f == int(f):
-                return int(f)
-    raise ValueError("expected an integer")
-
-
-def _to_float(v: Any) -> float:
-    if isinstance(v, bool):
-        raise ValueError("expected a number")
-    if isinstance(v, (int, float)):
-        return float(v)
-    if isinstance(v, str):
-        return float(v.strip())
-    raise ValueError("expected a number")
-
-
-def _to_str(v: Any) -> str:
-    if isinstance(v, str):
-        return v
-    raise ValueError("expected a string")
-
-
-def _to_list(item: Callable[[Any], Any]) -> Callable[[Any], tuple]:
-    def conv(v: Any) -> tuple:
-        if isinstance(v, str):
-            s = v.strip()
-            try:
-                v = json.loads(s)
-            except json.JSONDecodeError:
-                # Hydra style: [hard] or [easy,medium]
-                inner = s[1:-1] if s.startswith("[") and s.endswith("]") else s
-                v = [p.strip().strip("'\"") for p in inner.split(",") if p.strip()]
-        if isinstance(v, (int, float, str)) and not isinstance(v, bool):
-            v = [v]
-        if not isinstance(v, (list, tuple)):
-            raise ValueError("expected a list")
-        return tuple(item(x) for x in v)
-
-    return conv
-
-
-def _choice(options: tuple[str, ...], *, lower: bool = True) -> Callable[[Any], str]:
-    def conv(v: Any) -> str:
-        s = _to_str(v).strip()
-        s = s.lower() if lower else s
-        if s not in options:
-            raise ValueError(f"expected one of {', '.join(options)}")
-        return s
-
-    return conv
-
-
 def _difficulty(v: Any) -> str:
-    return _choice(DIFFICULTIES)(v)
-
-
-def _norm_type(v: Any) -> str:
-    s = _to_str(v).strip().lower()
-    return "none" if s in ("", "none", "null") else _choice(NORM_TYPES)(s)
+    return choice(DIFFICULTIES)(v)
 
 
 # ----------------------------------------------------------------------------------------
 # The key table: every upstream key alem-eval reads, its type and trainer defaults (§5)
 # ----------------------------------------------------------------------------------------
-KeySpec = tuple[Callable[[Any], Any], Any]  # (coercion, trainer default)
-
+# The keys every trainer reads; an algorithm's registry record adds its own (``keys``: its
+# network sizes and training keys, and the common keys whose yaml default differs).
 COMMON_KEYS: dict[str, KeySpec] = {
-    "ENV_NAME": (_choice(ENV_NAMES, lower=False), "Alem-Coop-Symbolic"),
-    "SHARED_REWARD": (_to_bool, False),
-    "SOFT_SPECIALIZATION": (_to_bool, True),
-    "SPECIALIST_EFFICIENCY": (_to_float, 1.0),
-    "NON_SPECIALIST_EFFICIENCY": (_to_float, 0.2),
-    "SCALE_BASE_DIFFICULTY": (_to_bool, False),
+    "ENV_NAME": (choice(ENV_NAMES, lower=False), "Alem-Coop-Symbolic"),
+    "SHARED_REWARD": (to_bool, False),
+    "SOFT_SPECIALIZATION": (to_bool, True),
+    "SPECIALIST_EFFICIENCY": (to_float, 1.0),
+    "NON_SPECIALIST_EFFICIENCY": (to_float, 0.2),
+    "SCALE_BASE_DIFFICULTY": (to_bool, False),
     "TRAINING_COORDINATION_DIFFICULTY": (_difficulty, "easy"),
-    "NUM_AGENTS": (_to_int, 3),
-    "NUM_COMM_CHANNELS": (_to_int, 0),
-    "ACTION_MASKING": (_to_bool, True),
-    "NUM_SEEDS": (_to_int, 1),
-    "SEED": (_to_int, 0),
-    "TEST_NUM_EPISODES": (_to_int, 20),
-    "TEST_MAX_STEPS": (_to_int, 10000),
-    "EVAL_DIFFICULTIES": (_to_list(_difficulty), ("easy",)),
+    "NUM_AGENTS": (to_int, 3),
+    "NUM_COMM_CHANNELS": (to_int, 0),
+    "ACTION_MASKING": (to_bool, True),
+    "NUM_SEEDS": (to_int, 1),
+    "SEED": (to_int, 0),
+    "TEST_NUM_EPISODES": (to_int, 20),
+    "TEST_MAX_STEPS": (to_int, 10000),
+    "EVAL_DIFFICULTIES": (to_list(_difficulty), ("easy",)),
     # Not in any yaml: upstream code defaults.
-    "VISUALIZE": (_to_bool, True),
-    "EVAL_SEED": (_to_int, 9999),
-    "APPEND_AGENT_ID": (_to_bool, False),
+    "VISUALIZE": (to_bool, True),
+    "EVAL_SEED": (to_int, 9999),
+    "APPEND_AGENT_ID": (to_bool, False),
     # Training (read by the trainers; harmless for evaluation).
-    "TOTAL_TIMESTEPS": (_to_int, 1_000_000_000),
-    "NUM_ENVS": (_to_int, 1024),
-    "NUM_STEPS": (_to_int, 64),
-    "NUM_MINIBATCHES": (_to_int, 8),
-    "UPDATE_EPOCHS": (_to_int, 4),
-    "GAMMA": (_to_float, 0.99),
-    "LR": (_to_float, 2e-4),
-    "MAX_GRAD_NORM": (_to_float, 1.0),
-    "ANNEAL_LR": (_to_bool, True),
-}
-PPO_KEYS: dict[str, KeySpec] = {
-    "GRU_HIDDEN_DIM": (_to_int, 512),
-    "FC_DIM_SIZE": (_to_int, 128),
-    "ACTIVATION": (_choice(ACTIVATIONS), "tanh"),
-    "GAE_LAMBDA": (_to_float, 0.8),
-    "CLIP_EPS": (_to_float, 0.2),
-    "SCALE_CLIP_EPS": (_to_bool, False),
-    "ENT_COEF": (_to_float, 0.01),
-    "VF_COEF": (_to_float, 0.5),
-    "LR_WARMUP": (_to_float, 0.0),
-}
-MAPPO_KEYS: dict[str, KeySpec] = {"NUM_ENVS": (_to_int, 512)}
-HYPERMARL_KEYS: dict[str, KeySpec] = {
-    "ACTIVATION": (_choice(ACTIVATIONS), "relu"),
-    "APPEND_AGENT_ID": (_to_bool, True),
-    "HYPERNET_EMBEDDING_DIM": (_to_int, 64),
-    "HYPERNET_HIDDEN_DIMS": (_to_list(_to_int), (64,)),
-    "HYPERNET_INIT_SCALE": (_to_float, 1.41421356237),
-    "USE_AGENT_ID_EMBEDDINGS": (_to_bool, True),
-    "USE_BIAS_IN_HYPERNET": (_to_bool, True),
-    "LR": (_to_float, 1e-4),
-}
-PQN_KEYS: dict[str, KeySpec] = {
-    "HIDDEN_SIZE": (_to_int, 1024),
-    "NUM_LAYERS": (_to_int, 1),
-    "NORM_INPUT": (_to_bool, False),
-    "NORM_TYPE": (_norm_type, "layer_norm"),
-    "DUELING": (_to_bool, False),
-    "NUM_ENVS": (_to_int, 512),
-    "NUM_STEPS": (_to_int, 128),
-    "NUM_MINIBATCHES": (_to_int, 16),
-    "NUM_EPOCHS": (_to_int, 4),
-    "LR": (_to_float, 5e-5),
-    "MAX_GRAD_NORM": (_to_float, 0.5),
-    "LR_LINEAR_DECAY": (_to_bool, True),
-    "LAMBDA": (_to_float, 0.9),
-    "EPS_START": (_to_float, 1.0),
-    "EPS_FINISH": (_to_float, 0.01),
-    "EPS_DECAY": (_to_float, 0.1),
-    "TOTAL_TIMESTEPS_DECAY": (_to_int, 1_000_000_000),
-    "REW_SCALE": (_to_float, 1.0),
-    "MEMORY_WINDOW": (_to_int, 0),
+    "TOTAL_TIMESTEPS": (to_int, 1_000_000_000),
+    "NUM_ENVS": (to_int, 1024),
+    "NUM_STEPS": (to_int, 64),
+    "NUM_MINIBATCHES": (to_int, 8),
+    "UPDATE_EPOCHS": (to_int, 4),
+    "GAMMA": (to_float, 0.99),
+    "LR": (to_float, 2e-4),
+    "MAX_GRAD_NORM": (to_float, 1.0),
+    "ANNEAL_LR": (to_bool, True),
 }
 
 
 def key_table(algorithm: str) -> Mapping[str, KeySpec]:
-    """Every upstream key the trainer of ``algorithm`` reads: ``{KEY: (coerce, default)}``."""
-    return _algorithm(algorithm).key_table
+    """Every upstream key the trainer of ``algorithm`` reads: ``{KEY: (coerce, default)}``
+    (:data:`COMMON_KEYS`, then its registry record's ``keys``)."""
+    return {**COMMON_KEYS, **get_algorithm(algorithm, where="config").keys}
 
 
 # Keys the trainers log but that carry no meaning for alem-eval: not warned about.
@@ -256,39 +125,6 @@ class EnvConfig:
     soft_specialization: bool
     specialist_efficiency: float
     non_specialist_efficiency: float
-
-
-@dataclass(frozen=True)
-class PPONetConfig:
-    """IPPO (shared parameters) and MAPPO actor/critic sizes."""
-
-    fc_dim: int
-    gru_hidden: int
-    activation: str
-
-
-@dataclass(frozen=True)
-class HyperMARLNetConfig:
-    fc_dim: int
-    gru_hidden: int
-    activation: str
-    embedding_dim: int
-    hidden_dims: tuple[int, ...]
-    init_scale: float
-    use_agent_id_embeddings: bool
-    use_bias: bool
-
-
-@dataclass(frozen=True)
-class PQNNetConfig:
-    hidden_size: int
-    num_layers: int
-    norm_type: str  # layer_norm | batch_norm | none
-    norm_input: bool
-    dueling: bool
-
-
-NetworkConfig = PPONetConfig | HyperMARLNetConfig | PQNNetConfig
 
 
 @dataclass(frozen=True)
@@ -392,29 +228,6 @@ def resolve_values(
     return merged, warnings
 
 
-def ppo_network_config(v: Mapping[str, Any]) -> PPONetConfig:
-    return PPONetConfig(v["FC_DIM_SIZE"], v["GRU_HIDDEN_DIM"], v["ACTIVATION"])
-
-
-def hypermarl_network_config(v: Mapping[str, Any]) -> HyperMARLNetConfig:
-    return HyperMARLNetConfig(
-        v["FC_DIM_SIZE"],
-        v["GRU_HIDDEN_DIM"],
-        v["ACTIVATION"],
-        v["HYPERNET_EMBEDDING_DIM"],
-        tuple(v["HYPERNET_HIDDEN_DIMS"]),
-        v["HYPERNET_INIT_SCALE"],
-        v["USE_AGENT_ID_EMBEDDINGS"],
-        v["USE_BIAS_IN_HYPERNET"],
-    )
-
-
-def pqn_network_config(v: Mapping[str, Any]) -> PQNNetConfig:
-    return PQNNetConfig(
-        v["HIDDEN_SIZE"], v["NUM_LAYERS"], v["NORM_TYPE"], v["NORM_INPUT"], v["DUELING"]
-    )
-
-
 def build_run_config(
     algorithm: str,
     values: Mapping[str, Any],
@@ -427,7 +240,7 @@ def build_run_config(
 ) -> RunConfig:
     """Typed records from a merged UPPER_CASE mapping (after :func:`resolve_values`)."""
     v = dict(values)
-    algo = _algorithm(algorithm, where)
+    algo = get_algorithm(algorithm, where=where)
     # Only IPPO's trainer reads NUM_AGENTS; the others always build 3 players (spec §1.6).
     num_agents = v["NUM_AGENTS"] if algo.reads_num_agents else 3
     if num_agents < 2:
@@ -499,15 +312,13 @@ def parse_config_json(
     raw_env = data.get("env_config")
     env_cfg: Mapping[str, Any] = raw_env if isinstance(raw_env, Mapping) else {}
 
-    from .algorithms import ALGORITHMS, canonical_algorithm
-
     declared = data.get("algorithm") or (full or {}).get("ALG_NAME")
     algo = canonical_algorithm(declared) if declared else None
     if declared and algo is None and algorithm is None:
         raise ConfigError(
-            f"{where}: field algorithm={declared!r} is not one of {', '.join(ALGORITHMS)}"
+            f"{where}: field algorithm={declared!r} is not one of {', '.join(algorithm_names())}"
         )
-    placed = _algorithm(algorithm, where).name if algorithm else None
+    placed = get_algorithm(algorithm, where=where).name if algorithm else None
     if algo and placed and algo != placed:  # its scores would be filed under the wrong name
         raise ConfigError(
             f"{where}: config.json says algorithm {declared!r} but the cell sits under "
@@ -543,7 +354,7 @@ def parse_config_json(
     summary = data.get("wandb_summary")
     if isinstance(summary, Mapping) and "num_params" in summary:
         try:
-            logged = _to_int(summary["num_params"])
+            logged = to_int(summary["num_params"])
         except ValueError:
             warnings.append(f"{where}: wandb_summary.num_params is not an integer; ignored")
     return build_run_config(
@@ -670,9 +481,8 @@ def training_run_config(
     reaches its floor after EPS_DECAY x 1e9 = 1e8 env steps and its LR decays over 1e9, as
     upstream's trainer does with its yaml).
     """
-    record = _algorithm(algorithm, where)
-    algo = record.name
-    table = record.key_table
+    algo = get_algorithm(algorithm, where=where).name
+    table = key_table(algo)
     user: dict[str, Any] = {}
     for key, value in (overrides or {}).items():
         k = str(key).strip().upper()
@@ -724,7 +534,7 @@ def _positive(v: Mapping[str, Any], keys: tuple[str, ...], where: str) -> None:
             raise ConfigError(f"{where}: key {key}={v[key]} must be positive")
 
 
-def _common_train_fields(cfg: RunConfig, family: TrainFamily, where: str) -> dict[str, Any]:
+def common_train_fields(cfg: RunConfig, family: TrainFamily, where: str) -> dict[str, Any]:
     """The :class:`TrainConfig` fields every trainer reads, validated."""
     v = dict(cfg.values)
     _positive(
@@ -750,9 +560,9 @@ def _common_train_fields(cfg: RunConfig, family: TrainFamily, where: str) -> dic
     )
 
 
-def _ppo_train_config(cfg: RunConfig, family: TrainFamily, where: str) -> PPOTrainConfig:
+def ppo_train_config(cfg: RunConfig, family: TrainFamily, where: str) -> PPOTrainConfig:
     v = dict(cfg.values)
-    common = _common_train_fields(cfg, family, where)
+    common = common_train_fields(cfg, family, where)
     if family.needs_agent_id and not v["APPEND_AGENT_ID"]:
         raise ConfigError(
             f"{where}: {cfg.algorithm} trains on observations with the agent id "
@@ -777,9 +587,9 @@ def _ppo_train_config(cfg: RunConfig, family: TrainFamily, where: str) -> PPOTra
     )
 
 
-def _pqn_train_config(cfg: RunConfig, family: TrainFamily, where: str) -> PQNTrainConfig:
+def pqn_train_config(cfg: RunConfig, family: TrainFamily, where: str) -> PQNTrainConfig:
     v = dict(cfg.values)
-    common = _common_train_fields(cfg, family, where)
+    common = common_train_fields(cfg, family, where)
     if v["NUM_ENVS"] % v["NUM_MINIBATCHES"]:
         raise ConfigError(
             f"{where}: NUM_ENVS={v['NUM_ENVS']} must be divisible by "
@@ -804,26 +614,7 @@ def _pqn_train_config(cfg: RunConfig, family: TrainFamily, where: str) -> PQNTra
     )
 
 
-@dataclass(frozen=True)
-class TrainFamily:
-    """How one trainer family types and checks its hyperparameters (a registry field)."""
-
-    epochs_key: str  # PPO's UPDATE_EPOCHS, PQN's NUM_EPOCHS
-    lr_decay_key: str  # PPO's ANNEAL_LR, PQN's LR_LINEAR_DECAY
-    build: Callable[[RunConfig, TrainFamily, str], TrainConfig]
-    needs_agent_id: bool = False  # trains on obs + one-hot id (APPEND_AGENT_ID must be set)
-    scales_clip_eps: bool = False  # SCALE_CLIP_EPS divides CLIP_EPS by the agent count
-
-
-PPO_TRAINING = TrainFamily("UPDATE_EPOCHS", "ANNEAL_LR", _ppo_train_config)
-MAPPO_TRAINING = dataclasses.replace(PPO_TRAINING, scales_clip_eps=True)
-HYPERMARL_TRAINING = dataclasses.replace(PPO_TRAINING, needs_agent_id=True)
-# TOTAL_TIMESTEPS_DECAY is the yaml's 1e9 unless a released config.json or --set says
-# otherwise (see training_run_config): it does not follow the budget.
-PQN_TRAINING = TrainFamily("NUM_EPOCHS", "LR_LINEAR_DECAY", _pqn_train_config)
-
-
 def build_train_config(cfg: RunConfig, where: str = "train") -> TrainConfig:
     """Typed training hyperparameters from a resolved run config (validated)."""
-    family = _algorithm(cfg.algorithm, where).train_family
+    family = get_algorithm(cfg.algorithm, where=where).train_family
     return family.build(cfg, family, where)

@@ -1,7 +1,7 @@
 """The bundled demo cells and ``alem-eval demo``: the whole pipeline, offline, in minutes.
 
 The package ships four small cells (``alem_eval/data/demo-cells/``; read ``CARD.md``
-there): one per algorithm, easy difficulty, reduced network sizes, each trained by
+there): one per released algorithm (those whose registry record has a ``demo``), easy difficulty, reduced network sizes, each trained by
 ``alem-eval train`` on a CPU for a few hundred thousand env steps and saved in the released
 layout (``demo/<algorithm>/easy/seed0/{checkpoint/, config.json}``). Their greedy episodes
 unlock a few achievements and the algorithms differ, but they are not the paper's
@@ -14,13 +14,13 @@ figures and the leaderboard table, all under one output directory.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from .algorithms import all_algorithms
+from .algorithms import Algorithm, all_algorithms, get_algorithm
 from .errors import CheckpointError, SourceError
 from .layout import CHECKPOINT_DIR, CONFIG_FILE
 
@@ -38,7 +38,7 @@ CARD = "CARD.md"
 # ----------------------------------------------------------------------------------------
 # Shared by every algorithm: easy, 4 comm channels (like the released cells), no shared
 # reward, action masking, seed 0. Network sizes are each algorithm's registry
-# ``demo_overrides``; the rest of the hyperparameters are the upstream yaml's unless set here.
+# ``demo.overrides``; the rest of the hyperparameters are the upstream yaml's unless set here.
 DEMO_ENV: Mapping[str, Any] = MappingProxyType(
     {"NUM_COMM_CHANNELS": 4, "ACTION_MASKING": True, "SHARED_REWARD": False}
 )
@@ -55,15 +55,33 @@ class DemoRecipe:
 
 
 DEMO_STEPS, DEMO_NUM_ENVS, DEMO_NUM_STEPS = 491_520, 64, 64
-# Per algorithm: the registry's ``demo_training`` (learning rate; PQN's exploration schedule).
-DEMO_RECIPE: Mapping[str, DemoRecipe] = MappingProxyType(
-    {
-        a.name: DemoRecipe(
-            DEMO_STEPS, DEMO_NUM_ENVS, DEMO_NUM_STEPS, {"NUM_MINIBATCHES": 8, **a.demo_training}
-        )
-        for a in all_algorithms()
-    }
-)
+
+
+def demo_algorithms() -> tuple[Algorithm, ...]:
+    """The registered algorithms that have a bundled demo cell (a registry ``demo``)."""
+    return tuple(a for a in all_algorithms() if a.demo is not None)
+
+
+class _Recipes(Mapping[str, DemoRecipe]):
+    """algorithm -> its :class:`DemoRecipe`, read from the registry when asked (so an
+    algorithm registered later, with a ``demo``, has one; one without has none)."""
+
+    def __getitem__(self, algorithm: str) -> DemoRecipe:
+        demo = next((a.demo for a in demo_algorithms() if a.name == algorithm), None)
+        if demo is None:
+            raise KeyError(algorithm)
+        sets = {"NUM_MINIBATCHES": 8, **demo.training}
+        return DemoRecipe(DEMO_STEPS, DEMO_NUM_ENVS, DEMO_NUM_STEPS, sets)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([a.name for a in demo_algorithms()])
+
+    def __len__(self) -> int:
+        return len(demo_algorithms())
+
+
+# Per algorithm: the registry's ``demo.training`` (learning rate; PQN's exploration schedule).
+DEMO_RECIPE: Mapping[str, DemoRecipe] = _Recipes()
 
 
 def demo_cell_id(algorithm: str) -> str:
@@ -72,10 +90,10 @@ def demo_cell_id(algorithm: str) -> str:
 
 def train_args(algorithm: str) -> list[str]:
     """The ``alem-eval train`` arguments (after ``train``) that make one demo cell."""
-    from .algorithms import get_algorithm
-
     r = DEMO_RECIPE[algorithm]
-    sets = {**DEMO_ENV, **get_algorithm(algorithm).demo_overrides, **r.sets}
+    demo = get_algorithm(algorithm).demo
+    assert demo is not None  # DEMO_RECIPE has only algorithms with a demo
+    sets = {**DEMO_ENV, **demo.overrides, **r.sets}
     args = [demo_cell_id(algorithm), "--total-timesteps", str(r.total_timesteps)]
     args += ["--num-envs", str(r.num_envs), "--num-steps", str(r.num_steps)]
     for key, value in sets.items():
@@ -92,12 +110,12 @@ def demo_root() -> Path:
 
 
 def ensure_demo_source(root: Path | None = None) -> Path:
-    """The demo source's root, after checking that every algorithm's cell is there
-    (a one-line :class:`SourceError` naming what is missing otherwise)."""
+    """The demo source's root, after checking that the cell of every algorithm with a
+    ``demo`` is there (a one-line :class:`SourceError` naming what is missing otherwise)."""
     root = Path(root) if root else demo_root()
     missing = [
         demo_cell_id(a.name)
-        for a in all_algorithms()
+        for a in demo_algorithms()
         if not (root / demo_cell_id(a.name) / CONFIG_FILE).is_file()
         or not (root / demo_cell_id(a.name) / CHECKPOINT_DIR).is_dir()
     ]

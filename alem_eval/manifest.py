@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Iterable, Mapping
 
-from .algorithms import ALGORITHMS
+from .algorithms import algorithm_names
 from .config import DIFFICULTIES
 from .layout import budget_sort_key, parse_seed_dir
 from .errors import ConfigError, SelectorError
@@ -63,7 +63,7 @@ class Cell:
     def sort_key(self) -> tuple:
         return (
             budget_sort_key(self.budget),
-            _rank(ALGORITHMS, self.algorithm),
+            _rank(algorithm_names(), self.algorithm),
             _rank(DIFFICULTIES, self.difficulty),
             self.seed,
         )

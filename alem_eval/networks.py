@@ -26,7 +26,8 @@ from flax.linen.initializers import constant, orthogonal
 
 from alem_env.spaces import num_actions, obs_dim
 
-from .config import HyperMARLNetConfig, PPONetConfig, PQNNetConfig, RunConfig
+from .algorithms import HyperMARLNetConfig, PPONetConfig, PQNNetConfig
+from .config import RunConfig
 
 SQRT2 = float(np.sqrt(2.0))
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Mapping, Sequence
 
-from .algorithms import ALGORITHMS, get_algorithm
+from .algorithms import algorithm_names, get_algorithm
 from .config import DIFFICULTIES, RunConfig, TrainConfig, build_train_config, training_run_config
 from .layout import checkpoint_path, config_path
 from .selectors import shard_cells
@@ -41,6 +41,16 @@ from .manifest import Cell, sort_cells
 DEFAULT_BUDGETS = ("100M", "1B")
 DEFAULT_SEEDS = tuple(range(5))
 METRICS_LOG = "train_log.jsonl"  # per cell: one JSON line per compiled call (see the driver)
+# The episode totals a trainer's update reports (``trainers.common.log_episodes``), summed
+# over the episodes that ended; the driver turns them into per-episode means.
+EPISODE_KEYS = (
+    "episodes",
+    "return",
+    "length",
+    "achievement_pct",
+    "normal_achievement_pct",
+    "coordination_achievement_pct",
+)
 
 
 # ----------------------------------------------------------------------------------------
@@ -153,7 +163,7 @@ def _canonical_budget(label: str) -> str:
 def expand_cells(selectors: Sequence[str]) -> list[Cell]:
     """The cells a training selector names. Concrete ids (``tiny/ippo-rnn/easy/seed0``)
     are taken as given; patterns expand over the released grid (budgets 100M and 1B
-    unless named, the four algorithms, three difficulties, seeds 0-4 unless named)."""
+    unless named, every registered algorithm, three difficulties, seeds 0-4 unless named)."""
     from .selectors import Selector, select_cells
 
     out: list[Cell] = []
@@ -172,7 +182,9 @@ def expand_cells(selectors: Sequence[str]) -> list[Cell]:
                     seeds.add(int(item[4:]))
         universe = [
             Cell(b, a, d, s)
-            for b, a, d, s in itertools.product(budgets, ALGORITHMS, DIFFICULTIES, sorted(seeds))
+            for b, a, d, s in itertools.product(
+                budgets, algorithm_names(), DIFFICULTIES, sorted(seeds)
+            )
         ]
         out += select_cells(universe, [text])
     return sort_cells(dict.fromkeys(out))

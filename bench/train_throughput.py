@@ -38,7 +38,8 @@ def measure(
     import numpy as np
 
     from alem_eval.config import build_train_config, training_run_config
-    from trainers.common import seed_key, trainer_for
+    from trainers.common import trainer_for
+    from trainers.devices import seed_key
 
     ov = dict(overrides)
     if num_envs:

@@ -7,9 +7,10 @@ It writes two identical files: ``alem_eval/data/alem-rl-baselines.json``, the pa
 that ``alem_eval.manifest`` reads (and wheels ship), and ``manifests/alem-rl-baselines.json``,
 the human-facing copy.
 
-The facts below come from the model card and the upstream trainers (see
-``shared/docs/upstream-format.md`` §5 and §9). ``tests/test_hub.py`` checks the parameter
-counts against ``alem_eval.networks`` at the released sizes.
+The facts come from the model card and the upstream trainers (spec §5 and §9): the grid
+below, and each algorithm's registry record (``alem_eval.algorithms``, its ``release``).
+``tests/test_hub.py`` checks the parameter counts against ``alem_eval.networks`` at the
+released sizes.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 # Run as a script from anywhere: make the checkout importable.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from alem_eval.algorithms import ALGORITHMS
+from alem_eval.algorithms import all_algorithms
 from alem_eval.config import DIFFICULTIES, PAPER_ENV_VERSION
 from alem_eval.manifest import (
     DEFAULT_REVISION,
@@ -40,28 +41,16 @@ TARGETS = (MANIFEST_PATH, Path(__file__).resolve().parent / MANIFEST_NAME)
 BUDGETS = ("100M", "1B")
 SEEDS = range(5)
 NUM_COMM_CHANNELS = 4
-FAMILIES = {
-    "ippo-rnn": "ppo",
-    "mappo-rnn": "ppo-ctde",
-    "hypermarl-rnn": "hypermarl",
-    "pqn-vdn-rnn": "pqn",
-}
-# `num_params` as the trainers log it with NUM_COMM_CHANNELS=4 (MAPPO: actor + critic;
-# PQN: batch_stats included).
-EXPECTED_PARAMS = {
-    "ippo-rnn": 2_589_885,
-    "mappo-rnn": 7_508_797,
-    "hypermarl-rnn": 25_614_013,
-    "pqn-vdn-rnn": 18_462_800,
-}
-# Measured on upstream-written checkpoints at the released sizes, optimiser state included.
-APPROX_SIZE_MB = {"ippo-rnn": 20, "mappo-rnn": 48, "hypermarl-rnn": 241, "pqn-vdn-rnn": 134}
 
 
 def manifest_data() -> dict:
+    # Per algorithm, its registry record's ``release``: network family, ``num_params`` as
+    # the trainers log it with NUM_COMM_CHANNELS=4 (MAPPO: actor + critic; PQN: batch_stats
+    # included), measured size of a cell. An algorithm without one has no Hub cells.
+    released = [(a.name, a.release) for a in all_algorithms() if a.release is not None]
     cells = []
     for budget in BUDGETS:
-        for algorithm in ALGORITHMS:
+        for algorithm, release in released:
             for difficulty in DIFFICULTIES:
                 for seed in SEEDS:
                     cells.append(
@@ -73,11 +62,11 @@ def manifest_data() -> dict:
                             "repo": HUB_REPO,
                             "path": f"{budget}/{algorithm}/{difficulty}/seed{seed}",
                             "revision": DEFAULT_REVISION,
-                            "family": FAMILIES[algorithm],
-                            "expected_params": EXPECTED_PARAMS[algorithm],
+                            "family": release.family,
+                            "expected_params": release.num_params,
                             "num_comm_channels": NUM_COMM_CHANNELS,
                             "env_version": PAPER_ENV_VERSION,
-                            "approx_size_mb": APPROX_SIZE_MB[algorithm],
+                            "approx_size_mb": release.approx_size_mb,
                         }
                     )
     return {

@@ -1,7 +1,7 @@
 """Regenerate the demo cells bundled with alem-eval (alem_eval/data/demo-cells/).
 
 Each cell is trained by ``alem-eval train`` itself, with the settings of
-``alem_eval.demo.DEMO_RECIPE`` (network sizes: the registry's ``demo_overrides``; seed 0,
+``alem_eval.demo.DEMO_RECIPE`` (network sizes: the registry's ``demo.overrides``; seed 0,
 easy), in a scratch directory; its ``checkpoint/`` and ``config.json`` are then copied into
 the package. Training is deterministic on one machine: the same command gives the same
 arrays bit for bit there. XLA compiles for the host CPU's features, so on another CPU model
@@ -122,7 +122,9 @@ def write_untrained(root: Path) -> None:
     from alem_eval.released import write_released_cell
 
     for algorithm in DEMO_RECIPE:
-        overrides = {**DEMO_ENV, **get_algorithm(algorithm).demo_overrides}
+        demo = get_algorithm(algorithm).demo
+        assert demo is not None  # DEMO_RECIPE has only algorithms with a demo
+        overrides = {**DEMO_ENV, **demo.overrides}
         values, _ = resolve_values(
             algorithm,
             overrides={

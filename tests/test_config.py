@@ -2,14 +2,13 @@
 
 import pytest
 
-from alem_eval.config import (
+from alem_eval.algorithms import (
     HyperMARLNetConfig,
     PPONetConfig,
     PQNNetConfig,
-    load_config_file,
-    parse_config_json,
+    canonical_algorithm,
 )
-from alem_eval.algorithms import canonical_algorithm
+from alem_eval.config import load_config_file, parse_config_json
 from alem_eval.errors import ConfigError
 
 from .conftest import TINY_CELLS

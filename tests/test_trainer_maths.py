@@ -388,7 +388,7 @@ def _aligned_zeros(shape, dtype, align: int = 64):
 def test_device_owned_never_aliases_host_memory():
     """Resumed state is donated to the update program, so it must not alias the numpy
     arrays it was read into. On CPU a plain device_put of a 64-byte-aligned array does."""
-    from trainers.common import device_owned
+    from trainers.devices import device_owned
 
     host = {"w": _aligned_zeros((1 << 16,), np.float32), "n": _aligned_zeros((3, 1024), np.int32)}
     plain = jax.block_until_ready(jax.device_put(host["w"]))

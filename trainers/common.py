@@ -1,15 +1,16 @@
-"""What the four trainers share: maths, optimisers, batched env helpers, saved-state types,
-the compiled :class:`Trainer`, device placement, and the registry's answers.
+"""What the trainers share: maths, optimisers, batched env helpers, saved-state types, the
+compiled :class:`Trainer`, and the registry's answers.
 
 Sections: 1. maths  2. optimisers and schedules  3. batched env helpers  4. saved-state
-types  5. the compiled trainer  6. devices  7. the registry's answers.
+types  5. the compiled trainer  6. the registry's answers.
 
 Every trainer module exposes ``make_train(run: RunConfig, tcfg: TrainConfig) -> Trainer``.
 A :class:`Trainer` holds two per-seed pure functions, ``init(key, plan)`` and
 ``update(state, warm) -> (state, totals)``; :meth:`Trainer.compiled` vmaps them over seeds
 and jits them once per compile key, running ``n`` updates per call (``n`` is traced, so
 any chunk size reuses one executable). The driver (``trainers/driver.py``, reached as
-:meth:`Trainer.train_cells`) runs them; the resume store is ``trainers/resume.py``.
+:meth:`Trainer.train_cells`) runs them; the resume store is ``trainers/resume.py``, device
+placement ``trainers/devices.py``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import optax
 from alem_eval.algorithms import get_algorithm
 from alem_eval.config import PPOTrainConfig, RunConfig, TrainConfig
 from alem_eval.policies import MASK_PENALTY
+from alem_eval.training import EPISODE_KEYS
 
 
 # ========================================================================================
@@ -223,16 +225,6 @@ class EpisodeLog(NamedTuple):
         )
 
 
-EPISODE_KEYS = (
-    "episodes",
-    "return",
-    "length",
-    "achievement_pct",
-    "normal_achievement_pct",
-    "coordination_achievement_pct",
-)
-
-
 def log_episodes(log: EpisodeLog, reward, done, info):
     """Advance the log by one step; return it and the totals of the episodes that ended.
 
@@ -403,51 +395,8 @@ def clear_trainer_cache() -> None:
     _TRAINERS.clear()
 
 
-def seed_key(seed: int) -> jax.Array:
-    """The training key of a seed: upstream's ``split(PRNGKey(SEED), NUM_SEEDS=1)[0]``."""
-    return jax.random.split(jax.random.PRNGKey(seed), 1)[0]
-
-
 # ========================================================================================
-# 6. Devices: sharding over local devices, XLA-owned buffers
-# ========================================================================================
-def device_shardings(state_shape, num_seeds: int, num_envs: int):
-    """Shardings over all local devices: the seed axis if it divides, else the env axis."""
-    devices = jax.local_devices()
-    n = len(devices)
-    if n == 1:
-        return None, "1 device"
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-
-    mesh = Mesh(np.array(devices), ("d",))
-    if num_seeds % n == 0:
-        sh = jax.tree_util.tree_map(lambda _: NamedSharding(mesh, P("d")), state_shape)
-        return sh, f"{n} devices, seeds sharded"
-    if num_envs % n == 0:
-        rep = NamedSharding(mesh, P())
-        env = NamedSharding(mesh, P(None, "d"))
-        sh = jax.tree_util.tree_map(lambda _: rep, state_shape)
-        sh = sh.replace(envs=jax.tree_util.tree_map(lambda _: env, state_shape.envs))
-        return sh, f"{n} devices, envs sharded"
-    return None, f"1 of {n} devices (neither {num_seeds} seeds nor {num_envs} envs divide evenly)"
-
-
-def device_owned(tree, shardings=None):
-    """Host arrays -> device arrays whose buffers XLA owns, safe to donate.
-
-    On CPU, ``jax.device_put`` of a suitably aligned numpy array may alias its memory
-    instead of copying (jax 0.4.38; ``may_alias=False`` does not prevent it). The update
-    program donates its state, and donating such an alias lets XLA write into host memory
-    that is freed once the numpy array is gone (a resumed run then trained on garbage).
-    An on-device copy after the transfer gives buffers XLA allocated itself; it is waited
-    for, so the host arrays are read completely before their owner may free or reuse them.
-    """
-    placed = jax.device_put(tree) if shardings is None else jax.device_put(tree, shardings)
-    return jax.block_until_ready(jax.tree_util.tree_map(lambda x: x.copy(), placed))
-
-
-# ========================================================================================
-# 7. The registry's answers for the trainers
+# 6. The registry's answers for the trainers
 # ========================================================================================
 def trainer_for(run: RunConfig, tcfg: TrainConfig) -> Trainer:
     """The (cached) trainer of ``run.algorithm`` for this config (the registry's module)."""

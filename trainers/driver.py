@@ -25,7 +25,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from collections.abc import Callable, Sequence
 
 import jax
@@ -37,6 +37,7 @@ from alem_eval.config import RunConfig, TrainConfig
 from alem_eval.errors import ConfigError
 from alem_eval.released import write_released_cell
 from alem_eval.training import (
+    EPISODE_KEYS,
     METRICS_LOG,
     CellResult,
     Progress,
@@ -45,8 +46,11 @@ from alem_eval.training import (
     training_settings,
 )
 
-from .common import EPISODE_KEYS, Trainer, device_owned, device_shardings, seed_key
+from .devices import device_owned, device_shardings, seed_key
 from .resume import ResumeStore
+
+if TYPE_CHECKING:  # the trainer's type only: trainers.common reaches this module at run time
+    from .common import Trainer
 
 FINAL_WINDOW = 0.05  # "final" metrics: episodes finished in the last 5% of updates
 

@@ -45,7 +45,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from alem_eval.config import PQNNetConfig, PQNTrainConfig, RunConfig
+from alem_eval.algorithms import PQNNetConfig
+from alem_eval.config import PQNTrainConfig, RunConfig
 from alem_eval.networks import QNetwork, build_network
 
 from .common import (
