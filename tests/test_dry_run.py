@@ -146,7 +146,7 @@ def test_cli_dry_runs_download_run_and_write_nothing(hub, tmp_path):
     assert len(lines) - 1 == len({"/".join(p.split("/")[:4]) for p in hub.files})
 
     proc = run_cli(
-        ["crossplay", "tiny/ippo-rnn", "--difficulty", "hard", "--dry-run", "--episodes", "2"],
+        ["crossplay", "tiny/ippo-rnn", "--eval-difficulty", "hard", "--dry-run", "--episodes", "2"],
         env,
     )
     assert proc.returncode == 0, proc.stderr

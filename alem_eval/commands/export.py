@@ -10,7 +10,9 @@ import typer
 
 from ..cli import app
 from ..console import OutputFormat, emit_records, err_console
+from ..errors import UsageError
 from ..options import (
+    DifficultyFilterOpt,
     ExportFormat,
     ExportFormatOpt,
     FormatOpt,
@@ -18,6 +20,7 @@ from ..options import (
     PreferOpt,
     ResultsOpt,
     ResultsProtocolOpt,
+    split_commas,
 )
 
 
@@ -46,14 +49,7 @@ def export(
             "algorithms x seeds instead of failing (marl-eval needs a complete grid).",
         ),
     ] = False,
-    difficulty: Annotated[
-        str | None,
-        typer.Option(
-            "--difficulty",
-            help="Export this eval difficulty only (one marl-eval task; default: every "
-            "difficulty scored, each its own task, never to be averaged).",
-        ),
-    ] = None,
+    difficulty: DifficultyFilterOpt = None,
 ) -> None:
     """Per-episode scores in marl-eval's layout: alem -> difficulty -> <algorithm>_<budget>
     -> seed_<N> -> step_0 / absolute_metrics (metric names lower-cased, '/' -> '_'). Each
@@ -65,6 +61,10 @@ def export(
       alem-eval export --complete-subgrid --out subgrid.json
     """
     from ..interop import export_marl_eval
+
+    difficulties = split_commas(difficulty) or []
+    if len(difficulties) > 1:  # one marl-eval task per file: difficulties are never pooled
+        raise UsageError("export: --difficulty takes one difficulty (one marl-eval task)")
     from ..results import open_store
 
     text, prepared = exported = export_marl_eval(
@@ -74,7 +74,7 @@ def export(
         metrics=metric or (),
         protocol=protocol and protocol.value,
         complete_subgrid=complete_subgrid,
-        difficulty=difficulty,
+        difficulty=difficulties[0] if difficulties else None,
     )
     for note in prepared.notes:
         err_console.print(f"[yellow]note[/yellow] {note}", highlight=False)
