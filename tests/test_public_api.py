@@ -194,7 +194,16 @@ def test_cells_carry_their_source_and_selectors_need_one():
 
 def test_verify_and_pull_take_selectors_with_a_source():
     frame = alem_eval.verify("tiny/ippo-rnn/easy", source=str(FIXTURES))
-    assert list(frame.columns) == ["cell", "status", "num_params", "message", "warnings"]
+    assert list(frame.columns) == [
+        "cell",
+        "status",
+        "checked",
+        "num_params",
+        "repaired",
+        "message",
+        "warnings",
+    ]
+    assert list(frame["checked"]) == [None] and list(frame["repaired"]) == [[]]  # local source
     assert list(frame["cell"]) == ["tiny/ippo-rnn/easy/seed0"]
     assert list(frame["status"]) == ["OK"]
     report = alem_eval.pull(alem_eval.select("tiny/pqn", source=str(FIXTURES)))
