@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from synthetic_release import (  # noqa: E402
+from synthetic_release import (
     COMPILES,
     count_compiles,
     peak_bytes,
