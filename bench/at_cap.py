@@ -113,6 +113,7 @@ def measure_slice(cfgs, weights, difficulty: str, *, episodes, max_steps, batch,
     import jax
 
     from alem_eval import evaluate as ev
+    from synthetic_release import release_call
 
     marks: list[tuple[float, int, int]] = []  # (time, live steps, episodes done)
 
@@ -123,16 +124,7 @@ def measure_slice(cfgs, weights, difficulty: str, *, episodes, max_steps, batch,
 
     t0 = time.perf_counter()
     try:
-        ev.run_stack(
-            cfgs,
-            weights,
-            protocol="fast",
-            eval_difficulty=difficulty,
-            num_episodes=episodes,
-            max_steps=max_steps,
-            batch=batch,
-            on_progress=on_progress,
-        )
+        release_call(cfgs, weights, difficulty, episodes, max_steps, batch, on_progress=on_progress)
         finished = True
     except _SliceDone as stop:
         finished = False

@@ -401,8 +401,8 @@ def render(path: Path) -> str:
         f"({best['import_compile_s']:.1f} s of compile) and {best['eager_compiles']} during "
         f"the call ({best['eager_compile_s']:.1f} s of XLA compile; the row adds their trace "
         f"and lowering), outside the {best['program_compiles']} program compiles; during "
-        f"the call: {tops}; while importing, most often: {itops}. Modules first imported during the call (not in the imports "
-        f"row): {', '.join(best['lazily_imported']) or 'none'}. The run saved "
+        f"the call: {tops}; while importing, most often: {itops}. Modules first imported "
+        f"during the call (not in the imports row): {', '.join(best['lazily_imported']) or 'none'}. The run saved "
         f"{best['exported_programs']} traced programs for a warm start.",
     ]
     return "\n".join(lines) + "\n" + saved.get("note", "")
@@ -410,28 +410,11 @@ def render(path: Path) -> str:
 
 def machine() -> str:
     import platform
-    import re
 
-    cpu = "unknown CPU"
-    try:
-        m = re.search(r"model name\s*:\s*(.*)", Path("/proc/cpuinfo").read_text())
-        cpu = m.group(1).strip() if m else cpu
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores; Python {platform.python_version()}"
+    sys.path.insert(0, str(Path(__file__).parent))
+    from benchmarks_md import cpu_model
 
-
-def commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "commit not recorded"
+    return f"{cpu_model()}; Python {platform.python_version()}"
 
 
 def main(argv=None) -> int:
@@ -481,6 +464,8 @@ def main(argv=None) -> int:
         load_before=load_before,
         load_after=os.getloadavg()[0],
     )
+    from synthetic_release import commit
+
     saved = dict(date=time.strftime("%Y-%m-%d"), commit=commit(), info=info, runs=runs)
     if args.json:
         args.json.write_text(json.dumps(saved, indent=1))

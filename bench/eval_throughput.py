@@ -424,12 +424,8 @@ def _evaluator_only(args) -> int:
 def _machine() -> str:
     import jax
 
-    cpu = "unknown CPU"
-    try:
-        m = re.search(r"model name\s*:\s*(.*)", Path("/proc/cpuinfo").read_text())
-        cpu = m.group(1).strip() if m else cpu
-    except OSError:
-        pass
+    from benchmarks_md import cpu_model
+
     mem = ""
     try:
         kb = int(re.search(r"MemTotal:\s*(\d+)", Path("/proc/meminfo").read_text()).group(1))
@@ -437,13 +433,15 @@ def _machine() -> str:
     except (OSError, AttributeError):
         pass
     return (
-        f"{cpu}, {os.cpu_count()} cores{mem}; {platform.system()} {platform.release()}; "
+        f"{cpu_model()}{mem}; {platform.system()} {platform.release()}; "
         f"Python {platform.python_version()}, jax {jax.__version__} "
         f"({jax.default_backend()}, {jax.local_device_count()} device(s))"
     )
 
 
 def _write(args, cfg, difficulty, b, r, limit, ratios, ev_best, load_before, load_after, compiles):
+    from synthetic_release import commit
+
     try:
         cell_name = str(
             args.cell.resolve().relative_to(REPO.parent / "shared" / "fixtures" / "hub")
@@ -475,7 +473,7 @@ def _write(args, cfg, difficulty, b, r, limit, ratios, ev_best, load_before, loa
     body = f"""## Evaluation throughput
 
 Measured by `bench/eval_throughput.py --write` on {datetime.date.today().isoformat()}
-({_commit()}). Cell `{cell_name}` ({cfg.algorithm}, FC {cfg.network.fc_dim}, GRU
+({commit()}). Cell `{cell_name}` ({cfg.algorithm}, FC {cfg.network.fc_dim}, GRU
 {cfg.network.gru_hidden}), difficulty `{difficulty}`; batch B = {args.checkpoints}
 checkpoints x {args.episodes} episodes = {b}; {args.steps} steps per episode (cap);
 upstream-style loop {args.upstream_steps} steps. Machine: {_machine()}. Load average
@@ -505,21 +503,6 @@ calls (compile included, s): {_fmt(compiles)}.
 
     write_block("eval-throughput", body)
     print("wrote BENCHMARKS.md (eval-throughput)")
-
-
-def _commit() -> str:
-    import subprocess
-
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "commit not recorded"
 
 
 if __name__ == "__main__":

@@ -101,6 +101,22 @@ def count_compiles() -> None:
     jax.monitoring.register_event_duration_secs_listener(listen)
 
 
+def release_call(cfgs, weights, difficulty: str, episodes: int, max_steps: int, batch, **kw):
+    """One difficulty's call, as ``score`` makes it: ``run_stack``, fast protocol."""
+    from alem_eval import evaluate as ev
+
+    return ev.run_stack(
+        cfgs,
+        weights,
+        protocol="fast",
+        eval_difficulty=difficulty,
+        num_episodes=episodes,
+        max_steps=max_steps,
+        batch=batch,
+        **kw,
+    )
+
+
 def score_release(stacks, *, episodes: int, max_steps: int, batch: int | None) -> dict:
     """One pass over the release: a ``run_stack`` call per difficulty."""
     from alem_eval import evaluate as ev
@@ -112,15 +128,7 @@ def score_release(stacks, *, episodes: int, max_steps: int, batch: int | None) -
     parts = dict.fromkeys(("resets_s", "rollout_s", "records_s"), 0.0)
     for difficulty, (cfgs, weights) in stacks.items():
         t_call, before = time.perf_counter(), dict(COMPILES)
-        res = ev.run_stack(
-            cfgs,
-            weights,
-            protocol="fast",
-            eval_difficulty=difficulty,
-            num_episodes=episodes,
-            max_steps=max_steps,
-            batch=batch,
-        )
+        res = release_call(cfgs, weights, difficulty, episodes, max_steps, batch)
         for k in parts:  # the evaluator's own split of its last group
             parts[k] += ev.LAST_TIMINGS[k]
         call = dict(
