@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "BENCHMARKS.md"
@@ -18,3 +20,14 @@ def write_block(name: str, text: str, path: Path = BENCHMARKS) -> None:
     else:
         body = body.rstrip("\n") + "\n\n" + block + "\n"
     path.write_text(body)
+
+
+def cpu_model() -> str:
+    """``<model name>, <N> cores`` of this machine (from /proc/cpuinfo where there is one)."""
+    cpu = "unknown CPU"
+    try:
+        m = re.search(r"model name\s*:\s*(.*)", Path("/proc/cpuinfo").read_text())
+        cpu = m.group(1).strip() if m else cpu
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores"

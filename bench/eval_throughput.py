@@ -9,13 +9,19 @@ Measures, at the same batch B = checkpoints x episodes (default 5 x 20 = 100):
       (end to end, and its rollout program alone);
   (c) an upstream-style loop: a Python loop over one jitted step (mask + policy +
       step_env), host sync every step, one episode at a time;
-  (d) the policy forward alone at batch B (a jitted scan of greedy steps).
+  (d) the policy forward alone at batch B (a jitted scan of greedy steps);
+  (e) the fused limit: the policy forward and the Alem step in ONE ``lax.scan`` over
+      the same B envs, no evaluator code (``bench/fused_limit.py``).
 
-Throughput is in env steps per second (one step = all agents of one env act once).
-limit = 1 / (1/a + 1/d) is what env + policy cost when simply added up; the evaluator
-should get close to it (b/limit) and far above the upstream loop (b/c).
+Throughput is in env steps per second (one step = all agents of one env act once). The
+evaluator should get close to the fused limit (b/e; target >= 0.95) and far above the
+upstream loop (b/c; target >= 10 with ``--devices auto``). With several cores a child
+process repeats (b), (e) and (c) on one CPU device per core (b'', e'', c''). Every
+variant is timed in turn in each of --repeats rounds (best round kept), so a change of
+the machine's load hits them all alike; 1 / (1/a + 1/d), the parts simply added up, is
+printed too.
 
-    .venv/bin/python bench/eval_throughput.py [--cell DIR] [--steps 128] [--write]
+    .venv/bin/python bench/eval_throughput.py [--cell DIR] [--steps 128] [--repeats 3] [--write]
 """
 
 from __future__ import annotations
@@ -31,20 +37,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from fused_limit import fused_rollout, fused_rollout_sharded, interleaved_walls  # noqa: E402
+
 DEFAULT_CELL = REPO.parent / "shared" / "fixtures" / "hub" / "full" / "ippo-rnn" / "hard" / "seed1"
-
-
-def _timed(fn, repeats: int = 1) -> float:
-    """Best wall time of ``fn()`` over ``repeats`` runs (after one warm-up run)."""
-    import jax
-
-    jax.block_until_ready(fn())
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn())
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def main(argv=None) -> int:
@@ -55,14 +50,15 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=128, help="steps per episode (cap)")
     ap.add_argument("--upstream-steps", type=int, default=300)
     ap.add_argument("--difficulty", default=None, help="default: the cell's difficulty")
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
     ap.add_argument(
         "--host-devices",
         type=int,
         default=None,
-        help="also time the evaluator alone with this many CPU devices (separate "
-        "process; default: one per core when there are several, 0 = skip)",
+        help="also time the evaluator, the fused limit and the upstream loop with this "
+        "many CPU devices, as `score --devices auto` splits the work (separate process; "
+        "default: one per core when there are several, 0 = skip)",
     )
     ap.add_argument("--evaluator-only", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -72,28 +68,19 @@ def main(argv=None) -> int:
     import jax
     import jax.numpy as jnp
 
-    from alem_env.eval_env import get_eval_env
-    from alem_eval import evaluate as ev
     from alem_eval.loader import load_cell
-    from alem_eval.policies import make_policy
     from alem_eval.runtime import enable_compilation_cache
 
     load_before = os.getloadavg()
     enable_compilation_cache()
     cell = load_cell(args.cell, policy_only=True)
-    cfg, spec = cell.cfg, cell.spec
+    cfg = cell.cfg
     difficulty = args.difficulty or cfg.env.training_difficulty
     k, e, t = args.checkpoints, args.episodes, args.steps
     b = k * e
-    env = get_eval_env(ev.eval_statics(cfg))
-    policy = make_policy(spec)
-    dyn = env.difficulty_params(difficulty)
-    variables = spec.policy_variables(cell.weights)
-    worlds, _ = ev.fast_keys(e)
-    obs0, state0 = ev._resets(env.statics.world, dyn, list(worlds))
-    tile = lambda x: jnp.concatenate([x] * k)
-    _, state_b = jax.tree_util.tree_map(tile, (obs0, state0))
-    results = {}
+    setup = _setup(cell, difficulty, k, e)
+    env, dyn, state_b = setup["env"], setup["dyn"], setup["state_b"]
+    compiles: dict[str, float] = {}
 
     # (a) env only ------------------------------------------------------------------
     @jax.jit
@@ -113,22 +100,11 @@ def main(argv=None) -> int:
         s, sums = jax.lax.scan(body, state, jax.random.split(key, t))
         return s, sums
 
-    t0 = time.perf_counter()
-    env_only.lower(state_b, jax.random.PRNGKey(0)).compile()
-    compile_a = time.perf_counter() - t0
-    wall = _timed(lambda: env_only(state_b, jax.random.PRNGKey(0)), args.repeats)
-    results["a"] = b * t / wall
-    print(
-        f"(a) env only          B={b:4d}: {results['a']:9.1f} steps/s "
-        f"({wall:.2f} s for {t} steps; compile {compile_a:.0f} s)",
-        flush=True,
-    )
-
-    # (d) policy forward alone ---------------------------------------------------------
-    stacked = jax.tree_util.tree_map(lambda x: jnp.stack([jnp.asarray(x)] * k), variables)
-    obs_in = jax.vmap(env.preprocess)(obs0)
+    policy, spec, stacked = setup["policy"], setup["spec"], setup["stacked"]
+    obs_in = jax.vmap(env.preprocess)(setup["obs0"])
     mask_in = jnp.ones((e, spec.num_agents, spec.num_actions), bool)
 
+    # (d) policy forward alone ---------------------------------------------------------
     @jax.jit
     def policy_only(stacked, obs):
         params = jax.vmap(policy.prepare)(stacked)
@@ -149,31 +125,181 @@ def main(argv=None) -> int:
 
         return jax.vmap(per_ckpt)(params)
 
-    t0 = time.perf_counter()
-    policy_only.lower(stacked, obs_in).compile()
-    compile_d = time.perf_counter() - t0
-    wall = _timed(lambda: policy_only(stacked, obs_in), args.repeats)
-    results["d"] = b * t / wall
-    print(
-        f"(d) policy forward    B={b:4d}: {results['d']:9.1f} steps/s "
-        f"({wall:.2f} s; compile {compile_d:.0f} s)",
-        flush=True,
-    )
+    # (e) the fused limit: policy + env in one scan, no evaluator code ------------------
+    fused = fused_rollout(env, policy, spec.num_agents, dyn, k, e, t, setup["masking"])
+    fused_args = (stacked, setup["obs_b"], state_b, setup["keys_b"])
 
     # (b) the evaluator ------------------------------------------------------------------
-    ev_res = _time_evaluator(cfg, cell.weights, difficulty, k, e, t, args.repeats)
-    results["b"], results["b_rollout"] = ev_res["b"], ev_res["b_rollout"]
-    best_timing, first_wall, compile_b = ev_res["timing"], ev_res["first_wall"], ev_res["compile"]
+    evaluator = _EvaluatorRunner(cfg, cell.weights, difficulty, k, e, t)
+
+    # (c) upstream-style loop ------------------------------------------------------------
+    upstream_loop = _upstream_loop(setup, args.upstream_steps)
+
+    def first(name, fn):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn())
+        compiles[name] = time.perf_counter() - t0
+
+    first("a", lambda: env_only(state_b, jax.random.PRNGKey(0)))
+    first("d", lambda: policy_only(stacked, obs_in))
+    first("e", lambda: fused(*fused_args))
+    first("b", evaluator)
+    first("c", lambda: upstream_loop(1))
+    print("first calls (compile included): " + _fmt(compiles), flush=True)
+    walls = interleaved_walls(
+        {
+            "a": lambda: jax.block_until_ready(env_only(state_b, jax.random.PRNGKey(0))),
+            "d": lambda: jax.block_until_ready(policy_only(stacked, obs_in)),
+            "e": lambda: jax.block_until_ready(fused(*fused_args)),
+            "b": evaluator,
+            "c": lambda: upstream_loop(args.upstream_steps),
+        },
+        args.repeats,
+    )
+    best = {name: min(w) for name, w in walls.items()}
+    ev_best = evaluator.runs[1 + walls["b"].index(best["b"])]  # runs[0]: the first call
+    r = {
+        "a": b * t / best["a"],
+        "d": b * t / best["d"],
+        "e": b * t / best["e"],
+        "b": ev_best["steps"] / best["b"],
+        "b_rollout": ev_best["steps"] / ev_best["timing"]["rollout_s"],
+        "b_slot": ev_best["slot_steps"] / best["b"],
+        "b_util": ev_best["steps"] / ev_best["slot_steps"],
+        "c": upstream_loop.steps / best["c"],
+    }
+    assert all(run["digest"] == ev_best["digest"] for run in evaluator.runs), (
+        "the evaluator is not deterministic"
+    )
+    for name, label in LABELS.items():
+        if name in r:
+            print(f"({name}) {label:60s} {r[name]:9.1f} steps/s", flush=True)
     print(
-        f"(b) evaluator         B={b:4d}: {results['b']:9.1f} steps/s end to end "
-        f"({ev_res['wall']:.2f} s for {ev_res['steps']} effective steps; first call "
-        f"{first_wall:.0f} s), rollout program alone {results['b_rollout']:.1f} steps/s; "
-        "split " + ", ".join(f"{kk} {vv:.2f}" for kk, vv in best_timing.items()),
+        f"evaluator: utilisation {r['b_util']:.3f}, slot-steps/s {r['b_slot']:.1f}; split "
+        + _fmt(ev_best["timing"]),
         flush=True,
     )
 
-    # (c) upstream-style loop ------------------------------------------------------------
-    pparams = policy.prepare(jax.tree_util.tree_map(jnp.asarray, variables))
+    n_dev = args.host_devices if args.host_devices is not None else (os.cpu_count() or 1)
+    if n_dev > 1:
+        multi = _run_multi(args, difficulty, n_dev, ev_best["digest"])
+        if multi is not None:
+            r.update(multi)
+            print(
+                f"on {n_dev} CPU devices: evaluator {r['b_multi']:.1f}, fused limit "
+                f"{r['e_multi']:.1f}, upstream loop {r['c_multi']:.1f} steps/s; records "
+                f"identical to 1 device: {r['b_multi_same']}",
+                flush=True,
+            )
+    limit = 1.0 / (1.0 / r["a"] + 1.0 / r["d"])
+    ratios = {
+        "b/e": r["b"] / r["e"],
+        "b'/e": r["b_rollout"] / r["e"],
+        "b/c": r["b"] / r["c"],
+        "b/limit": r["b"] / limit,
+    }
+    if "b_multi" in r:
+        ratios.update(
+            {
+                "b''/e''": r["b_multi"] / r["e_multi"],
+                "b''/e": r["b_multi"] / r["e"],
+                "b''/c''": r["b_multi"] / r["c_multi"],
+            }
+        )
+    print(f"additive limit 1/(1/a+1/d) = {limit:.1f} steps/s")
+    print("ratios: " + ", ".join(f"{n} = {v:.2f}" for n, v in ratios.items()))
+    if args.write:
+        load_after = os.getloadavg()
+        _write(
+            args, cfg, difficulty, b, r, limit, ratios, ev_best, load_before, load_after, compiles
+        )
+    return 0
+
+
+LABELS = {
+    "a": "env only: step + mask, random legal actions, B vmapped",
+    "d": "policy forward alone at B",
+    "e": "fused limit: policy + env step in one scan, no evaluator code",
+    "b": "evaluator, run_stack(protocol='fast'), end to end",
+    "b_rollout": "evaluator, its rollout program alone",
+    "c": "upstream-style loop (Python loop, jitted step, sync per step, B=1)",
+}
+
+
+def _fmt(d: dict) -> str:
+    return ", ".join(f"{k} {v:.2f}" for k, v in d.items())
+
+
+def _setup(cell, difficulty: str, k: int, e: int) -> dict:
+    """The env, policy and batch of ``k`` copies of the cell x ``e`` episodes (fast worlds)."""
+    import jax
+    import jax.numpy as jnp
+
+    from alem_env.eval_env import get_eval_env
+    from alem_eval import evaluate as ev
+    from alem_eval.policies import make_policy
+
+    cfg, spec = cell.cfg, cell.spec
+    env = get_eval_env(ev.eval_statics(cfg))
+    dyn = env.difficulty_params(difficulty)
+    variables = spec.policy_variables(cell.weights)
+    worlds, chains = ev.fast_keys(e)
+    obs0, state0 = ev._resets(env.statics.world, dyn, list(worlds))
+    tile = lambda x: jnp.concatenate([x] * k)
+    obs_b, state_b, keys_b = jax.tree_util.tree_map(tile, (obs0, state0, chains))
+    return dict(
+        env=env,
+        dyn=dyn,
+        spec=spec,
+        policy=make_policy(spec),
+        variables=variables,
+        stacked=jax.tree_util.tree_map(lambda x: jnp.stack([jnp.asarray(x)] * k), variables),
+        obs0=obs0,
+        obs_b=jax.vmap(env.preprocess)(obs_b),
+        state_b=state_b,
+        keys_b=keys_b,
+        masking=cfg.env.action_masking,
+    )
+
+
+class _EvaluatorRunner:
+    """``run_stack(protocol="fast")`` on k copies of the cell, every episode in its own
+    slot (the parts' batch B); each call's steps, timings and records digest are kept."""
+
+    def __init__(self, cfg, weights, difficulty, k, e, t):
+        self.args = ([cfg] * k, [weights] * k)
+        self.kw = dict(
+            protocol="fast",
+            eval_difficulty=difficulty,
+            num_episodes=e,
+            max_steps=t,
+            batch=k * e,
+        )
+        self.runs: list[dict] = []
+
+    def __call__(self):
+        from alem_eval import evaluate as ev
+
+        res = ev.run_stack(*self.args, **self.kw)
+        self.runs.append(
+            dict(
+                steps=int(sum(r["episode_length"] for row in res.records for r in row)),
+                slot_steps=int(res.slot_steps),
+                timing=dict(ev.LAST_TIMINGS),
+                digest=_records_digest(res.records),
+            )
+        )
+        return res
+
+
+def _upstream_loop(setup: dict, default_steps: int):
+    """(c): upstream's evaluation shape: one jitted step (mask + policy + env), a Python
+    loop over it with a host sync every step, one episode at a time."""
+    import jax
+    import jax.numpy as jnp
+
+    env, dyn, spec, policy = setup["env"], setup["dyn"], setup["spec"], setup["policy"]
+    pparams = policy.prepare(jax.tree_util.tree_map(jnp.asarray, setup["variables"]))
 
     @jax.jit
     def up_step(state, obs, carry, dones, key):
@@ -183,7 +309,7 @@ def main(argv=None) -> int:
         out = env.step(env_key, state, acts, dyn)
         return out.state, out.obs, carry, out.agent_dones, out.done, jnp.mean(out.reward), key
 
-    def upstream_loop(n_steps):
+    def loop(n_steps=default_steps):
         key = jax.random.PRNGKey(0)
         done_steps, ep = 0, 0
         while done_steps < n_steps:
@@ -192,132 +318,42 @@ def main(argv=None) -> int:
             dones = jnp.zeros(spec.num_agents, bool)
             ret = 0.0
             while done_steps < n_steps:
-                state, obs, carry, dones, done, r, key = up_step(state, obs, carry, dones, key)
-                ret += float(r)
+                state, obs, carry, dones, done, rew, key = up_step(state, obs, carry, dones, key)
+                ret += float(rew)
                 done_steps += 1
                 if bool(done):
                     break
             ep += 1
+        loop.steps = done_steps
         return done_steps
 
-    t0 = time.perf_counter()
-    upstream_loop(1)
-    compile_c = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    n = upstream_loop(args.upstream_steps)
-    wall = time.perf_counter() - t0
-    results["c"] = n / wall
-    print(
-        f"(c) upstream-style loop B=1: {results['c']:9.1f} steps/s "
-        f"({wall:.2f} s for {n} steps; compile {compile_c:.0f} s)",
-        flush=True,
-    )
-
-    n_dev = args.host_devices if args.host_devices is not None else (os.cpu_count() or 1)
-    if n_dev > 1:
-        import json
-        import subprocess
-
-        cmd = [
-            sys.executable,
-            __file__,
-            "--evaluator-only",
-            "--host-devices",
-            str(n_dev),
-            "--cell",
-            str(args.cell),
-            "--checkpoints",
-            str(k),
-            "--episodes",
-            str(e),
-            "--steps",
-            str(t),
-            "--difficulty",
-            difficulty,
-            "--repeats",
-            str(args.repeats),
-        ]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        line = [ln for ln in proc.stdout.splitlines() if ln.startswith("EVALUATOR ")]
-        if proc.returncode == 0 and line:
-            multi = json.loads(line[-1][len("EVALUATOR ") :])
-            results["b_multi"], results["b_multi_devices"] = multi["b"], n_dev
-            results["b_multi_same"] = multi["records"] == _records_digest(ev_res["records"])
-            print(
-                f"(b) evaluator on {n_dev} CPU devices: {multi['b']:9.1f} steps/s end to end "
-                f"(rollout alone {multi['b_rollout']:.1f}); records identical to 1 device: "
-                f"{results['b_multi_same']}",
-                flush=True,
-            )
-        else:
-            print("multi-device evaluator run failed:\n" + proc.stderr[-2000:], flush=True)
-
-    limit = 1.0 / (1.0 / results["a"] + 1.0 / results["d"])
-    bc, bl = results["b"] / results["c"], results["b"] / limit
-    blr = results["b_rollout"] / limit
-    print(f"limit = 1/(1/a+1/d) = {limit:.1f} steps/s")
-    print(
-        f"b/c = {bc:.1f} (target >= 10)   b/limit = {bl:.2f} (rollout alone {blr:.2f}; "
-        f"target >= 0.85)"
-    )
-
-    if args.write:
-        _write(
-            args,
-            cfg,
-            difficulty,
-            b,
-            results,
-            limit,
-            bc,
-            bl,
-            blr,
-            best_timing,
-            load_before,
-            compile_a,
-            compile_d,
-            compile_b,
-            compile_c,
-            first_wall,
-        )
-    return 0
+    return loop
 
 
-def _time_evaluator(cfg, weights, difficulty, k, e, t, repeats) -> dict:
-    """Best-of-``repeats`` end-to-end and rollout-only throughput of the fast protocol."""
-    from alem_eval import evaluate as ev
+def _run_multi(args, difficulty: str, n_dev: int, digest: str) -> dict | None:
+    """The evaluator, the fused limit and the upstream loop on ``n_dev`` CPU devices, in a
+    child process (JAX's device count is fixed when its backends start)."""
+    import json
+    import subprocess
 
-    cfgs, ws = [cfg] * k, [weights] * k
-    run = lambda: ev.run_stack(  # every episode in its own slot: the parts' batch B
-        cfgs,
-        ws,
-        protocol="fast",
-        eval_difficulty=difficulty,
-        num_episodes=e,
-        max_steps=t,
-        batch=k * e,
-    )
-    t0 = time.perf_counter()
-    first = run()
-    first_wall = time.perf_counter() - t0
-    best, timing = float("inf"), None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        res = run()
-        wall = time.perf_counter() - t0
-        if wall < best:
-            best, timing = wall, dict(ev.LAST_TIMINGS)
-    assert res.records == first.records, "the evaluator is not deterministic"
-    steps = int(sum(r["episode_length"] for row in res.records for r in row))
+    cmd = [sys.executable, __file__, "--evaluator-only", "--host-devices", str(n_dev)]
+    cmd += ["--cell", str(args.cell), "--checkpoints", str(args.checkpoints)]
+    cmd += ["--episodes", str(args.episodes), "--steps", str(args.steps)]
+    cmd += ["--difficulty", difficulty, "--repeats", str(args.repeats)]
+    cmd += ["--upstream-steps", str(args.upstream_steps)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("EVALUATOR ")]
+    if proc.returncode != 0 or not line:
+        print("multi-device run failed:\n" + proc.stderr[-2000:], flush=True)
+        return None
+    multi = json.loads(line[-1][len("EVALUATOR ") :])
     return dict(
-        b=steps / best,
-        b_rollout=steps / timing["rollout_s"],
-        wall=best,
-        steps=steps,
-        timing=timing,
-        first_wall=first_wall,
-        records=res.records,
-        compile=sum(c.compile_s + c.trace_s for c in ev.COMPILE_STATS),
+        b_multi=multi["b"],
+        b_multi_rollout=multi["b_rollout"],
+        e_multi=multi["e"],
+        c_multi=multi["c"],
+        b_multi_devices=n_dev,
+        b_multi_same=multi["records"] == digest,
     )
 
 
@@ -329,7 +365,8 @@ def _records_digest(records) -> str:
 
 
 def _evaluator_only(args) -> int:
-    """Child process: the evaluator alone on ``--host-devices`` CPU devices (JSON line)."""
+    """Child process: on ``--host-devices`` CPU devices, the evaluator, the fused limit
+    split the same way and the upstream loop, interleaved (one JSON line)."""
     import json
 
     from alem_eval.runtime import use_host_devices
@@ -337,39 +374,58 @@ def _evaluator_only(args) -> int:
     use_host_devices(args.host_devices)
     import jax
 
-    from alem_eval.runtime import enable_compilation_cache
     from alem_eval.loader import load_cell
+    from alem_eval.runtime import enable_compilation_cache
 
     enable_compilation_cache()
-    assert jax.local_device_count() == args.host_devices, jax.devices()
+    n_dev = args.host_devices
+    assert jax.local_device_count() == n_dev, jax.devices()
     cell = load_cell(args.cell, policy_only=True)
-    r = _time_evaluator(
-        cell.cfg,
-        cell.weights,
-        args.difficulty,
-        args.checkpoints,
-        args.episodes,
-        args.steps,
+    k, e, t = args.checkpoints, args.episodes, args.steps
+    setup = _setup(cell, args.difficulty, k, e)
+    fused = fused_rollout_sharded(
+        setup["env"],
+        setup["policy"],
+        setup["spec"].num_agents,
+        setup["dyn"],
+        k,
+        e,
+        t,
+        setup["masking"],
+        n_dev,
+    )
+    fused_args = (setup["stacked"], setup["obs_b"], setup["state_b"], setup["keys_b"])
+    evaluator = _EvaluatorRunner(cell.cfg, cell.weights, args.difficulty, k, e, t)
+    upstream_loop = _upstream_loop(setup, args.upstream_steps)
+    jax.block_until_ready(fused(*fused_args))
+    evaluator()
+    upstream_loop(1)
+    walls = interleaved_walls(
+        {
+            "e": lambda: jax.block_until_ready(fused(*fused_args)),
+            "b": evaluator,
+            "c": lambda: upstream_loop(args.upstream_steps),
+        },
         args.repeats,
     )
-    print(
-        "EVALUATOR "
-        + json.dumps(
-            {"b": r["b"], "b_rollout": r["b_rollout"], "records": _records_digest(r["records"])}
-        )
-    )
+    best = {name: min(w) for name, w in walls.items()}
+    ev_best = evaluator.runs[1 + walls["b"].index(best["b"])]
+    out = {
+        "b": ev_best["steps"] / best["b"],
+        "b_rollout": ev_best["steps"] / ev_best["timing"]["rollout_s"],
+        "e": k * e * t / best["e"],
+        "c": upstream_loop.steps / best["c"],
+        "records": ev_best["digest"],
+    }
+    print("EVALUATOR " + json.dumps(out))
     return 0
 
 
 def _machine() -> str:
     import jax
 
-    cpu = "unknown CPU"
-    try:
-        m = re.search(r"model name\s*:\s*(.*)", Path("/proc/cpuinfo").read_text())
-        cpu = m.group(1).strip() if m else cpu
-    except OSError:
-        pass
+    from benchmarks_md import cpu_model
+
     mem = ""
     try:
         kb = int(re.search(r"MemTotal:\s*(\d+)", Path("/proc/meminfo").read_text()).group(1))
@@ -377,70 +433,71 @@ def _machine() -> str:
     except (OSError, AttributeError):
         pass
     return (
-        f"{cpu}, {os.cpu_count()} cores{mem}; {platform.system()} {platform.release()}; "
+        f"{cpu_model()}{mem}; {platform.system()} {platform.release()}; "
         f"Python {platform.python_version()}, jax {jax.__version__} "
         f"({jax.default_backend()}, {jax.local_device_count()} device(s))"
     )
 
 
-def _write(
-    args,
-    cfg,
-    difficulty,
-    b,
-    r,
-    limit,
-    bc,
-    bl,
-    blr,
-    timing,
-    load_before,
-    compile_a,
-    compile_d,
-    compile_b,
-    compile_c,
-    first_wall,
-) -> None:
+def _write(args, cfg, difficulty, b, r, limit, ratios, ev_best, load_before, load_after, compiles):
+    from synthetic_release import commit
+
     try:
         cell_name = str(
             args.cell.resolve().relative_to(REPO.parent / "shared" / "fixtures" / "hub")
         )
     except ValueError:
         cell_name = str(args.cell)
-    multi_row = ""
+    rows = [f"| ({n}) {LABELS[n]} | {r[n]:.1f} |" for n in ("a", "d", "e")]
+    rows.append(f"| additive limit 1/(1/a + 1/d) | {limit:.1f} |")
+    rows += [f"| ({n}) {LABELS[n]} | {r[n]:.1f} |" for n in ("b", "b_rollout", "c")]
+    multi = ""
     if "b_multi" in r:
+        n_dev = r["b_multi_devices"]
         same = "identical" if r["b_multi_same"] else "NOT identical"
-        multi_row = (
-            f"| (b'') evaluator on {r['b_multi_devices']} CPU devices "
-            f"(`use_host_devices()`; records {same} to 1 device) | "
-            f"{r['b_multi']:.1f} |\n"
+        rows += [
+            f"| (e'') fused limit on {n_dev} CPU devices (`jax.pmap` over the episodes) | "
+            f"{r['e_multi']:.1f} |",
+            f"| (b'') evaluator on {n_dev} CPU devices (`score --devices auto`; records "
+            f"{same} to 1 device), end to end | {r['b_multi']:.1f} |",
+            f"| (c'') upstream-style loop, in the {n_dev}-device process | {r['c_multi']:.1f} |",
+        ]
+        bc2, be2, be1 = ratios["b''/c''"], ratios["b''/e''"], ratios["b''/e"]
+        multi = (
+            f" With {n_dev} devices: **b''/c'' = {bc2:.1f}** (target >= 10: "
+            f"{'met' if bc2 >= 10 else 'not met'}), b''/e'' = {be2:.2f} (the evaluator "
+            f"against the fused limit on as many devices), b''/e = {be1:.2f} (against one "
+            "device's)."
         )
+    met = "met" if ratios["b/e"] >= 0.95 else "not met"
     body = f"""## Evaluation throughput
 
-Measured by `bench/eval_throughput.py --write` on {datetime.date.today().isoformat()}.
-Cell `{cell_name}` ({cfg.algorithm}, FC {cfg.network.fc_dim}, GRU {cfg.network.gru_hidden}),
-difficulty `{difficulty}`; batch B = {args.checkpoints} checkpoints x {args.episodes} episodes
-= {b}; {args.steps} steps per episode (cap); upstream-style loop {args.upstream_steps} steps.
-Machine: {_machine()}. Load average before the run: {load_before[0]:.2f} (the machine is
-shared, so absolute numbers are noisy). Throughput in env steps/s (one step = all 3 agents).
+Measured by `bench/eval_throughput.py --write` on {datetime.date.today().isoformat()}
+({commit()}). Cell `{cell_name}` ({cfg.algorithm}, FC {cfg.network.fc_dim}, GRU
+{cfg.network.gru_hidden}), difficulty `{difficulty}`; batch B = {args.checkpoints}
+checkpoints x {args.episodes} episodes = {b}; {args.steps} steps per episode (cap);
+upstream-style loop {args.upstream_steps} steps. Machine: {_machine()}. Load average
+{load_before[0]:.1f} before the run and {load_after[0]:.1f} after (the machine is shared:
+absolute numbers are noisy, so every variant is timed in turn in each of {args.repeats}
+rounds, in one process, and its best round is kept; the ratios compare numbers of the same
+run). Throughput in env steps/s (one step = all agents of one env act once).
 
 | measurement | steps/s |
 |---|---:|
-| (a) env only: `step_env` + mask, random legal actions, B vmapped | {r["a"]:.1f} |
-| (d) policy forward alone at B | {r["d"]:.1f} |
-| limit = 1/(1/a + 1/d) | {limit:.1f} |
-| (b) evaluator, `run_stack(protocol="fast")`, end to end | {r["b"]:.1f} |
-| (b') evaluator, its rollout program alone | {r["b_rollout"]:.1f} |
-| (c) upstream-style loop (Python loop, jitted step, host sync per step, B=1) | {r["c"]:.1f} |
-{multi_row}
-Ratios: **b/c = {bc:.1f}** (target >= 10), **b/limit = {bl:.2f}** (rollout alone {blr:.2f};
-target >= 0.85).
+{chr(10).join(rows)}
 
-Where the evaluator's end-to-end time goes (s): {", ".join(f"{k} {v:.2f}" for k, v in timing.items())}.
-One-off costs (not in the numbers above): compile (a) {compile_a:.0f} s, (d) {compile_d:.0f} s,
-(c) {compile_c:.0f} s; the evaluator's trace + compile {compile_b:.0f} s (first call
-{first_wall:.0f} s in all). With `enable_compilation_cache()` a later process skips the
-XLA compile (the Python trace of the Alem step, ~5-20 s, remains).
+The fused limit (e) is the policy forward and the Alem step in one `lax.scan` over the
+same B envs, with no evaluator code (no done handling, output buffer, refill or host
+round trip): what the evaluator's rollout costs at best. The evaluator (b) counts live
+steps: its utilisation here is {r["b_util"]:.3f} (episodes that end before the cap leave
+their slot idle; {r["b_slot"]:.1f} slot-steps/s).
+
+Ratios: **b/e = {ratios["b/e"]:.2f}** (target >= 0.95 of the fused limit on one device:
+{met}; its rollout program alone {ratios["b'/e"]:.2f}), **b/c = {ratios["b/c"]:.1f}**
+on one device, b/(additive limit) = {ratios["b/limit"]:.2f}.{multi}
+
+Where the evaluator's best end-to-end time goes (s): {_fmt(ev_best["timing"])}. First
+calls (compile included, s): {_fmt(compiles)}.
 """
     from benchmarks_md import write_block
 

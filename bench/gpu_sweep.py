@@ -27,6 +27,7 @@ from synthetic_release import (
     COMPILES,
     count_compiles,
     peak_bytes,
+    release_call,
     synthetic_stack,
     synthetic_weights,
 )
@@ -37,15 +38,7 @@ def one_call(stack, *, difficulty: str, episodes: int, max_steps: int, batch: in
 
     cfgs, weights = stack
     t, before = time.perf_counter(), dict(COMPILES)
-    res = ev.run_stack(
-        cfgs,
-        weights,
-        protocol="fast",
-        eval_difficulty=difficulty,
-        num_episodes=episodes,
-        max_steps=max_steps,
-        batch=batch,
-    )
+    res = release_call(cfgs, weights, difficulty, episodes, max_steps, batch)
     wall = time.perf_counter() - t
     lengths = [int(r["episode_length"]) for recs in res.records for r in recs]
     return dict(

@@ -17,6 +17,14 @@ device's peak memory where JAX reports it.
     python bench/synthetic_release.py [--seeds 5] [--budgets 2] [--episodes 20]
         [--max-steps 10000] [--batches default,400] [--json FILE]
     .venv/bin/python bench/synthetic_release.py --render FILE [--write]
+    .venv/bin/python bench/synthetic_release.py --at-cap [--difficulties easy,medium,hard]
+        [--slice-chunks 2] [--json FILE]
+
+``--at-cap``: episodes that run to the cap, as a policy that survives makes them (the
+env's god mode keeps the agents alive; ``bench/at_cap.py`` says why that is an honest
+stand-in for the cost): each difficulty's call is started at the release's layout and
+stopped after ``--slice-chunks`` compiled calls past the first, and the whole release's
+rollout time at the cap is projected from the steady rates (a projection, said so).
 
 Meant for a GPU (the device tool's machines run their own image's jax, not the pin: the
 script sets the release's PRNG mode itself). There, with alem-env 0.1.0's wheel in an
@@ -93,6 +101,22 @@ def count_compiles() -> None:
     jax.monitoring.register_event_duration_secs_listener(listen)
 
 
+def release_call(cfgs, weights, difficulty: str, episodes: int, max_steps: int, batch, **kw):
+    """One difficulty's call, as ``score`` makes it: ``run_stack``, fast protocol."""
+    from alem_eval import evaluate as ev
+
+    return ev.run_stack(
+        cfgs,
+        weights,
+        protocol="fast",
+        eval_difficulty=difficulty,
+        num_episodes=episodes,
+        max_steps=max_steps,
+        batch=batch,
+        **kw,
+    )
+
+
 def score_release(stacks, *, episodes: int, max_steps: int, batch: int | None) -> dict:
     """One pass over the release: a ``run_stack`` call per difficulty."""
     from alem_eval import evaluate as ev
@@ -104,15 +128,7 @@ def score_release(stacks, *, episodes: int, max_steps: int, batch: int | None) -
     parts = dict.fromkeys(("resets_s", "rollout_s", "records_s"), 0.0)
     for difficulty, (cfgs, weights) in stacks.items():
         t_call, before = time.perf_counter(), dict(COMPILES)
-        res = ev.run_stack(
-            cfgs,
-            weights,
-            protocol="fast",
-            eval_difficulty=difficulty,
-            num_episodes=episodes,
-            max_steps=max_steps,
-            batch=batch,
-        )
+        res = release_call(cfgs, weights, difficulty, episodes, max_steps, batch)
         for k in parts:  # the evaluator's own split of its last group
             parts[k] += ev.LAST_TIMINGS[k]
         call = dict(
@@ -220,14 +236,29 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="also write the results here")
     ap.add_argument("--render", type=Path, help="print the BENCHMARKS.md block of a --json")
     ap.add_argument("--write", action="store_true", help="with --render: update BENCHMARKS.md")
+    ap.add_argument(
+        "--at-cap",
+        action="store_true",
+        help="episodes that run to the cap (god mode keeps the agents alive): a slice of "
+        "each difficulty's call, then the whole release's time projected (bench/at_cap.py)",
+    )
+    ap.add_argument("--slice-chunks", type=int, default=2, help="--at-cap: calls timed")
+    ap.add_argument("--check-batch", type=int, default=64, help="--at-cap: god-mode check")
+    ap.add_argument("--check-steps", type=int, default=32, help="--at-cap: god-mode check")
     args = ap.parse_args()
     if args.render:
-        text = render(args.render)
+        run = json.loads(args.render.read_text())
+        if run.get("mode") == "at-cap":
+            from at_cap import render as render_at_cap
+
+            text, block = render_at_cap(run), "release-at-cap"
+        else:
+            text, block = render(args.render), "synthetic-release"
         print(text)
         if args.write:
             from benchmarks_md import write_block
 
-            write_block("synthetic-release", text)
+            write_block(block, text)
         return
 
     import jax
@@ -249,6 +280,11 @@ def main() -> None:
     )
     when = dict(date=str(date.today()), commit=commit())
     print(json.dumps(info), flush=True)
+    if args.at_cap:
+        from at_cap import run as run_at_cap
+
+        run_at_cap(args, info, when)
+        return
     count_compiles()
     t = time.perf_counter()
     weights = synthetic_weights(args.budgets, args.seeds)
