@@ -9,38 +9,36 @@ The public Python API (``docs/python-api.md``)::
     print(alem_eval.leaderboard(*cells).to_markdown())
 
 Importing the package compiles nothing and imports no JAX: each name below loads its
-module on first use (:mod:`alem_eval.api`, :mod:`alem_eval.play`). The names ``report``,
-``crossplay``, ``verify`` and ``leaderboard`` are the functions, also once the library
-modules of the same name are loaded (import from those as ``from alem_eval.report import
-build_report``).
+module on first use (:mod:`alem_eval.api`). The library below the API is organised in
+packages by layer (``CONTRACTS.md``, "Architecture"); the names here are the stable surface.
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from alem_eval.core.version import __version__ as __version__
 
-# Public name -> the module defining it.
+# Public name -> the module defining it (loaded on first use).
 _EXPORTS: dict[str, str] = {
-    "Cell": "api",
-    "select": "api",
-    "pull": "api",
-    "verify": "api",
-    "score": "api",
-    "leaderboard": "api",
-    "report": "api",
-    "crossplay": "api",
-    "CrossPlay": "api",
-    "Leaderboard": "leaderboard",
-    "load_policy": "play",
-    "make_env": "play",
-    "Policy": "play",
-    "Env": "play",
-    "enable_compilation_cache": "runtime",
+    **dict.fromkeys(
+        (
+            "Cell",
+            "select",
+            "pull",
+            "verify",
+            "score",
+            "leaderboard",
+            "report",
+            "crossplay",
+            "CrossPlay",
+        ),
+        "api.functions",
+    ),
+    **dict.fromkeys(("load_policy", "make_env", "Policy", "Env"), "api.agents"),
+    "Leaderboard": "reporting.leaderboard",
+    "enable_compilation_cache": "core.runtime",
 }
 
 __all__ = [
@@ -62,7 +60,8 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from .api import (
+    from alem_eval.api.agents import Env, Policy, load_policy, make_env
+    from alem_eval.api.functions import (
         Cell,
         CrossPlay,
         crossplay,
@@ -73,9 +72,8 @@ if TYPE_CHECKING:
         select,
         verify,
     )
-    from .leaderboard import Leaderboard
-    from .play import Env, Policy, load_policy, make_env
-    from .runtime import enable_compilation_cache
+    from alem_eval.core.runtime import enable_compilation_cache
+    from alem_eval.reporting.leaderboard import Leaderboard
 
 
 def __getattr__(name: str) -> Any:
@@ -89,16 +87,3 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted([*__all__, "__version__"])
-
-
-class _Package(types.ModuleType):
-    """The package keeps its public names when a submodule of the same name loads (the
-    import system would set ``alem_eval.report`` to the module ``alem_eval/report.py``)."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _EXPORTS and isinstance(value, types.ModuleType):
-            return  # the submodule stays in sys.modules
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

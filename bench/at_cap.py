@@ -34,7 +34,7 @@ import time
 
 def keep_agents_alive() -> None:
     """God mode in every eval env built from now on (call before any is built)."""
-    from alem_env import eval_env
+    from alem_eval.envs import eval_env
 
     os.environ["ALEM_EVAL_NO_EXPORT"] = "1"
     if getattr(eval_env.EvalEnv, "_god_mode", False):
@@ -56,8 +56,8 @@ def god_mode_check(cfg, difficulty: str, *, batch: int, steps: int, repeats: int
     import jax
     import jax.numpy as jnp
 
-    from alem_env.eval_env import EvalEnv
-    from alem_eval import evaluate as ev
+    from alem_eval.envs.eval_env import EvalEnv
+    from alem_eval.evaluate import engine as ev
 
     world = ev.eval_statics(cfg).world
     runs = {}
@@ -112,7 +112,7 @@ def measure_slice(cfgs, weights, difficulty: str, *, episodes, max_steps, batch,
     first call's report and the last (every slot live: no episode ends before the cap)."""
     import jax
 
-    from alem_eval import evaluate as ev
+    from alem_eval.evaluate import engine as ev
     from synthetic_release import release_call
 
     marks: list[tuple[float, int, int]] = []  # (time, live steps, episodes done)
@@ -175,8 +175,8 @@ def project(rows: list[dict], *, difficulties: int, cells: int, episodes: int, m
 def run(args, info: dict, when: dict) -> None:
     """``synthetic_release.py --at-cap``: the god-mode check, then a slice of each
     difficulty's call at the release's layout, and the projection (JSON to ``--json``)."""
-    from alem_eval import evaluate as ev
-    from alem_eval.config import training_run_config
+    from alem_eval.evaluate import engine as ev
+    from alem_eval.algorithms.config import training_run_config
     from cold_call import machine
     from synthetic_release import RELEASED_ENV, synthetic_stack, synthetic_weights
 

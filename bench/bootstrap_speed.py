@@ -33,9 +33,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from alem_eval.analysis import analyze, run_scores, summarize
-from alem_eval.bootstrap import AGGREGATES, BootstrapSettings, StratifiedBootstrap
-from alem_eval.metrics import DEFAULT_METRIC, HEADLINE_METRICS
+from alem_eval.analysis.aggregate import analyze, run_scores, summarize
+from alem_eval.analysis.bootstrap import AGGREGATES, BootstrapSettings, StratifiedBootstrap
+from alem_eval.analysis.metrics import DEFAULT_METRIC, HEADLINE_METRICS
 from tests.synthetic import synthetic_frame
 
 METRIC = DEFAULT_METRIC  # Team/reward_pct_of_max
@@ -146,8 +146,8 @@ def main() -> None:
     )
 
     if args.figures:
-        from alem_eval.report import build_report
-        from alem_eval.results import ResultsStore
+        from alem_eval.reporting.report import build_report
+        from alem_eval.analysis.results import ResultsStore
         from tests.synthetic import fill_store
 
         with tempfile.TemporaryDirectory() as tmp:

@@ -5,7 +5,7 @@ store (``ALEM_EVAL_JAX_CACHE`` at a new temporary directory: the traced programs
 ``jax.export`` live beside the compiled ones) and an empty alem-eval cache
 (``ALEM_EVAL_CACHE``: no memoised checkpoint hash) and results store, so nothing of an
 earlier run is reused. The process runs ``alem-eval score`` in-process
-(``alem_eval.cli.main``) on one cell and splits its wall time, exclusively (every second
+(``alem_eval.cli.app.main``) on one cell and splits its wall time, exclusively (every second
 counted once), into:
 
 * interpreter start and Python imports (the modules the score command loads, imported
@@ -52,34 +52,34 @@ COMPILE_EVENTS = (
 # The modules `alem-eval score` loads on its way, imported before the call so that their
 # import is timed as such (any still imported during the call are listed in the result).
 PRE_IMPORTS = (
-    "alem_eval.cli",
-    "alem_eval.commands.score",
-    "alem_eval.scoring",
-    "alem_eval.evaluate",
-    "alem_eval.loader",
-    "alem_eval.checkpoint",
-    "alem_eval.hashmemo",
-    "alem_eval.results",
-    "alem_eval.sources",
-    "alem_eval.selectors",
-    "alem_eval.demo",
-    "alem_env.eval_env",
+    "alem_eval.cli.app",
+    "alem_eval.cli.commands.score",
+    "alem_eval.scoring.score",
+    "alem_eval.evaluate.engine",
+    "alem_eval.model.loader",
+    "alem_eval.model.checkpoint",
+    "alem_eval.core.hashmemo",
+    "alem_eval.analysis.results",
+    "alem_eval.hub.sources",
+    "alem_eval.hub.selectors",
+    "alem_eval.api.demo",
+    "alem_eval.envs.eval_env",
     "orbax.checkpoint",
     "jax.export",
     "pandas",
     "pyarrow",
 )
 PHASES = {  # (module, attribute) wrapped in the child -> the part its time goes to
-    ("alem_eval.loader", "load_cell"): "weight staging",
-    ("alem_eval.checkpoint", "checkpoint_hash"): "weight staging",
-    ("alem_eval.evaluate", "_stack"): "weight staging",
-    ("alem_eval.checkpoint", "validate"): "shape checks",
-    ("alem_eval.evaluate", "_policy_variables"): "shape checks",
-    ("alem_eval.evaluate", "_check_team"): "shape checks",
-    ("alem_eval.evaluate", "check_env_version"): "shape checks",
-    ("alem_eval.evaluate", "_resets"): "run: resets",
-    ("alem_eval.evaluate", "_drive"): "run: rollout",
-    ("alem_eval.evaluate", "_team_records"): "run: scores and records",
+    ("alem_eval.model.loader", "load_cell"): "weight staging",
+    ("alem_eval.model.checkpoint", "checkpoint_hash"): "weight staging",
+    ("alem_eval.evaluate.engine", "_stack"): "weight staging",
+    ("alem_eval.model.checkpoint", "validate"): "shape checks",
+    ("alem_eval.evaluate.engine", "_policy_variables"): "shape checks",
+    ("alem_eval.evaluate.engine", "_check_team"): "shape checks",
+    ("alem_eval.evaluate.engine", "check_env_version"): "shape checks",
+    ("alem_eval.evaluate.engine", "_resets"): "run: resets",
+    ("alem_eval.evaluate.engine", "_drive"): "run: rollout",
+    ("alem_eval.evaluate.engine", "_team_records"): "run: scores and records",
 }
 PRIORITY = {"program": 3, "eager": 2, "phase": 1}
 
@@ -172,7 +172,7 @@ def child(args) -> int:
     started_wall = _t.time()
     tl = Timeline()
     t_start = tl.stamp()
-    from alem_eval.runtime import enable_compilation_cache
+    from alem_eval.core.runtime import enable_compilation_cache
 
     cache = enable_compilation_cache()  # as cli.main does first: before JAX is imported
     export_dir = cache / "alem-eval-exported"
@@ -196,20 +196,20 @@ def child(args) -> int:
     log.propagate = False
     for name in PRE_IMPORTS:
         importlib.import_module(name)
-    importlib.import_module("alem_eval.cli")._register()  # every command, as main() does
-    from alem_env.loader import import_alem
+    importlib.import_module("alem_eval.cli.app")._register()  # every command, as main() does
+    from alem_eval.envs.loader import import_alem
 
     import_alem()
     before = set(sys.modules)
     t_imports = tl.stamp()
     n_import_compiles = len(tl.compiles)
 
-    from alem_eval import evaluate as ev
+    from alem_eval.evaluate import engine as ev
 
     for (mod, attr), part in PHASES.items():
         m = importlib.import_module(mod)
         setattr(m, attr, tl.wrap(getattr(m, attr), "phase", part))
-    from alem_eval.results import ResultsStore
+    from alem_eval.analysis.results import ResultsStore
 
     ResultsStore.write = tl.wrap(ResultsStore.write, "phase", "results store")
     builds: list[dict] = []
@@ -224,7 +224,7 @@ def child(args) -> int:
 
     ev._Compiled._build = build  # type: ignore[method-assign]
 
-    from alem_eval.cli import main as cli_main
+    from alem_eval.cli.app import main as cli_main
 
     argv = ["score", args.cell, "--source", args.source, "--results", args.results]
     argv += ["--episodes", str(args.episodes), "--max-steps", str(args.max_steps)]

@@ -54,7 +54,7 @@ def captured_run():
     import jax
     import jax.numpy as jnp
 
-    from alem_eval import evaluate as ev
+    from alem_eval.evaluate import engine as ev
 
     seen: dict = {}
     drive = ev._drive
@@ -94,7 +94,7 @@ def part_steps(seen: dict):
     import jax
     import jax.numpy as jnp
 
-    from alem_eval.evaluate import team_actions
+    from alem_eval.evaluate.engine import team_actions
 
     prog, slots = seen["prog"], seen["loop"].slots
     m = prog.machine
@@ -172,9 +172,9 @@ def main() -> None:
     ap.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
     args = ap.parse_args()
 
-    from alem_eval import evaluate as ev
-    from alem_eval.loader import load_cell
-    from alem_eval.runtime import enable_compilation_cache
+    from alem_eval.evaluate import engine as ev
+    from alem_eval.model.loader import load_cell
+    from alem_eval.core.runtime import enable_compilation_cache
 
     load_before = os.getloadavg()[0]
     enable_compilation_cache()

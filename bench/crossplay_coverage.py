@@ -10,8 +10,8 @@ interval covers the true gap, for every ``--runs`` mode, with
   or per-(team, episode) gaps) resampled within each team's anchor cell, percentile
   interval;
 * **worlds, plain percentile**: worlds resampled jointly for every team and the self-play
-  (:func:`alem_eval.crossplay_stats.gap_intervals`' replicates), percentile interval;
-* **after**: :func:`alem_eval.crossplay_stats.gap_intervals` (the same replicates,
+  (:func:`alem_eval.analysis.crossplay_stats.gap_intervals`' replicates), percentile interval;
+* **after**: :func:`alem_eval.analysis.crossplay_stats.gap_intervals` (the same replicates,
   expanded percentile interval).
 
     .venv/bin/python bench/crossplay_coverage.py [--experiments 2000] [--reps 2000] [--write]
@@ -34,8 +34,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from alem_eval.bootstrap import stream_rng
-from alem_eval.crossplay_stats import (
+from alem_eval.analysis.bootstrap import stream_rng
+from alem_eval.analysis.crossplay_stats import (
     RUNS_MODES,
     gap_intervals,
     gap_statistic,
@@ -43,7 +43,7 @@ from alem_eval.crossplay_stats import (
     slot_reference,
     world_counts,
 )
-from alem_eval.metrics import TOTAL
+from alem_eval.analysis.metrics import TOTAL
 from tests.synthetic import crossplay_sim
 
 CONFIDENCE = 0.95

@@ -4,7 +4,7 @@ Measures, at the same batch B = checkpoints x episodes (default 5 x 20 = 100):
 
   (a) env only: ``step_env`` + action mask with random legal actions, B envs vmapped,
       a jitted ``lax.scan`` of --steps steps;
-  (b) the evaluator: ``alem_eval.evaluate.run_stack(protocol="fast")`` on a stack of
+  (b) the evaluator: ``alem_eval.evaluate.engine.run_stack(protocol="fast")`` on a stack of
       --checkpoints copies of the cell, --episodes episodes each, capped at --steps
       (end to end, and its rollout program alone);
   (c) an upstream-style loop: a Python loop over one jitted step (mask + policy +
@@ -68,8 +68,8 @@ def main(argv=None) -> int:
     import jax
     import jax.numpy as jnp
 
-    from alem_eval.loader import load_cell
-    from alem_eval.runtime import enable_compilation_cache
+    from alem_eval.model.loader import load_cell
+    from alem_eval.core.runtime import enable_compilation_cache
 
     load_before = os.getloadavg()
     enable_compilation_cache()
@@ -235,9 +235,9 @@ def _setup(cell, difficulty: str, k: int, e: int) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from alem_env.eval_env import get_eval_env
-    from alem_eval import evaluate as ev
-    from alem_eval.policies import make_policy
+    from alem_eval.envs.eval_env import get_eval_env
+    from alem_eval.evaluate import engine as ev
+    from alem_eval.model.policies import make_policy
 
     cfg, spec = cell.cfg, cell.spec
     env = get_eval_env(ev.eval_statics(cfg))
@@ -278,7 +278,7 @@ class _EvaluatorRunner:
         self.runs: list[dict] = []
 
     def __call__(self):
-        from alem_eval import evaluate as ev
+        from alem_eval.evaluate import engine as ev
 
         res = ev.run_stack(*self.args, **self.kw)
         self.runs.append(
@@ -369,13 +369,13 @@ def _evaluator_only(args) -> int:
     split the same way and the upstream loop, interleaved (one JSON line)."""
     import json
 
-    from alem_eval.runtime import use_host_devices
+    from alem_eval.core.runtime import use_host_devices
 
     use_host_devices(args.host_devices)
     import jax
 
-    from alem_eval.loader import load_cell
-    from alem_eval.runtime import enable_compilation_cache
+    from alem_eval.model.loader import load_cell
+    from alem_eval.core.runtime import enable_compilation_cache
 
     enable_compilation_cache()
     n_dev = args.host_devices

@@ -84,7 +84,7 @@ def untrained_scores(root: Path, cache: Path, jax_cache: Path) -> dict[str, dict
     """The same protocol on cells of the demo sizes with their initial weights
     (``scripts/make_demo_cells.py --untrained``), warm compilation cache: what training
     bought. {algorithm: {label: mean in percent}}."""
-    from alem_eval.metrics import HEADLINE_METRICS
+    from alem_eval.analysis.metrics import HEADLINE_METRICS
 
     cells = root / "untrained-cells"
     script = REPO / "scripts" / "make_demo_cells.py"
@@ -107,7 +107,7 @@ def untrained_scores(root: Path, cache: Path, jax_cache: Path) -> dict[str, dict
 
 def headline(out: Path) -> dict[str, dict[str, float]]:
     """{algorithm: {label: mean in percent}} from the demo report's stats.json."""
-    from alem_eval.metrics import metric_info
+    from alem_eval.analysis.metrics import metric_info
 
     stats = json.loads((out / "report" / "stats.json").read_text())
     table: dict[str, dict[str, float]] = {}

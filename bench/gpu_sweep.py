@@ -34,7 +34,7 @@ from synthetic_release import (
 
 
 def one_call(stack, *, difficulty: str, episodes: int, max_steps: int, batch: int) -> dict:
-    from alem_eval import evaluate as ev
+    from alem_eval.evaluate import engine as ev
 
     cfgs, weights = stack
     t, before = time.perf_counter(), dict(COMPILES)

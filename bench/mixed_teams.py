@@ -35,11 +35,11 @@ _CHILD = textwrap.dedent("""
     import json, sys, time
     t0 = time.perf_counter()
     sys.path.insert(0, {repo!r})
-    from alem_eval.runtime import enable_compilation_cache
+    from alem_eval.core.runtime import enable_compilation_cache
     enable_compilation_cache({cache!r})
-    from alem_eval import evaluate as ev
-    from alem_eval.demo import ensure_demo_source
-    from alem_eval.loader import load_cell
+    from alem_eval.evaluate import engine as ev
+    from alem_eval.hub.demo_cells import ensure_demo_source
+    from alem_eval.model.loader import load_cell
     root = ensure_demo_source()
     cells = sorted(root.glob("*/*/*/seed0"))
     loaded = [load_cell(c, policy_only=True) for c in cells]

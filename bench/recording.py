@@ -36,11 +36,11 @@ _CHILD = textwrap.dedent("""
     import json, resource, sys, time
     from pathlib import Path
     sys.path.insert(0, {repo!r})
-    from alem_eval.runtime import enable_compilation_cache
+    from alem_eval.core.runtime import enable_compilation_cache
     enable_compilation_cache({cache!r})
-    from alem_eval.manifest import Cell
-    from alem_eval.scoring import ScoreOptions, score_cells
-    from alem_eval.sources import open_source
+    from alem_eval.hub.manifest import Cell
+    from alem_eval.scoring.score import ScoreOptions, score_cells
+    from alem_eval.hub.sources import open_source
 
     src = open_source({root!r})
     cells = [Cell.from_id({cell_id!r})]

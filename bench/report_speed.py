@@ -54,11 +54,11 @@ def main() -> None:
     ap.add_argument("--write", action="store_true", help="record the results in BENCHMARKS.md")
     args = ap.parse_args()
 
-    from alem_eval.analysis import analyze, prepare, summarize
-    from alem_eval.bootstrap import BootstrapSettings
-    from alem_eval.metrics import DEFAULT_METRIC, HEADLINE_METRICS
-    from alem_eval.report import FIGURE_FORMATS, build_report, default_jobs
-    from alem_eval.results import ResultsStore
+    from alem_eval.analysis.aggregate import analyze, prepare, summarize
+    from alem_eval.analysis.bootstrap import BootstrapSettings
+    from alem_eval.analysis.metrics import DEFAULT_METRIC, HEADLINE_METRICS
+    from alem_eval.reporting.report import FIGURE_FORMATS, build_report, default_jobs
+    from alem_eval.analysis.results import ResultsStore
     from tests.synthetic import fill_store
 
     settings = BootstrapSettings(reps=args.reps)

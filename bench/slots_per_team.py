@@ -29,9 +29,9 @@ def main() -> None:
     ap.add_argument("--slots", default="2,4,8", help="slots per team, comma-separated")
     args = ap.parse_args()
 
-    from alem_eval import evaluate as ev
-    from alem_eval.loader import load_cell
-    from alem_eval.runtime import enable_compilation_cache
+    from alem_eval.evaluate import engine as ev
+    from alem_eval.model.loader import load_cell
+    from alem_eval.core.runtime import enable_compilation_cache
 
     load_before = os.getloadavg()[0]
     enable_compilation_cache()

@@ -50,7 +50,7 @@ def variant_runner(prog, loop, args, variant: str, steps: int):
     """A jitted ``steps``-step scan of the loop's step in the given variant."""
     import jax
 
-    from alem_eval import evaluate as ev
+    from alem_eval.evaluate import engine as ev
 
     base = prog.machine
     machine = dataclasses.replace(base, cond_refill=variant == "cond")
@@ -163,9 +163,9 @@ def main() -> None:
     import jax
     import jax.numpy as jnp
 
-    from alem_eval import evaluate as ev
-    from alem_eval.loader import load_cell
-    from alem_eval.runtime import enable_compilation_cache
+    from alem_eval.evaluate import engine as ev
+    from alem_eval.model.loader import load_cell
+    from alem_eval.core.runtime import enable_compilation_cache
 
     enable_compilation_cache()
     cell = load_cell(DEFAULT_CELL, policy_only=True)

@@ -58,9 +58,9 @@ def synthetic_weights(budgets: int, seeds: int) -> dict:
     difficulty's cell of that triple reuses them (the network does not depend on it)."""
     import jax
 
-    from alem_eval.algorithms import all_algorithms
-    from alem_eval.config import training_run_config
-    from alem_eval.networks import build_network
+    from alem_eval.algorithms.registry import all_algorithms
+    from alem_eval.algorithms.config import training_run_config
+    from alem_eval.model.networks import build_network
 
     out = {}
     host = jax.devices("cpu")[0]  # built where they will be read from: the host
@@ -78,7 +78,7 @@ def synthetic_weights(budgets: int, seeds: int) -> dict:
 
 def synthetic_stack(difficulty: str, weights: dict):
     """Configs and weights of one difficulty's synthetic cells (budget, algorithm, seed)."""
-    from alem_eval.config import training_run_config
+    from alem_eval.algorithms.config import training_run_config
 
     cfgs = [
         training_run_config(algo, difficulty=difficulty, seed=s, overrides=RELEASED_ENV)
@@ -103,7 +103,7 @@ def count_compiles() -> None:
 
 def release_call(cfgs, weights, difficulty: str, episodes: int, max_steps: int, batch, **kw):
     """One difficulty's call, as ``score`` makes it: ``run_stack``, fast protocol."""
-    from alem_eval import evaluate as ev
+    from alem_eval.evaluate import engine as ev
 
     return ev.run_stack(
         cfgs,
@@ -119,7 +119,7 @@ def release_call(cfgs, weights, difficulty: str, episodes: int, max_steps: int, 
 
 def score_release(stacks, *, episodes: int, max_steps: int, batch: int | None) -> dict:
     """One pass over the release: a ``run_stack`` call per difficulty."""
-    from alem_eval import evaluate as ev
+    from alem_eval.evaluate import engine as ev
 
     t = time.perf_counter()
     live = slot_steps = 0
@@ -266,7 +266,7 @@ def main() -> None:
     # The PRNG mode the release was made with (jax 0.4.38's default; newer jax, as on a
     # device image that cannot take the pinned wheels, defaults to the other one).
     jax.config.update("jax_threefry_partitionable", False)
-    from alem_eval import evaluate as ev
+    from alem_eval.evaluate import engine as ev
 
     dev = jax.devices()[0]
     info = dict(

@@ -37,9 +37,9 @@ def measure(
     import jax
     import numpy as np
 
-    from alem_eval.config import build_train_config, training_run_config
-    from trainers.common import trainer_for
-    from trainers.devices import seed_key
+    from alem_eval.algorithms.config import build_train_config, training_run_config
+    from alem_eval.trainers.common import trainer_for
+    from alem_eval.trainers.devices import seed_key
 
     ov = dict(overrides)
     if num_envs:
@@ -111,7 +111,7 @@ def to_markdown(rows: list[dict], note: str) -> str:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    from alem_eval.algorithms import ALGORITHMS
+    from alem_eval.algorithms.registry import ALGORITHMS
 
     ap.add_argument(
         "--algorithms",

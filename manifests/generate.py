@@ -4,12 +4,12 @@
     .venv/bin/python manifests/generate.py --check  # exit 1 if a copy is stale
 
 It writes two identical files: ``alem_eval/data/alem-rl-baselines.json``, the package data
-that ``alem_eval.manifest`` reads (and wheels ship), and ``manifests/alem-rl-baselines.json``,
+that ``alem_eval.hub.manifest`` reads (and wheels ship), and ``manifests/alem-rl-baselines.json``,
 the human-facing copy.
 
 The facts come from the model card and the upstream trainers (spec §5 and §9): the grid
-below, and each algorithm's registry record (``alem_eval.algorithms``, its ``release``).
-``tests/test_hub.py`` checks the parameter counts against ``alem_eval.networks`` at the
+below, and each algorithm's registry record (``alem_eval.algorithms.registry``, its ``release``).
+``tests/test_hub.py`` checks the parameter counts against ``alem_eval.model.networks`` at the
 released sizes.
 """
 
@@ -23,9 +23,9 @@ from pathlib import Path
 # Run as a script from anywhere: make the checkout importable.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from alem_eval.algorithms import all_algorithms
-from alem_eval.config import DIFFICULTIES, PAPER_ENV_VERSION
-from alem_eval.manifest import (
+from alem_eval.algorithms.registry import all_algorithms
+from alem_eval.algorithms.config import DIFFICULTIES, PAPER_ENV_VERSION
+from alem_eval.hub.manifest import (
     DEFAULT_REVISION,
     HUB_REPO,
     MANIFEST_NAME,

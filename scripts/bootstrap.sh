@@ -20,6 +20,6 @@ if [ ! -f "$stamp" ] || [ requirements.lock -nt "$stamp" ] || [ requirements-dev
   # alem-env builds its texture cache (next to the installed package) on its first import:
   # about two minutes, once. Do it here, so no command or test pays for it (and parallel
   # test workers never race to write that file).
-  .venv/bin/python -c "from alem_env.loader import import_alem; import_alem()"
+  .venv/bin/python -c "from alem_eval.envs.loader import import_alem; import_alem()"
   touch "$stamp"
 fi

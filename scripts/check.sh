@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The project's checks, in order: lint, format, types, then the offline test suite.
+# The project's checks, in order: lint, format, types, layers, then the offline test suite.
 # Run after scripts/bootstrap.sh (README: "Run the tests"; .ci/run calls the same).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
+.venv/bin/lint-imports --no-cache >/dev/null || .venv/bin/lint-imports --no-cache  # packages by layer
 exec .venv/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup --durations=15 "$@"

@@ -1,7 +1,7 @@
 """Regenerate the demo cells bundled with alem-eval (alem_eval/data/demo-cells/).
 
 Each cell is trained by ``alem-eval train`` itself, with the settings of
-``alem_eval.demo.DEMO_RECIPE`` (network sizes: the registry's ``demo.overrides``; seed 0,
+``alem_eval.api.demo.DEMO_RECIPE`` (network sizes: the registry's ``demo.overrides``; seed 0,
 easy), in a scratch directory; its ``checkpoint/`` and ``config.json`` are then copied into
 the package. Training is deterministic on one machine: the same command gives the same
 arrays bit for bit there. XLA compiles for the host CPU's features, so on another CPU model
@@ -35,14 +35,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from alem_eval.demo import (  # noqa: E402
+from alem_eval.hub.demo_cells import (  # noqa: E402
     DEMO_RECIPE,
     DEMO_SEED,
     demo_cell_id,
     demo_root,
     train_args,
 )
-from alem_eval.layout import CHECKPOINT_DIR, CONFIG_FILE  # noqa: E402
+from alem_eval.hub.layout import CHECKPOINT_DIR, CONFIG_FILE  # noqa: E402
 
 # training_summary fields that depend on the wall clock, not on the computation
 TIMING_KEYS = ("wall_time_s", "compile_time_s", "steps_per_second", "steps_per_second_per_cell")
@@ -115,11 +115,14 @@ def write_untrained(root: Path) -> None:
     import jax
     import optax
 
-    from alem_eval.algorithms import get_algorithm
-    from alem_eval.demo import DEMO_DIFFICULTY, DEMO_ENV
-    from alem_eval.config import build_run_config, resolve_values
-    from alem_eval.networks import build_network
-    from alem_eval.released import write_released_cell
+    from alem_eval.algorithms.registry import get_algorithm
+    from alem_eval.hub.demo_cells import (
+        DEMO_DIFFICULTY,
+        DEMO_ENV,
+    )
+    from alem_eval.algorithms.config import build_run_config, resolve_values
+    from alem_eval.model.networks import build_network
+    from alem_eval.hub.released import write_released_cell
 
     for algorithm in DEMO_RECIPE:
         demo = get_algorithm(algorithm).demo

@@ -35,7 +35,7 @@ def cli_env(tmp_path: Path, endpoint: str, *, offline: bool = False) -> dict[str
 def run_cli(
     args: list[str], env: dict[str, str], *, timeout: float = 120
 ) -> subprocess.CompletedProcess:
-    code = "import sys; from alem_eval.cli import main; sys.exit(main())"
+    code = "import sys; from alem_eval.cli.app import main; sys.exit(main())"
     return subprocess.run(
         [sys.executable, "-c", code, *args],
         env=env,

@@ -37,7 +37,7 @@ ALL_CELLS = TINY_CELLS + ("full/ippo-rnn/hard/seed1",)
 
 @pytest.fixture(scope="session", autouse=True)
 def _shared_compilation_cache():
-    from alem_eval.runtime import enable_compilation_cache
+    from alem_eval.core.runtime import enable_compilation_cache
 
     enable_compilation_cache()
 

@@ -83,7 +83,7 @@ class Cell:
 @functools.cache
 def load(cell_id: str) -> Cell:
     """Config, policy weights and upstream numbers of a fixture cell (cached)."""
-    from alem_eval.loader import load_cell
+    from alem_eval.model.loader import load_cell
 
     _budget, algorithm, difficulty, seed = cell_id.split("/")
     d = FIXTURES / cell_id
@@ -120,6 +120,6 @@ def diff_records(got: dict, expected: dict) -> list[str]:
 def programs_made() -> int:
     """Rollout programs this process obtained: traced, or loaded from a ``jax.export``
     file another process of the test run wrote (the warm start skips the trace)."""
-    from alem_eval import evaluate as ev
+    from alem_eval.evaluate import engine as ev
 
     return ev.TRACE_COUNTS["rollout"] + ev.TRACE_COUNTS["rollout:loaded"]

@@ -9,16 +9,16 @@ import numpy as np
 import optax
 import pytest
 
-from alem_eval.algorithms import (
+from alem_eval.algorithms.registry import (
     algorithm_names,
     algorithm_rank,
     all_algorithms,
     canonical_algorithm,
     get_algorithm,
 )
-from alem_eval.config import build_run_config, key_table, resolve_values
-from alem_eval.errors import ConfigError
-from alem_eval.networks import build_network
+from alem_eval.algorithms.config import build_run_config, key_table, resolve_values
+from alem_eval.core.errors import ConfigError
+from alem_eval.model.networks import build_network
 from tests.conftest import REPO
 
 RECORDS = [pytest.param(a, id=a.name) for a in all_algorithms()]
@@ -79,18 +79,18 @@ def test_released_parameter_counts(algo):
 def test_no_module_outside_the_registry_spells_an_algorithm_name():
     """Only the registry, the network builders and each algorithm's own trainer file may
     name an algorithm: everything else asks the registry (docstrings excepted)."""
-    allowed = {"alem_eval/algorithms.py", "alem_eval/networks.py"}
+    allowed = {"alem_eval/algorithms/registry.py", "alem_eval/model/networks.py"}
     names = "|".join(re.escape(n) for a in all_algorithms() for n in (a.name, *a.aliases))
     pattern = re.compile(rf"""["']({names})["']""")
     offenders = []
     for path in (
         sorted((REPO / "alem_eval").rglob("*.py"))
-        + sorted((REPO / "alem_env").rglob("*.py"))
+        + sorted((REPO / "alem_eval.envs").rglob("*.py"))
         + sorted((REPO / "trainers").glob("*.py"))
     ):
         rel = path.relative_to(REPO).as_posix()
         text = path.read_text()
-        own = rel.startswith("trainers/") and re.search(rf'ALGORITHM = "({names})"', text)
+        own = rel.startswith("alem_eval/trainers/") and re.search(rf'ALGORITHM = "({names})"', text)
         for m in pattern.finditer(text):
             line = text[: m.start()].count("\n") + 1
             src = text.splitlines()[line - 1].strip()

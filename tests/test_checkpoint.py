@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 
-from alem_eval import checkpoint as ckpt
-from alem_eval.errors import CheckpointError, ShapeMismatchError
-from alem_eval.loader import load_cell, verify_cell
+from alem_eval.model import checkpoint as ckpt
+from alem_eval.core.errors import CheckpointError, ShapeMismatchError
+from alem_eval.model.loader import load_cell, verify_cell
 
 from .conftest import ALL_CELLS
 

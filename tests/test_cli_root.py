@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from alem_eval import __version__
-from alem_eval.cli import COMMAND_MODULES, _register, app, reflow_help
+from alem_eval.core.version import __version__
+from alem_eval.cli.app import COMMAND_MODULES, _register, app, reflow_help
 
 _register()
 COMMANDS = sorted(c.name or c.callback.__name__ for c in app.registered_commands)
@@ -93,8 +93,8 @@ def test_ctrl_c_says_that_completed_work_is_kept(monkeypatch, capsys, fixtures_r
     import os
     import signal
 
-    from alem_eval import cli
-    from alem_eval.sources import LocalSource
+    from alem_eval.cli.app import app as cli
+    from alem_eval.hub.sources import LocalSource
 
     def interrupted(self):
         os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the command works

@@ -1,4 +1,4 @@
-"""``alem_eval.compare``: two sources scored on the same worlds, P(A > B) with a CI (the
+"""``alem_eval.scoring.compare``: two sources scored on the same worlds, P(A > B) with a CI (the
 evaluator is a stub whose scores depend on the source: no Alem compile)."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from alem_eval import evaluate
-from alem_eval.compare import compare_scores, compare_sources
-from alem_eval.errors import UsageError
+from alem_eval.evaluate import engine as evaluate
+from alem_eval.scoring.compare import compare_scores, compare_sources
+from alem_eval.core.errors import UsageError
 
 
 def test_compare_scores_statement():
@@ -108,7 +108,7 @@ def test_difficulty_selects_the_cells_and_eval_difficulty_the_worlds(two_sources
 
 
 def test_a_wrong_second_source_fails_before_the_first_is_scored(two_sources, tmp_path):
-    from alem_eval.errors import AlemEvalError
+    from alem_eval.core.errors import AlemEvalError
 
     a, _ = two_sources("tiny/ippo-rnn/easy/seed0")
     with pytest.raises(AlemEvalError, match="does not exist"):
@@ -126,7 +126,7 @@ def test_compare_takes_any_record_column_and_skips_episodes_without_its_value(tw
     assert row["metric"] == "episode_return" and row["n_A"] == row["n_B"] == 5
     assert row["mean_A"] - row["mean_B"] == pytest.approx(0.4) and row["verdict"] == "A better"
     # A cell with no finite value at all (one episode, the one without it): a one-line error.
-    from alem_eval.errors import EvaluationError
+    from alem_eval.core.errors import EvaluationError
 
     with pytest.raises(EvaluationError, match=r"seed0: no episode has a finite episode_return"):
         compare_sources([a, b], ["tiny/ippo-rnn/easy/seed0"], metric="episode_return", episodes=1)
@@ -144,7 +144,7 @@ def test_a_rerun_reads_both_sources_back_from_the_store(two_sources, tmp_path):
     """Scores are kept per (cell, checkpoint, config, protocol, episodes, cap): a rerun
     evaluates nothing and states the same; other settings evaluate again. The two sources
     hold the same cell id with different checkpoints: both versions are kept."""
-    from alem_eval.results import ResultsStore
+    from alem_eval.analysis.results import ResultsStore
 
     cell = "tiny/ippo-rnn/easy/seed0"
     a, b = two_sources(cell)
@@ -161,7 +161,7 @@ def test_a_rerun_reads_both_sources_back_from_the_store(two_sources, tmp_path):
 
 
 def test_an_interrupted_compare_keeps_what_it_scored(two_sources, tmp_path, monkeypatch):
-    from alem_eval.results import ResultsStore
+    from alem_eval.analysis.results import ResultsStore
 
     cell = "tiny/ippo-rnn/easy/seed0"
     a, b = two_sources(cell)
@@ -187,7 +187,7 @@ def test_an_interrupted_compare_keeps_what_it_scored(two_sources, tmp_path, monk
 def test_progress_names_each_scored_cell_and_what_was_read_back(two_sources, tmp_path):
     """``on_progress`` per source: each cell as it is stored, then on a rerun how many
     were read back; ``on_episodes`` hears the evaluator's episode progress."""
-    from alem_eval.results import ResultsStore
+    from alem_eval.analysis.results import ResultsStore
 
     a, b = two_sources("tiny/ippo-rnn/hard/seed2", "tiny/hypermarl-rnn/hard/seed0")
     two_sources.groups_per_source = 2
@@ -228,8 +228,8 @@ def test_compare_command_wiring(two_sources, tmp_path, monkeypatch):
 
     from typer.testing import CliRunner
 
-    import alem_eval.runtime as runtime
-    from alem_eval.cli import _register, app
+    import alem_eval.core.runtime as runtime
+    from alem_eval.cli.app import _register, app
 
     cell = "tiny/ippo-rnn/easy/seed0"
     a, b = two_sources(cell)

@@ -2,14 +2,14 @@
 
 import pytest
 
-from alem_eval.algorithms import (
+from alem_eval.algorithms.registry import (
     HyperMARLNetConfig,
     PPONetConfig,
     PQNNetConfig,
     canonical_algorithm,
 )
-from alem_eval.config import load_config_file, parse_config_json
-from alem_eval.errors import ConfigError
+from alem_eval.algorithms.config import load_config_file, parse_config_json
+from alem_eval.core.errors import ConfigError
 
 from .conftest import TINY_CELLS
 

@@ -1,6 +1,6 @@
 """Data output: tables piped or redirected are never truncated."""
 
-from alem_eval.console import OutputFormat, emit_records
+from alem_eval.cli.console import OutputFormat, emit_records
 
 
 def test_table_into_a_pipe_keeps_every_character(capsys, monkeypatch):
@@ -26,8 +26,8 @@ def test_episode_bar_in_a_batch_log_prints_throttled_lines_with_rates_after_the_
     """Off a terminal the bar prints a line at most every ``every_s`` seconds and the
     final state once; env-steps/s and the ETA count from the first report (whose call
     also compiled), not from the start."""
-    from alem_eval.console import EpisodeBar, err_console
-    from alem_eval.evaluate import RolloutProgress
+    from alem_eval.cli.console import EpisodeBar, err_console
+    from alem_eval.evaluate.engine import RolloutProgress
 
     reports = [
         RolloutProgress(0, 10, 100, 60.0),  # first call: 60 s of compile
@@ -61,7 +61,7 @@ def test_json_output_is_strict_with_non_finite_values_as_null(capsys):
     every ``--format json`` output goes through emit_records / emit_json."""
     import numpy as np
 
-    from alem_eval.console import emit_json
+    from alem_eval.cli.console import emit_json
 
     rows = [
         {

@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from alem_eval import evaluate as ev
-from alem_eval.errors import UsageError
+from alem_eval.evaluate import engine as ev
+from alem_eval.core.errors import UsageError
 from tests.eval_support import (
     EVALUATOR_GROUP,
     FAST_EPISODES,

@@ -15,10 +15,12 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from alem_eval.crossplay import Team, compositions, pair_matrix
-from alem_eval.demo import demo_root
-from alem_eval.errors import EvaluationError, UsageError
-from alem_eval.manifest import Cell
+from alem_eval.scoring.crossplay import Team, compositions, pair_matrix
+from alem_eval.hub.demo_cells import (
+    demo_root,
+)
+from alem_eval.core.errors import EvaluationError, UsageError
+from alem_eval.hub.manifest import Cell
 
 from .clitools import assert_one_line_error, cli_env, closed_port_url, run_cli
 from .conftest import FIXTURES
@@ -127,8 +129,8 @@ def _copy_cells(tmp_path, *cell_ids, root=FIXTURES):
 
 
 def test_cells_needing_different_env_configurations_are_one_clear_error(tmp_path):
-    from alem_eval.crossplay import run_crossplay
-    from alem_eval.sources import open_source
+    from alem_eval.scoring.crossplay import run_crossplay
+    from alem_eval.hub.sources import open_source
 
     src = _copy_cells(tmp_path, "tiny/ippo-rnn/easy/seed0", "tiny/ippo-rnn/hard/seed2")
     path = src / "tiny/ippo-rnn/hard/seed2/config.json"
@@ -152,8 +154,8 @@ def test_cells_needing_different_env_configurations_are_one_clear_error(tmp_path
 
 
 def test_cells_of_different_difficulties_need_an_explicit_one(tmp_path):
-    from alem_eval.crossplay import run_crossplay
-    from alem_eval.sources import open_source
+    from alem_eval.scoring.crossplay import run_crossplay
+    from alem_eval.hub.sources import open_source
 
     source = open_source(str(FIXTURES))
     with pytest.raises(
@@ -170,8 +172,8 @@ def test_cli_difficulty_selects_the_cells_and_eval_difficulty_the_worlds(tmp_pat
     cells only, on hard worlds (the library call is stubbed: no compile)."""
     from typer.testing import CliRunner
 
-    import alem_eval.runtime as runtime
-    from alem_eval.cli import _register, app
+    import alem_eval.core.runtime as runtime
+    from alem_eval.cli.app import _register, app
 
     seen = {}
 
@@ -182,8 +184,8 @@ def test_cli_difficulty_selects_the_cells_and_eval_difficulty_the_worlds(tmp_pat
         seen.update(cells=[c.id for c in cells], eval_difficulty=eval_difficulty)
         raise Stop
 
-    # The module: `alem_eval.crossplay` is the public function (alem_eval/__init__.py).
-    monkeypatch.setattr(sys.modules["alem_eval.crossplay"], "run_crossplay", run_crossplay)
+    # The module: `alem_eval.scoring.crossplay` is the public function (alem_eval/__init__.py).
+    monkeypatch.setattr(sys.modules["alem_eval.scoring.crossplay"], "run_crossplay", run_crossplay)
     monkeypatch.setattr(runtime, "enable_compilation_cache", lambda *a, **k: None)
     _register()
     args = ["crossplay", "tiny/ippo-rnn", "--source", str(FIXTURES), "--difficulty", "easy"]
@@ -202,9 +204,9 @@ def test_a_selector_matching_nothing_is_a_one_line_error(tmp_path):
 
 
 def test_a_team_is_stored_when_its_episodes_end_so_a_kill_mid_run_keeps_it(tmp_path, monkeypatch):
-    from alem_eval import evaluate
-    from alem_eval.crossplay import GAP_METRICS, CrossplayStore, run_crossplay
-    from alem_eval.sources import open_source
+    from alem_eval.evaluate import engine as evaluate
+    from alem_eval.scoring.crossplay import GAP_METRICS, CrossplayStore, run_crossplay
+    from alem_eval.hub.sources import open_source
 
     calls: list[list[tuple[int, ...]]] = []
     kill_after: list[int | None] = [0]
@@ -335,7 +337,7 @@ def test_cli_rerun_reads_every_team_back_and_the_results_store_ignores_them(scor
     assert doc["gaps"] == before["gaps"] and doc["pair_matrix"] == before["pair_matrix"]
     # Cross-play rows live in their own store: the results store (report, leaderboard)
     # sees no entry and warns about nothing.
-    from alem_eval.results import ResultsStore
+    from alem_eval.analysis.results import ResultsStore
 
     assert list((results / "crossplay" / "easy").glob("*.pq"))
     with warnings.catch_warnings():
@@ -385,8 +387,8 @@ def test_cli_cell_that_cannot_be_loaded_is_one_line_and_keeps_stored_teams(score
 
 
 def test_command_choices_are_what_the_library_accepts():
-    from alem_eval.commands.crossplay import CrossRuns, Scheme
-    from alem_eval.crossplay import RUNS_MODES, SCHEMES
+    from alem_eval.cli.commands.crossplay import CrossRuns, Scheme
+    from alem_eval.scoring.crossplay import RUNS_MODES, SCHEMES
 
     assert tuple(m.value for m in Scheme) == SCHEMES
     assert tuple(m.value for m in CrossRuns) == RUNS_MODES

@@ -10,17 +10,17 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from alem_eval.crossplay import Team, compositions
-from alem_eval.crossplay_stats import (
+from alem_eval.scoring.crossplay import Team, compositions
+from alem_eval.analysis.crossplay_stats import (
     RUNS_MODES,
     crossplay_gap,
     gap_intervals,
     slot_reference,
     world_counts,
 )
-from alem_eval.errors import EvaluationError
-from alem_eval.manifest import Cell
-from alem_eval.results import ResultsWarning
+from alem_eval.core.errors import EvaluationError
+from alem_eval.hub.manifest import Cell
+from alem_eval.analysis.results import ResultsWarning
 
 from .synthetic import crossplay_sim
 

@@ -1,4 +1,4 @@
-"""DATASETS: the recording format (alem_eval.datasets.Recorder / open_recording), Flashbax
+"""DATASETS: the recording format (alem_eval.datasets.recording.Recorder / open_recording), Flashbax
 Vault export with dataset cards, and ``alem-eval dataset export|info``.
 
 Recordings are built through the Recorder API from synthetic steps (small P, D, A), as the
@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from alem_eval import datasets as ds
-from alem_eval.cli import main
-from alem_eval.datasets import FIELDS, Recorder, open_recording
-from alem_eval.errors import DatasetError
+from alem_eval.datasets import recording as ds
+from alem_eval.cli.app import main
+from alem_eval.datasets.recording import FIELDS, Recorder, open_recording
+from alem_eval.core.errors import DatasetError
 from tests.clitools import assert_one_line_error, cli_env, closed_port_url, run_cli
 
 P, D, A = 3, 10, 6
@@ -722,7 +722,7 @@ def test_the_real_alem_observation_is_uint8_with_a_few_float32_columns():
     dtype holds; stored as uint8 + those columns in float32, exactly."""
     import jax
 
-    from alem_env.eval_env import EnvStatics, get_eval_env
+    from alem_eval.envs.eval_env import EnvStatics, get_eval_env
 
     env = get_eval_env(EnvStatics("Alem-Coop-Symbolic", 3, 4, False, False, False, False))
     obs, _ = env.reset(jax.random.PRNGKey(9999), env.difficulty_params("easy"))

@@ -12,8 +12,8 @@ import zipfile
 
 import pytest
 
-from alem_eval.cli import main
-from alem_eval.demo import (
+from alem_eval.cli.app import main
+from alem_eval.hub.demo_cells import (
     CARD,
     DEMO_RECIPE,
     demo_algorithms,
@@ -22,7 +22,7 @@ from alem_eval.demo import (
     ensure_demo_source,
     train_args,
 )
-from alem_eval.layout import CHECKPOINT_DIR, CONFIG_FILE
+from alem_eval.hub.layout import CHECKPOINT_DIR, CONFIG_FILE
 
 from .conftest import REPO
 from .eval_support import DEMO_PROGRAMS
@@ -54,7 +54,7 @@ def test_every_algorithm_with_a_demo_has_a_bundled_cell_within_the_size_budget()
 def test_bundled_cell_is_what_its_recipe_trains(algorithm):
     """`alem-eval train` with the recipe's arguments would find the cell already trained
     with exactly these settings (the recipe in code and the committed cell agree)."""
-    from alem_eval.training import TrainOptions, parse_sets, plan_training
+    from alem_eval.trainers.planning import TrainOptions, parse_sets, plan_training
 
     args = train_args(algorithm)
     sets = [args[i + 1] for i, a in enumerate(args) if a == "--set"]
@@ -129,7 +129,7 @@ def test_wheel_ships_the_demo_cells(tmp_path):
     src.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(REPO / name, src / name)
-    for pkg in ("alem_eval", "alem_env", "trainers"):
+    for pkg in ("alem_eval", "alem_eval.envs", "trainers"):
         shutil.copytree(REPO / pkg, src / pkg, ignore=shutil.ignore_patterns("__pycache__"))
     built = subprocess.run(
         [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", "wheel"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from alem_eval.cli import _register, app
+from alem_eval.cli.app import _register, app
 
 from .conftest import REPO
 

@@ -1,4 +1,4 @@
-"""``--dry-run`` of pull, score and crossplay (alem_eval.plan), and the one-line refusal of
+"""``--dry-run`` of pull, score and crossplay (alem_eval.scoring.plan), and the one-line refusal of
 a command that would take every Hub cell without being asked to ('*').
 
 The Hub is the loopback server of tests/hub_server.py; the CLI runs in a subprocess (the
@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from alem_eval.cli import main
-from alem_eval.crossplay import compositions
-from alem_eval.errors import SourceError
-from alem_eval.manifest import Cell
-from alem_eval.plan import plan_crossplay, plan_pull, plan_score
-from alem_eval.scoring import ScoreOptions, _plan
-from alem_eval.sources import HubSource, open_source
+from alem_eval.cli.app import main
+from alem_eval.scoring.crossplay import compositions
+from alem_eval.core.errors import SourceError
+from alem_eval.hub.manifest import Cell
+from alem_eval.scoring.plan import plan_crossplay, plan_pull, plan_score
+from alem_eval.scoring.score import ScoreOptions, _plan
+from alem_eval.hub.sources import HubSource, open_source
 
 from .clitools import cli_env, run_cli
 from .conftest import FIXTURES

@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from alem_eval import evaluate as ev
-from alem_eval.errors import EvaluationError, UsageError
+from alem_eval.evaluate import engine as ev
+from alem_eval.core.errors import EvaluationError, UsageError
 from tests.conftest import REPO
 from tests.eval_support import EVALUATOR_GROUP, load, with_eval
 
@@ -105,9 +105,9 @@ def test_hypermarl_without_agent_id_is_refused():
 
 
 def test_eval_env_matches_upstream_construction():
-    from alem_env.eval_env import EnvStatics, get_eval_env
+    from alem_eval.envs.eval_env import EnvStatics, get_eval_env
 
-    from alem_eval.evaluate import eval_statics
+    from alem_eval.evaluate.engine import eval_statics
 
     cfg = load(CELL).cfg
     statics = eval_statics(cfg)
@@ -142,7 +142,7 @@ def test_eval_env_matches_upstream_construction():
 
 
 def test_upstream_mean_reproduces_eager_float32_mean():
-    from alem_env.eval_env import upstream_mean
+    from alem_eval.envs.eval_env import upstream_mean
 
     x = np.float32(99.36842346191406)
     # the eager mean of a broadcast scalar is not the scalar (1 ulp off), as upstream logs it
@@ -153,8 +153,8 @@ def test_upstream_mean_reproduces_eager_float32_mean():
 
 def test_importing_alem_env_is_light_and_the_loader_is_quiet():
     code = (
-        "import sys, alem_env; assert 'alem' not in sys.modules and 'jax' not in sys.modules;"
-        "from alem_env.loader import import_alem, IMPORT_MESSAGES; m = import_alem();"
+        "import sys, alem_eval.envs; assert 'alem' not in sys.modules and 'jax' not in sys.modules;"
+        "from alem_eval.envs.loader import import_alem, IMPORT_MESSAGES; m = import_alem();"
         "print('VERSION', m.env_version)"
     )
     proc = subprocess.run(

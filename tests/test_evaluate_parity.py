@@ -13,7 +13,7 @@ import jax
 import numpy as np
 import pytest
 
-from alem_eval import evaluate as ev
+from alem_eval.evaluate import engine as ev
 from tests.eval_support import REFERENCE_GROUP, diff_records, load, programs_made, with_eval
 
 pytestmark = pytest.mark.xdist_group(REFERENCE_GROUP)

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from alem_eval import evaluate as ev
+from alem_eval.evaluate import engine as ev
 from tests.conftest import REPO
 from tests.eval_support import (
     EVALUATOR_GROUP,
@@ -82,9 +82,9 @@ _SHARDED_SCRIPT = textwrap.dedent("""
     import json, sys
     sys.path.insert(0, {repo!r})
     import jax
-    from alem_eval import evaluate as ev
+    from alem_eval.evaluate import engine as ev
     from tests.eval_support import load
-    from alem_eval.runtime import enable_compilation_cache
+    from alem_eval.core.runtime import enable_compilation_cache
     enable_compilation_cache()  # the session's cache ($ALEM_EVAL_JAX_CACHE)
     assert jax.local_device_count() == 4, jax.devices()
     cell = load({cell!r})
@@ -131,9 +131,9 @@ _WARM_SCRIPT = textwrap.dedent("""
     import json, sys, time
     sys.path.insert(0, {repo!r})
     t0 = time.perf_counter()
-    from alem_eval import evaluate as ev
+    from alem_eval.evaluate import engine as ev
     from tests.eval_support import load
-    from alem_eval.runtime import enable_compilation_cache
+    from alem_eval.core.runtime import enable_compilation_cache
     enable_compilation_cache()  # the session's cache ($ALEM_EVAL_JAX_CACHE)
     cell = load({cell!r})
     res = ev.run_stack([cell.cfg], [cell.weights], protocol="fast", eval_difficulty="easy",

@@ -11,8 +11,8 @@ import math
 
 import pytest
 
-import alem_eval.algorithms as registry
-from alem_eval.algorithms import (
+import alem_eval.algorithms.registry as registry
+from alem_eval.algorithms.registry import (
     algorithm_names,
     all_algorithms,
     canonical_algorithm,
@@ -20,8 +20,8 @@ from alem_eval.algorithms import (
     register,
     unregister,
 )
-from alem_eval.config import COMMON_KEYS, key_table, parse_config_json
-from alem_eval.errors import ConfigError
+from alem_eval.algorithms.config import COMMON_KEYS, key_table, parse_config_json
+from alem_eval.core.errors import ConfigError
 
 from . import toy_algorithm as toy
 from .conftest import REPO
@@ -37,8 +37,11 @@ def toy_registered():
 
 
 def test_a_registered_algorithm_is_known_by_every_module_until_unregistered(toy_registered):
-    from alem_eval.demo import DEMO_RECIPE, ensure_demo_source
-    from alem_eval.training import expand_cells
+    from alem_eval.hub.demo_cells import (
+        DEMO_RECIPE,
+        ensure_demo_source,
+    )
+    from alem_eval.trainers.planning import expand_cells
 
     spec = importlib.util.spec_from_file_location("generate", REPO / "manifests" / "generate.py")
     generate = importlib.util.module_from_spec(spec)
@@ -91,12 +94,12 @@ def test_a_fifth_algorithm_registered_from_outside_trains_verifies_and_scores(
     """train -> verify -> score through the library, at tiny sizes: 2 updates of 4 envs x 8
     steps, then the evaluator tests' FAST_EPISODES greedy episodes (its world programs are
     theirs) of at most 8 steps."""
-    from alem_env.spaces import num_actions, obs_dim
-    from alem_eval.results import open_store
-    from alem_eval.scoring import ScoreOptions, score_cells
-    from alem_eval.sources import open_source
-    from alem_eval.training import TrainOptions, train
-    from alem_eval.verify import verify_cells
+    from alem_eval.envs.spaces import num_actions, obs_dim
+    from alem_eval.analysis.results import open_store
+    from alem_eval.scoring.score import ScoreOptions, score_cells
+    from alem_eval.hub.sources import open_source
+    from alem_eval.trainers.planning import TrainOptions, train
+    from alem_eval.model.verify import verify_cells
 
     cell_id = f"tiny/{toy.NAME}/easy/seed0"
     options = TrainOptions(

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from alem_eval import fsutil
-from alem_eval.released import write_json_atomic
+from alem_eval.core import fsutil
+from alem_eval.hub.released import write_json_atomic
 
 
 def test_atomic_write_replaces_the_file_and_leaves_no_temp(tmp_path):

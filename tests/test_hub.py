@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from alem_eval.errors import DownloadError, SelectorError, SourceError
-from alem_eval.manifest import Cell, load_manifest
-from alem_eval.selectors import select_cells
-from alem_eval.sources import HubSource, LocalSource, open_source
+from alem_eval.core.errors import DownloadError, SelectorError, SourceError
+from alem_eval.hub.manifest import Cell, load_manifest
+from alem_eval.hub.selectors import select_cells
+from alem_eval.hub.sources import HubSource, LocalSource, open_source
 
 from .conftest import FIXTURES, REPO, TINY_CELLS
 from .clitools import assert_one_line_error, cli_env, closed_port_url, run_cli
@@ -80,8 +80,8 @@ def test_manifest_has_every_released_cell():
 
 
 def test_manifest_param_counts_match_networks():
-    from alem_eval.config import build_run_config, resolve_values
-    from alem_eval.networks import build_network
+    from alem_eval.algorithms.config import build_run_config, resolve_values
+    from alem_eval.model.networks import build_network
 
     expected = {e.cell.algorithm: e.expected_params for e in load_manifest().entries}
     assert expected == {

@@ -31,7 +31,7 @@ def hub():
 
 
 def start_pull(args: list[str], env: dict[str, str]) -> subprocess.Popen:
-    code = "import sys; from alem_eval.cli import main; sys.exit(main())"
+    code = "import sys; from alem_eval.cli.app import main; sys.exit(main())"
     return subprocess.Popen(
         [sys.executable, "-c", code, "pull", *args],
         env=env,

@@ -20,9 +20,9 @@ from types import SimpleNamespace
 import pytest
 
 import alem_eval
-from alem_eval.errors import DownloadError, SourceError
-from alem_eval.manifest import Cell
-from alem_eval.sources import (
+from alem_eval.core.errors import DownloadError, SourceError
+from alem_eval.hub.manifest import Cell
+from alem_eval.hub.sources import (
     HF_HUB_MIN_VERSION,
     ByteProgress,
     HubSource,
@@ -263,7 +263,7 @@ HUB_FUNCTIONS = {"hf_hub_download", "HfApi", "repo_info", "list_repo_tree", "rep
 
 
 def _hub_calls() -> dict[str, set[str]]:
-    """Keyword arguments alem_eval.sources passes to each huggingface_hub function it calls."""
+    """Keyword arguments alem_eval.hub.sources passes to each huggingface_hub function it calls."""
     tree = ast.parse(Path(inspect.getfile(HubSource)).read_text())
     calls: dict[str, set[str]] = {}
     for node in ast.walk(tree):

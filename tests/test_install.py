@@ -18,16 +18,18 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from alem_eval.algorithms import ALGORITHMS
-from alem_eval.demo import demo_cell_id
-from alem_eval.extras import EXTRAS
-from alem_eval.manifest import MANIFEST_PATH
+from alem_eval.algorithms.registry import ALGORITHMS
+from alem_eval.hub.demo_cells import (
+    demo_cell_id,
+)
+from alem_eval.core.extras import EXTRAS
+from alem_eval.hub.manifest import MANIFEST_PATH
 
 from .conftest import REPO
 from .eval_support import DEMO_PROGRAMS
 from .wheelhouse import lock_pins, wheelhouse
 
-PACKAGES = ("alem_eval", "alem_env", "trainers")  # what the wheel ships
+PACKAGES = ("alem_eval", "alem_eval.envs", "trainers")  # what the wheel ships
 # Declared although possibly never imported by name, and why.
 NOT_IMPORTED = {
     "jaxlib": "jax's compiled backend, pinned with jax",
@@ -192,7 +194,7 @@ def test_built_wheel_lists_cells_outside_the_checkout(built_wheel, tmp_path):
 # ----------------------------------------------------------------------------------------
 def test_every_package_the_library_imports_is_declared():
     """Every import is a runtime dependency, or (imported where it is used, through
-    ``alem_eval.extras``) one of the optional extras."""
+    ``alem_eval.core.extras``) one of the optional extras."""
     declared = set(_requirements(PYPROJECT["dependencies"]))
     optional = set(_requirements(_extra("datasets") + _extra("video")))
     imported = _distributions(_imported_top_levels([REPO / p for p in PACKAGES]))

@@ -7,11 +7,16 @@ import re
 
 import pytest
 
-from alem_eval.analysis import prepare
-from alem_eval.cli import main
-from alem_eval.errors import UsageError
-from alem_eval.interop import export_marl_eval, marl_eval_metric_name, merge_results, to_marl_eval
-from alem_eval.results import ResultKey, ResultsStore, build_rows
+from alem_eval.analysis.aggregate import prepare
+from alem_eval.cli.app import main
+from alem_eval.core.errors import UsageError
+from alem_eval.analysis.interop import (
+    export_marl_eval,
+    marl_eval_metric_name,
+    merge_results,
+    to_marl_eval,
+)
+from alem_eval.analysis.results import ResultKey, ResultsStore, build_rows
 
 from .synthetic import fill_store, key_for, synthetic_records
 
@@ -285,7 +290,7 @@ def test_marl_eval_export_refuses_a_grid_with_missing_runs(tmp_path):
 
 
 def test_largest_complete_grid_drops_what_costs_least():
-    from alem_eval.interop import largest_complete_grid
+    from alem_eval.analysis.interop import largest_complete_grid
 
     a, b = ("1B", "ippo-rnn"), ("1B", "mappo-rnn")
     present = {("hard", a, s) for s in range(5)} | {("hard", b, 0)}

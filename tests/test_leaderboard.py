@@ -11,16 +11,16 @@ import subprocess
 
 import pytest
 
-from alem_eval.bootstrap import BootstrapSettings
-from alem_eval.cli import main
-from alem_eval.leaderboard import (
+from alem_eval.analysis.bootstrap import BootstrapSettings
+from alem_eval.cli.app import main
+from alem_eval.reporting.leaderboard import (
     LEADERBOARD_ENTRY_SCHEMA,
     build_leaderboard,
     render,
     to_entries,
     validate,
 )
-from alem_eval.results import ResultsStore
+from alem_eval.analysis.results import ResultsStore
 
 from .synthetic import fill_store
 

@@ -7,8 +7,8 @@ import shutil
 
 import pytest
 
-from alem_eval.errors import CheckpointError
-from alem_eval.loader import cell_checkpoint_dir, load_cell
+from alem_eval.core.errors import CheckpointError
+from alem_eval.model.loader import cell_checkpoint_dir, load_cell
 
 CELL = "tiny/ippo-rnn/easy/seed0"
 LAYOUT = dict(algorithm="ippo-rnn", difficulty="easy", seed=0)

@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from alem_eval import metrics
-from alem_eval.bootstrap import BootstrapSettings
-from alem_eval.interop import export_marl_eval, marl_eval_metric_name
-from alem_eval.leaderboard import SCORE_LABELS, build_leaderboard, render
-from alem_eval.metrics import HEADLINE_METRICS, LEADERBOARD_METRICS, metric_info
-from alem_eval.report import build_report
-from alem_eval.results import ResultsStore
+from alem_eval.analysis import metrics
+from alem_eval.analysis.bootstrap import BootstrapSettings
+from alem_eval.analysis.interop import export_marl_eval, marl_eval_metric_name
+from alem_eval.reporting.leaderboard import SCORE_LABELS, build_leaderboard, render
+from alem_eval.analysis.metrics import HEADLINE_METRICS, LEADERBOARD_METRICS, metric_info
+from alem_eval.reporting.report import build_report
+from alem_eval.analysis.results import ResultsStore
 
 from .synthetic import fill_store
 

@@ -4,8 +4,8 @@ import jax
 import numpy as np
 import pytest
 
-from alem_eval.config import build_run_config, resolve_values
-from alem_eval.networks import build_network
+from alem_eval.algorithms.config import build_run_config, resolve_values
+from alem_eval.model.networks import build_network
 
 RELEASED_COUNTS = {
     "ippo-rnn": 2_589_885,
@@ -70,7 +70,7 @@ def test_pqn_single_params_lstm_and_batch_stats():
 def test_the_expected_tree_is_traced_once_per_network_and_each_caller_gets_its_own():
     """A stack of many checkpoints of one network asks the tree once per checkpoint per
     evaluation call: equal specs share one trace; a caller's edits reach no other caller."""
-    from alem_eval.networks import _expected_tree
+    from alem_eval.model.networks import _expected_tree
 
     first, again = released("ippo-rnn"), released("ippo-rnn")
     assert first is not again and first == again

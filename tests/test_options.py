@@ -1,4 +1,4 @@
-"""Shared CLI options: declared once (alem_eval/options.py), choices listed in --help and
+"""Shared CLI options: declared once (alem_eval/cli/options.py), choices listed in --help and
 equal to what the library accepts, a wrong choice a one-line usage error."""
 
 from __future__ import annotations
@@ -10,14 +10,20 @@ import re
 import pytest
 from typer.testing import CliRunner
 
-from alem_eval import bootstrap, datasets, evaluate, options
-from alem_eval.config import DIFFICULTIES
-from alem_eval.leaderboard import FORMATS as LEADERBOARD_FORMATS
-from alem_eval.cli import COMMAND_MODULES, _register, app, main
-from alem_eval.console import OutputFormat
-from alem_eval.errors import UsageError
-from alem_eval.interop import merge_results
-from alem_eval.results import ResultsError, ResultsStore
+from alem_eval.analysis import bootstrap
+
+from alem_eval.datasets import recording as datasets
+
+from alem_eval.evaluate import engine as evaluate
+
+from alem_eval.cli import options
+from alem_eval.algorithms.config import DIFFICULTIES
+from alem_eval.reporting.leaderboard import FORMATS as LEADERBOARD_FORMATS
+from alem_eval.cli.app import COMMAND_MODULES, _register, app, main
+from alem_eval.cli.console import OutputFormat
+from alem_eval.core.errors import UsageError
+from alem_eval.analysis.interop import merge_results
+from alem_eval.analysis.results import ResultsError, ResultsStore
 
 SHARED_FLAGS = (
     "--source",
@@ -62,9 +68,9 @@ def test_choices_are_what_the_library_accepts(tmp_path):
 
 @pytest.mark.parametrize("module", sorted(set(COMMAND_MODULES) - PENDING))
 def test_shared_options_are_declared_only_in_the_options_module(module):
-    source = inspect.getsource(importlib.import_module(f"alem_eval.commands.{module}"))
+    source = inspect.getsource(importlib.import_module(f"alem_eval.cli.commands.{module}"))
     declared = [f for f in SHARED_FLAGS if re.search(rf'"{f}"', source)]
-    assert declared == [], f"{module} declares {declared}; use the alem_eval.options aliases"
+    assert declared == [], f"{module} declares {declared}; use the alem_eval.cli.options aliases"
 
 
 @pytest.mark.parametrize(
@@ -122,7 +128,7 @@ def test_commands_that_play_take_difficulty_as_a_filter_and_eval_difficulty_once
     the options module's aliases."""
     import typing
 
-    func = importlib.import_module(f"alem_eval.commands.{command}")
+    func = importlib.import_module(f"alem_eval.cli.commands.{command}")
     hints = typing.get_type_hints(getattr(func, command), include_extras=True)
     assert hints["difficulty"] == options.DifficultyFilterOpt
     assert hints["eval_difficulty"] == options.EvalDifficultyOpt

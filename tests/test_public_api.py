@@ -121,15 +121,18 @@ def test_public_names_are_documented_and_survive_loading_their_namesake_modules(
         if info.name == "__main__":
             continue
         importlib.import_module(f"alem_eval.{info.name}")  # report.py, crossplay.py, ...
-    from alem_eval import api, play
+    from alem_eval.api import functions as api
+    from alem_eval.api import agents as play
 
     assert set(alem_eval.__all__) == set(alem_eval._EXPORTS)
     for name in alem_eval.__all__:
         value = getattr(alem_eval, name)
         assert not isinstance(value, type(alem_eval)), f"alem_eval.{name} is a module"
         assert value.__doc__, f"alem_eval.{name} has no docstring"
-    assert alem_eval.report is api.report and alem_eval.crossplay is api.crossplay
-    assert alem_eval.verify is api.verify and alem_eval.leaderboard is api.leaderboard
+    assert alem_eval.reporting.report is api.report and alem_eval.scoring.crossplay is api.crossplay
+    assert (
+        alem_eval.model.verify is api.verify and alem_eval.reporting.leaderboard is api.leaderboard
+    )
     assert alem_eval.load_policy is play.load_policy
     from alem_eval import report  # the function, as `from alem_eval import *` gives it
 
@@ -140,13 +143,13 @@ def test_public_names_are_documented_and_survive_loading_their_namesake_modules(
 
 
 # The public functions shadow these library modules on the package: code must import
-# from the module itself (`from alem_eval.report import build_report`).
+# from the module itself (`from alem_eval.reporting.report import build_report`).
 SHADOWED = {"report", "crossplay", "verify", "leaderboard"}
 
 
 def test_no_code_imports_a_shadowed_module_from_the_package():
     bad = []
-    for root in ("alem_eval", "alem_env", "trainers", "tests", "scripts", "bench"):
+    for root in ("alem_eval", "alem_eval.envs", "trainers", "tests", "scripts", "bench"):
         for path in (REPO / root).rglob("*.py"):
             if path == Path(__file__):  # imports `report` from the package on purpose
                 continue
@@ -156,7 +159,7 @@ def test_no_code_imports_a_shadowed_module_from_the_package():
                 if isinstance(node, ast.ImportFrom) and {a.name for a in node.names} & SHADOWED:
                     if node.module == "alem_eval" or (package and node.level and not node.module):
                         names = [a.name for a in node.names if a.name in SHADOWED]
-                elif isinstance(node, ast.Import):  # `import alem_eval.report [as r]`
+                elif isinstance(node, ast.Import):  # `import alem_eval.reporting.report [as r]`
                     names = [a.name for a in node.names if a.name.startswith("alem_eval.")]
                     names = [n for n in names if n.split(".")[1] in SHADOWED]
                 bad += [f"{path.relative_to(REPO)}:{node.lineno}: {n}" for n in names]
@@ -172,7 +175,7 @@ def test_the_package_says_it_is_typed():
 
 
 def test_cells_carry_their_source_and_selectors_need_one():
-    from alem_eval.errors import SelectorError, UsageError
+    from alem_eval.core.errors import SelectorError, UsageError
 
     demo = alem_eval.select(source="demo")
     tiny = alem_eval.select("tiny/ippo-rnn", source=str(FIXTURES))
@@ -214,7 +217,7 @@ def test_verify_and_pull_take_selectors_with_a_source():
 def test_a_policy_checks_the_shapes_it_is_given():
     import numpy as np
 
-    from alem_eval.errors import UsageError
+    from alem_eval.core.errors import UsageError
 
     policy = alem_eval.load_policy("demo/ippo", source="demo")
     obs = np.zeros((2, policy.num_agents, policy.obs_dim), np.float32)
@@ -227,8 +230,8 @@ def test_a_policy_checks_the_shapes_it_is_given():
 def test_crossplay_returns_teams_gaps_and_the_matrix_as_frames(tmp_path, monkeypatch):
     """The library's cross-play with the evaluator stubbed (no compile): one row per team,
     one gap row per metric, the pair matrix over the cells."""
-    from alem_eval import evaluate
-    from alem_eval.crossplay import GAP_METRICS
+    from alem_eval.evaluate import engine as evaluate
+    from alem_eval.scoring.crossplay import GAP_METRICS
 
     def run_teams(cfgs, weights, teams, *, num_episodes, on_team=None, **_):
         records = [

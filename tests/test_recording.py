@@ -1,6 +1,6 @@
 """RECORDING: every evaluated step streams out of the compiled rollout (``score --record``).
 
-The recorder here is an in-memory stand-in with the :class:`alem_eval.datasets.Recorder`
+The recorder here is an in-memory stand-in with the :class:`alem_eval.datasets.recording.Recorder`
 call protocol (add_steps / finish_episode), so these tests check what the evaluator hands
 over; the on-disk format has its own tests (test_datasets.py).
 """
@@ -14,8 +14,8 @@ import jax
 import numpy as np
 import pytest
 
-from alem_eval import evaluate as ev
-from alem_eval.errors import DatasetError
+from alem_eval.evaluate import engine as ev
+from alem_eval.core.errors import DatasetError
 from tests.conftest import FIXTURES
 from tests.eval_support import EVALUATOR_GROUP, MIXED_CELLS, MIXED_RUN, MIXED_TEAMS, load
 
@@ -97,7 +97,7 @@ def test_recording_does_not_change_the_scores(recorded):
 def test_recorded_actions_replayed_from_the_recorded_keys_reproduce_the_episode(recorded):
     """The env alone, fed the recorded actions from the recorded world and step keys,
     sees the recorded observations and ends with the recorded achievements."""
-    from alem_env.eval_env import get_eval_env
+    from alem_eval.envs.eval_env import get_eval_env
 
     res, rec, cells, teams = recorded
     names = tuple(MIXED_CELLS[m] for m in (3, 0, 1))  # PQN, IPPO, MAPPO
@@ -178,7 +178,7 @@ def test_score_record_then_dataset_export_reads_back_with_flashbax(tmp_path, cap
 
     from flashbax.vault import Vault
 
-    from alem_eval.cli import main
+    from alem_eval.cli.app import main
     from tests.conftest import FIXTURES
 
     def cli(*args: str) -> str:
@@ -218,8 +218,8 @@ def test_recording_again_with_another_cap_replaces_the_episodes_and_says_so(tmp_
     holds every step scored (it used to keep the cap-30 episodes)."""
     import json
 
-    from alem_eval.cli import main
-    from alem_eval.datasets import open_recording
+    from alem_eval.cli.app import main
+    from alem_eval.datasets.recording import open_recording
     from tests.conftest import FIXTURES
 
     rec = tmp_path / "out"

@@ -13,11 +13,11 @@ import shutil
 
 import pytest
 
-from alem_eval import evaluate as ev
-from alem_eval.datasets import open_recording
-from alem_eval.results import ResultsStore
-from alem_eval.scoring import ScoreOptions, score_cells
-from alem_eval.sources import open_source
+from alem_eval.evaluate import engine as ev
+from alem_eval.datasets.recording import open_recording
+from alem_eval.analysis.results import ResultsStore
+from alem_eval.scoring.score import ScoreOptions, score_cells
+from alem_eval.hub.sources import open_source
 
 # Programs of their own (stack structures no other test scores): one group, one worker.
 pytestmark = pytest.mark.xdist_group("recording-stacks")

@@ -10,8 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from alem_env.eval_env import EnvStatics, get_eval_env
-from alem_eval import evaluate as ev
+from alem_eval.envs.eval_env import EnvStatics, get_eval_env
+from alem_eval.evaluate import engine as ev
 from tests.eval_support import REFERENCE_GROUP
 
 pytestmark = pytest.mark.xdist_group(REFERENCE_GROUP)  # shares the world programs
@@ -54,7 +54,7 @@ def test_reference_scores_equal_eager_compute_score_where_compiled_ones_do_not()
 
 
 def test_both_protocols_refuse_another_prng_mode_or_precision():
-    from alem_eval.errors import EvaluationError
+    from alem_eval.core.errors import EvaluationError
     from tests.eval_support import load
 
     cell = load("tiny/ippo-rnn/easy/seed0")

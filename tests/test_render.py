@@ -16,9 +16,9 @@ import types
 import numpy as np
 import pytest
 
-from alem_eval import evaluate as ev
-from alem_eval import render as R
-from alem_eval.errors import EvaluationError, UsageError
+from alem_eval.evaluate import engine as ev
+from alem_eval.render import episode as R
+from alem_eval.core.errors import EvaluationError, UsageError
 from tests.clitools import assert_one_line_error, cli_env, closed_port_url, run_cli
 from tests.conftest import FIXTURES
 from tests.eval_support import load
@@ -55,7 +55,7 @@ def reset_views(episode: int) -> np.ndarray:
     """The renderer's views ``[P, H, W, 3]`` of the fast protocol's reset world ``episode``
     (``PRNGKey(9999 + episode)``), drawn here directly."""
     import jax
-    from alem_env.eval_env import get_eval_env
+    from alem_eval.envs.eval_env import get_eval_env
 
     world = ev.eval_statics(load(IPPO).cfg).world
     env = get_eval_env(world)
@@ -67,7 +67,7 @@ def reset_views(episode: int) -> np.ndarray:
 def views_of(state, world) -> np.ndarray:
     from alem.alem_coop.constants import TEXTURES, load_player_specific_textures
     from alem.alem_coop.renderer.renderer_pixels import render_alem_pixels
-    from alem_env.eval_env import get_eval_env
+    from alem_eval.envs.eval_env import get_eval_env
 
     textures = load_player_specific_textures(TEXTURES[R.BLOCK_PIXELS], world.num_agents)
     static = get_eval_env(world).static_env_params
@@ -85,7 +85,7 @@ def assert_views_in_frame(frame: np.ndarray, views: np.ndarray) -> None:
 
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory):
-    from alem_eval.sources import open_source
+    from alem_eval.hub.sources import open_source
 
     out = tmp_path_factory.mktemp("render") / "team.gif"
     frames: list[tuple[R.EpisodeStep, np.ndarray]] = []
@@ -188,7 +188,7 @@ def test_the_gif_has_a_frame_per_state_and_they_are_the_renderers_views(rendered
 
 @pytest.mark.xdist_group(RENDER_GROUP)
 def test_episode_i_starts_from_the_fast_protocols_world_i(rendered, tmp_path):
-    from alem_eval.sources import open_source
+    from alem_eval.hub.sources import open_source
 
     first: list[np.ndarray] = []
     result = R.render_episode(
@@ -259,7 +259,7 @@ def test_teams_that_do_not_name_one_cell_per_slot_are_one_line_errors(tmp_path, 
 
 
 def test_difficulty_narrows_each_part_of_the_team_to_cells_of_that_difficulty():
-    from alem_eval.sources import open_source
+    from alem_eval.hub.sources import open_source
 
     source = open_source(str(FIXTURES))
     with pytest.raises(UsageError, match="names 2 cells"):
@@ -363,7 +363,7 @@ def test_gif_writer_quantises_frames_with_more_than_256_colours_closely():
 
 
 def test_action_names_follow_the_envs_action_space():
-    from alem_env.spaces import num_actions
+    from alem_eval.envs.spaces import num_actions
 
     names = R.action_names(3, 4)
     assert [len(n) for n in names] == [num_actions(3, 4)] * 3
@@ -379,7 +379,7 @@ def test_action_names_follow_the_envs_action_space():
 
 
 def test_algorithm_clips_render_the_first_cell_of_each_algorithm(monkeypatch, tmp_path):
-    from alem_eval.manifest import Cell
+    from alem_eval.hub.manifest import Cell
 
     calls = []
     monkeypatch.setattr(R, "render_episode", lambda src, team, **kw: calls.append((team, kw)))
@@ -400,7 +400,7 @@ def test_algorithm_clips_render_the_first_cell_of_each_algorithm(monkeypatch, tm
 
 
 def test_default_output_names_every_slot():
-    from alem_eval.manifest import Cell
+    from alem_eval.hub.manifest import Cell
 
     a, b = Cell("demo", "ippo-rnn", "easy", 0), Cell("demo", "pqn-vdn-rnn", "easy", 0)
     assert str(R.default_out([a], "easy", 3)) == "render-demo-ippo-rnn-easy-seed0-easy-ep3.gif"

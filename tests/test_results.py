@@ -11,9 +11,9 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from alem_eval import results as R
-from alem_eval.errors import AlemEvalError, SelectorError
-from alem_eval.results import (
+from alem_eval.analysis import results as R
+from alem_eval.core.errors import AlemEvalError, SelectorError
+from alem_eval.analysis.results import (
     NON_METRIC_COLUMNS,
     ResultKey,
     ResultsError,

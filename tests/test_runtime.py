@@ -20,19 +20,19 @@ from tests.conftest import REPO
 # compiles does with the cache, without compiling the Alem step.
 _DEMO_SCRIPT = textwrap.dedent("""
     import json, sys
-    import alem_eval.demo
-    from alem_eval import cli
-    from alem_eval.errors import AlemEvalError
+    import alem_eval.api.demo
+    from alem_eval.cli.app import app as cli
+    from alem_eval.core.errors import AlemEvalError
 
     def first_compile(*args, **kwargs):
-        from alem_eval.runtime import enable_compilation_cache
+        from alem_eval.core.runtime import enable_compilation_cache
         enable_compilation_cache()  # again, as library code may: no second warning
         import jax, jax.numpy as jnp
         y = jax.jit(lambda x: x * 3 + 1)(jnp.ones(7))
         print(json.dumps({"dir": jax.config.jax_compilation_cache_dir, "sum": float(y.sum())}))
         raise AlemEvalError("stopped after the first compile")
 
-    alem_eval.demo.run_demo = first_compile
+    alem_eval.api.demo.run_demo = first_compile
     cli.main(["demo", "--out", sys.argv[1]])
 """)
 
@@ -93,7 +93,7 @@ def test_an_unusable_cache_is_one_warning_and_the_work_goes_on(tmp_path, where):
 
 _QUICK_COMMANDS = textwrap.dedent("""
     import os, sys
-    from alem_eval import cli
+    from alem_eval.cli.app import app as cli
     fixtures, results, out, *caches = sys.argv[1:]
     runs = [
         ["--help"],
@@ -113,7 +113,7 @@ _QUICK_COMMANDS = textwrap.dedent("""
 
 
 def test_commands_that_do_not_compile_never_touch_the_cache(tmp_path):
-    from alem_eval.results import ResultsStore
+    from alem_eval.analysis.results import ResultsStore
 
     from .conftest import FIXTURES
     from .synthetic import fill_store
@@ -142,7 +142,7 @@ def test_commands_that_do_not_compile_never_touch_the_cache(tmp_path):
 def test_enable_compilation_cache_before_jax_import_sets_only_the_environment(tmp_path):
     script = textwrap.dedent("""
         import os, sys
-        from alem_eval.runtime import enable_compilation_cache
+        from alem_eval.core.runtime import enable_compilation_cache
         enable_compilation_cache(sys.argv[1])
         assert "jax" not in sys.modules, "the cache set-up imported JAX"
         print(os.environ["JAX_COMPILATION_CACHE_DIR"])
@@ -166,7 +166,7 @@ def test_only_closed_loop_callbacks_are_silenced(monkeypatch):
     import sys
     import types
 
-    from alem_eval.runtime import quiet_closed_loop_callbacks
+    from alem_eval.core.runtime import quiet_closed_loop_callbacks
 
     seen = []
     monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(u.exc_value))

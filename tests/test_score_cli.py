@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from alem_eval.results import _TMP_PREFIX
+from alem_eval.analysis.results import _TMP_PREFIX
 
 from .clitools import assert_one_line_error, cli_env, closed_port_url, run_cli
 from .conftest import FIXTURES, REPO
@@ -85,7 +85,7 @@ def test_killed_score_resumes_with_only_the_missing_cells(tmp_path):
         "1",
         *QUICK,
     ]
-    code = "import sys; from alem_eval.cli import main; sys.exit(main())"
+    code = "import sys; from alem_eval.cli.app import main; sys.exit(main())"
     proc = subprocess.Popen(
         [sys.executable, "-c", code, *args],
         env=env,

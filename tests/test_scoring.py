@@ -9,13 +9,14 @@ import warnings
 
 import pytest
 
-from alem_eval import checkpoint as ckpt
-from alem_eval import evaluate, loader
-from alem_eval.errors import EvaluationError, UsageError
-from alem_eval.manifest import Cell
-from alem_eval.metrics import SUMMARY_METRICS, metric_info
-from alem_eval.scoring import CellScore, ScoreOptions, env_steps, episode_rows, score_cells
-from alem_eval.sources import open_source
+from alem_eval.model import checkpoint as ckpt
+from alem_eval.evaluate import engine as evaluate
+from alem_eval.model import loader
+from alem_eval.core.errors import EvaluationError, UsageError
+from alem_eval.hub.manifest import Cell
+from alem_eval.analysis.metrics import SUMMARY_METRICS, metric_info
+from alem_eval.scoring.score import CellScore, ScoreOptions, env_steps, episode_rows, score_cells
+from alem_eval.hub.sources import open_source
 
 CELL = "tiny/ippo-rnn/easy/seed0"
 
@@ -144,7 +145,7 @@ def test_scoring_hashes_the_checkpoint_it_restores(cell_copy, fake_evaluator):
 
 
 def _recorded_meta(rec_dir) -> dict[int, dict]:
-    from alem_eval.datasets import open_recording
+    from alem_eval.datasets.recording import open_recording
 
     recording = open_recording(rec_dir)
     assert recording.incomplete == ()
@@ -157,8 +158,8 @@ def test_a_recording_of_another_checkpoint_is_recorded_again_with_a_warning(
     """Retrained in place (``train --force``), or another source's cell under the same id:
     another checkpoint hash. Its recorded episodes are recorded again (a warning names
     the change); with the same checkpoint they are reused."""
-    from alem_eval.results import ResultsStore
-    from alem_eval.scoring import RecordingWarning
+    from alem_eval.analysis.results import ResultsStore
+    from alem_eval.scoring.score import RecordingWarning
 
     src, d = _source(cell_copy)
     run = dict(
@@ -194,7 +195,7 @@ def test_a_recording_with_another_step_cap_is_recorded_again_and_the_rest_named(
 ):
     """Cap 4 over 3 episodes, then cap 8 over 2: episodes 0 and 1 are recorded again at
     cap 8; episode 2, which this run does not play, stays (the warning says so)."""
-    from alem_eval.scoring import RecordingWarning
+    from alem_eval.scoring.score import RecordingWarning
 
     src, _ = _source(cell_copy)
     rec_dir = tmp_path / "rec"
@@ -229,7 +230,7 @@ def test_a_cell_is_stored_when_its_episodes_end_so_a_kill_mid_stack_keeps_it(
     """Two cells in one stack; the run is killed after the first cell's last episode ended
     but while the second still runs: the first is in the store, and a rerun evaluates only
     the second."""
-    from alem_eval.results import ResultsStore
+    from alem_eval.analysis.results import ResultsStore
 
     cell_copy("tiny/pqn-vdn-rnn/easy/seed0")
     src, _ = _source(cell_copy)
@@ -362,7 +363,7 @@ def test_every_stack_of_a_selection_has_one_structure_so_one_program_scores_them
     (padded with repeats), in the same order: the evaluator's program key is the same."""
     from types import SimpleNamespace
 
-    from alem_eval.scoring import _stacks
+    from alem_eval.scoring.score import _stacks
 
     def job(key, name):
         return SimpleNamespace(cfg=SimpleNamespace(network_key=key), name=name)
@@ -393,8 +394,8 @@ def test_reference_warns_and_records_what_it_assumed_without_a_full_config(
     defaults, and every key chain with them: 'reference' says so and stores it."""
     import json
 
-    from alem_eval.results import ResultsStore
-    from alem_eval.scoring import ReferenceAssumptionWarning
+    from alem_eval.analysis.results import ResultsStore
+    from alem_eval.scoring.score import ReferenceAssumptionWarning
 
     src, d = _source(cell_copy)
     config = json.loads((d / "config.json").read_text())
@@ -430,8 +431,8 @@ def test_a_cell_played_on_another_difficulty_is_stored_apart_from_its_own(
 ):
     """The hard cell on easy worlds, then on its own: two keys, two files, both read back
     under their eval difficulty; an analysis (leaderboard, report) sees only its own."""
-    from alem_eval.analysis import prepare
-    from alem_eval.results import ResultsStore
+    from alem_eval.analysis.aggregate import prepare
+    from alem_eval.analysis.results import ResultsStore
 
     d = cell_copy(HARD)
     src = open_source(d.parents[3])
@@ -469,8 +470,8 @@ def test_score_options_reject_an_unknown_eval_difficulty_in_the_evaluators_words
 def _invoke(monkeypatch, args):
     from typer.testing import CliRunner
 
-    import alem_eval.runtime as runtime
-    from alem_eval.cli import _register, app
+    import alem_eval.core.runtime as runtime
+    from alem_eval.cli.app import _register, app
 
     monkeypatch.setattr(runtime, "enable_compilation_cache", lambda *a, **k: None)
     _register()

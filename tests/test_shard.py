@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from alem_eval.errors import UsageError
-from alem_eval.manifest import Cell
-from alem_eval.selectors import parse_shard, shard_cells
+from alem_eval.core.errors import UsageError
+from alem_eval.hub.manifest import Cell
+from alem_eval.hub.selectors import parse_shard, shard_cells
 
 
 @pytest.mark.parametrize("count, n", [(120, 7), (5, 8), (1, 1), (40, 40), (0, 3)])

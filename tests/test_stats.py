@@ -1,5 +1,5 @@
 """Aggregation: rliable definitions, the seeded stratified bootstrap, analyses, the metric
-registry and the ``alem_eval.stats`` façade over them."""
+registry."""
 
 from __future__ import annotations
 
@@ -9,13 +9,12 @@ import scipy.stats
 from rliable import library as rly
 from rliable import metrics as rlm
 
-from alem_eval import analysis as A
-from alem_eval import bootstrap as B
-from alem_eval import metrics as M
-from alem_eval import stats
-from alem_eval.analysis import Group, analyze, run_scores, summarize
-from alem_eval.bootstrap import AGGREGATES, BootstrapSettings, StratifiedBootstrap
-from alem_eval.errors import UsageError
+from alem_eval.analysis import aggregate as A
+from alem_eval.analysis import bootstrap as B
+from alem_eval.analysis import metrics as M
+from alem_eval.analysis.aggregate import Group, analyze, run_scores, summarize
+from alem_eval.analysis.bootstrap import AGGREGATES, BootstrapSettings, StratifiedBootstrap
+from alem_eval.core.errors import UsageError
 
 from .synthetic import synthetic_frame, true_mean
 
@@ -348,12 +347,3 @@ def test_collapsed_resamples_give_the_replicate_by_replicate_intervals():
     np.testing.assert_allclose(
         [lo, hi], np.percentile(cx @ (x > taus).astype(float) / 5, [2.5, 97.5], axis=0)
     )
-
-
-def test_stats_facade_reexports_the_split_modules():
-    """``alem_eval.stats`` keeps serving its old importers (the same objects, not copies)."""
-    for name in stats.__all__:
-        obj = getattr(stats, name)
-        home = next(m for m in (M, B, A) if hasattr(m, name))
-        assert getattr(home, name) is obj, name
-    assert stats.HEADLINE_METRICS is M.HEADLINE_METRICS and stats.budget_steps is A.budget_steps

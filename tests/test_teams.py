@@ -7,11 +7,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from alem_eval import evaluate as ev
-from alem_eval.algorithms import all_algorithms
-from alem_eval.errors import EvaluationError
-from alem_eval.networks import build_network
-from alem_eval.policies import make_policy
+from alem_eval.evaluate import engine as ev
+from alem_eval.algorithms.registry import all_algorithms
+from alem_eval.core.errors import EvaluationError
+from alem_eval.model.networks import build_network
+from alem_eval.model.policies import make_policy
 from tests.eval_support import (
     EVALUATOR_GROUP,
     MIXED_CELLS,

@@ -18,12 +18,12 @@ import jax
 import numpy as np
 import pytest
 
-from alem_eval.errors import CheckpointError, ConfigError
-from alem_eval.training import TrainingStopped
+from alem_eval.core.errors import CheckpointError, ConfigError
+from alem_eval.trainers.planning import TrainingStopped
 from tests.conftest import REPO
 from tests.train_fakes import ALGO, SIZES, SLEEP_ENV, STEPS_PER_UPDATE, make_fake, runs_of
-from trainers import resume
-from trainers.driver import train_cells
+from alem_eval.trainers import resume
+from alem_eval.trainers.driver import train_cells
 
 
 def _train(out: Path, seeds, updates, **kw):
@@ -336,8 +336,8 @@ def test_sigterm_to_the_train_command_saves_and_a_rerun_resumes(tmp_path):
 
 
 def test_batch_log_lines_are_throttled_but_never_skip_the_first_or_last(capsys):
-    from alem_eval.commands.train import LineView
-    from alem_eval.training import Progress
+    from alem_eval.cli.commands.train import LineView
+    from alem_eval.trainers.planning import Progress
 
     def p(phase, updates):
         return Progress(phase, ("c",), updates, 10, updates * 4, 40, 100.0, 1.0, 0.5, 9.0)
@@ -369,8 +369,8 @@ def test_finished_line_shows_no_rate_when_every_update_ran_in_the_compiling_call
     throughput: the closing line says '-' instead of claiming 0 steps/s."""
     from types import SimpleNamespace
 
-    from alem_eval.commands.train import LineView, Render
-    from alem_eval.training import CellResult, GroupOutcome
+    from alem_eval.cli.commands.train import LineView, Render
+    from alem_eval.trainers.planning import CellResult, GroupOutcome
 
     summary = {
         "total_timesteps": 32,

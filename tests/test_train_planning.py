@@ -1,4 +1,4 @@
-"""``alem-eval train`` planning (``alem_eval.training``): selectors, shards, groups and
+"""``alem-eval train`` planning (``alem_eval.trainers.planning``): selectors, shards, groups and
 ``--group-size``, where hyperparameters come from (released config.json vs the yaml:
 PQN's TOTAL_TIMESTEPS_DECAY), finished cells. Fast: nothing here compiles or imports a
 trainer."""
@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from alem_eval.config import build_train_config, training_run_config
-from alem_eval.errors import ConfigError, SelectorError, UsageError
-from alem_eval.manifest import Cell
-from alem_eval.selectors import parse_shard, shard_cells
-from alem_eval.training import (
+from alem_eval.algorithms.config import build_train_config, training_run_config
+from alem_eval.core.errors import ConfigError, SelectorError, UsageError
+from alem_eval.hub.manifest import Cell
+from alem_eval.hub.selectors import parse_shard, shard_cells
+from alem_eval.trainers.planning import (
     TrainOptions,
     budget_timesteps,
     cell_run_config,
@@ -165,7 +165,7 @@ def test_from_config_and_source_read_the_cells_config(tmp_path):
 def test_dry_run_shows_where_hyperparameters_come_from():
     if not (FIXTURES / PQN_TINY_CELL).is_dir():
         pytest.skip("fixture cells not available")
-    from alem_eval.cli import _register, app
+    from alem_eval.cli.app import _register, app
 
     _register()
     runner = CliRunner()

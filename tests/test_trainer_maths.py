@@ -10,9 +10,14 @@ import pytest
 import jax
 import jax.numpy as jnp
 
-from alem_eval.config import PPOTrainConfig, PQNTrainConfig, build_train_config, training_run_config
-from alem_eval.errors import ConfigError
-from trainers.common import (
+from alem_eval.algorithms.config import (
+    PPOTrainConfig,
+    PQNTrainConfig,
+    build_train_config,
+    training_run_config,
+)
+from alem_eval.core.errors import ConfigError
+from alem_eval.trainers.common import (
     EpisodeLog,
     append_agent_id,
     entropy_of,
@@ -27,8 +32,8 @@ from trainers.common import (
     ppo_learning_rate,
     ppo_value_loss,
 )
-from trainers.mappo_rnn import world_state
-from trainers.pqn_vdn_rnn import masked_greedy, pqn_loss, q_lambda_targets, vdn_sum
+from alem_eval.trainers.mappo_rnn import world_state
+from alem_eval.trainers.pqn_vdn_rnn import masked_greedy, pqn_loss, q_lambda_targets, vdn_sum
 
 RNG = np.random.default_rng(0)
 
@@ -130,7 +135,7 @@ def test_vdn_sum_and_masked_greedy():
 
 
 def test_pqn_loss_matches_loop():
-    from trainers.pqn_vdn_rnn import Transition
+    from alem_eval.trainers.pqn_vdn_rnn import Transition
 
     T, B, A, K = 6, 2, 3, 4
     q = RNG.normal(size=(T, B, A, K)).astype(np.float32)
@@ -388,7 +393,7 @@ def _aligned_zeros(shape, dtype, align: int = 64):
 def test_device_owned_never_aliases_host_memory():
     """Resumed state is donated to the update program, so it must not alias the numpy
     arrays it was read into. On CPU a plain device_put of a 64-byte-aligned array does."""
-    from trainers.devices import device_owned
+    from alem_eval.trainers.devices import device_owned
 
     host = {"w": _aligned_zeros((1 << 16,), np.float32), "n": _aligned_zeros((3, 1024), np.int32)}
     plain = jax.block_until_ready(jax.device_put(host["w"]))

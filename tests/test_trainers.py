@@ -17,10 +17,10 @@ import jax
 import numpy as np
 import pytest
 
-from alem_eval.checkpoint import read_tree_metadata
-from alem_eval.config import build_train_config, training_run_config
-from alem_eval.loader import load_cell
-from alem_eval.networks import build_network
+from alem_eval.model.checkpoint import read_tree_metadata
+from alem_eval.algorithms.config import build_train_config, training_run_config
+from alem_eval.model.loader import load_cell
+from alem_eval.model.networks import build_network
 
 pytestmark = pytest.mark.slow
 # The IPPO tests share one compiled trainer (module fixtures): one xdist worker runs them.
@@ -79,7 +79,7 @@ def _runs(algo, seeds, updates, **overrides):
 
 
 def _train(algo, out: Path, seeds, updates, overrides=None, **kw):
-    from trainers.common import trainer_for
+    from alem_eval.trainers.common import trainer_for
 
     runs = _runs(algo, seeds, updates, **(overrides or {}))
     tcfgs = [build_train_config(r) for r in runs]
@@ -162,7 +162,7 @@ def ippo_cli_run(tmp_path_factory):
     """``alem-eval train`` of three tiny IPPO seeds for 2 updates."""
     from typer.testing import CliRunner
 
-    from alem_eval.cli import _register, app
+    from alem_eval.cli.app import _register, app
 
     _register()
     out = tmp_path_factory.mktemp("ippo-cli")
@@ -213,7 +213,7 @@ def test_ippo_cli_writes_released_layout(ippo_cli_run, fixtures):
 def test_ippo_cli_skips_finished_cells(ippo_cli_run):
     from typer.testing import CliRunner
 
-    from alem_eval.cli import app
+    from alem_eval.cli.app import app
 
     out, args, _ = ippo_cli_run
     before = (out / "tiny/ippo-rnn/easy/seed0/checkpoint/_METADATA").stat().st_mtime_ns
@@ -244,7 +244,7 @@ def test_ippo_resume_reaches_the_same_result(ippo_cli_run, tmp_path):
 
 @IPPO_TRAINER
 def test_resume_state_from_other_settings_is_refused(tmp_path):
-    from alem_eval.errors import ConfigError
+    from alem_eval.core.errors import ConfigError
 
     res, dirs = _train("ippo-rnn", tmp_path, IPPO_SEEDS, 2, max_updates=1)
     assert res is None
@@ -308,7 +308,7 @@ def one_use_trainer():
     not carry every algorithm's compiled trainer (about 1 GiB each) to the end of the
     suite beside the other worker's (the suite's peak memory, on a 24 GiB CI machine)."""
     yield
-    from trainers.common import clear_trainer_cache
+    from alem_eval.trainers.common import clear_trainer_cache
 
     clear_trainer_cache()
 

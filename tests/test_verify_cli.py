@@ -73,9 +73,9 @@ def test_verify_usage_errors_exit_2(tmp_path, fixtures_root):
 
 
 def test_a_cell_the_source_cannot_provide_fails_naming_it_once(fixtures_root):
-    from alem_eval.manifest import Cell
-    from alem_eval.sources import open_source
-    from alem_eval.verify import verify_cells
+    from alem_eval.hub.manifest import Cell
+    from alem_eval.hub.sources import open_source
+    from alem_eval.model.verify import verify_cells
 
     missing = Cell("tiny", "ippo-rnn", "easy", 7)
     [result] = verify_cells(open_source(str(fixtures_root)), [missing])

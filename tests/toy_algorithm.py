@@ -1,13 +1,13 @@
 """A toy fifth algorithm, written the way a researcher outside the package would add one:
 a registry record, a network builder and a trainer, all here, registered with
-``alem_eval.algorithms.register`` (see CONTRACTS.md, "Adding a fifth algorithm").
+``alem_eval.algorithms.registry.register`` (see CONTRACTS.md, "Adding a fifth algorithm").
 
 * network: a feed-forward policy, ``Dense_0 -> relu -> Dense_1`` (logits), sized by its
   own key TOY_HIDDEN; the carry is a placeholder of width 1 (it has no recurrent core);
 * policy and checkpoint: IPPO's (greedy categorical over the masked logits; a flax
   TrainState ``{step, params: {params: ...}, opt_state}``);
 * trainer: REINFORCE with the per-step reward minus its batch mean as the advantage, one
-  Adam step per update, on the released trainers' shared helpers (``trainers.common``).
+  Adam step per update, on the released trainers' shared helpers (``alem_eval.trainers.common``).
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from alem_env.spaces import num_actions, obs_dim
-from alem_eval.algorithms import Algorithm, Ref
-from alem_eval.config import TrainConfig, common_train_fields
-from alem_eval.keyspec import TrainFamily, to_int
-from alem_eval.networks import NetworkSpec, build_network, gru_carry
-from trainers import common as tc
+from alem_eval.envs.spaces import num_actions, obs_dim
+from alem_eval.algorithms.registry import Algorithm, Ref
+from alem_eval.algorithms.config import TrainConfig, common_train_fields
+from alem_eval.algorithms.keyspec import TrainFamily, to_int
+from alem_eval.model.networks import NetworkSpec, build_network, gru_carry
+from alem_eval.trainers import common as tc
 
 NAME = "toy-ff"
 
@@ -57,10 +57,10 @@ RECORD = Algorithm(
     network_config=toy_network_config,
     train_family=TrainFamily("UPDATE_EPOCHS", "ANNEAL_LR", toy_train_config),
     network=Ref("tests.toy_algorithm:build_toy"),
-    greedy_policy=Ref("alem_eval.policies:CATEGORICAL"),
+    greedy_policy=Ref("alem_eval.model.policies:CATEGORICAL"),
     input_layer_key="TOY_HIDDEN",
     recurrent_key="TOY_HIDDEN",
-    saved_layout=Ref("alem_eval.released:TRAIN_STATE"),
+    saved_layout=Ref("alem_eval.hub.released:TRAIN_STATE"),
     reload_keys=("NUM_COMM_CHANNELS", "ACTION_MASKING", "TOY_HIDDEN", "SHARED_REWARD", "ENV_NAME"),
     trainer_module="tests.toy_algorithm",
 )
@@ -106,12 +106,12 @@ def build_toy(cfg) -> NetworkSpec:
 
 
 # ----------------------------------------------------------------------------------------
-# Trainer: make_train(run, tcfg) -> trainers.common.Trainer
+# Trainer: make_train(run, tcfg) -> alem_eval.trainers.common.Trainer
 # ----------------------------------------------------------------------------------------
 class Envs(NamedTuple):
     state: Any
     obs: Any  # [E, A, D]
-    log: Any  # trainers.common.EpisodeLog
+    log: Any  # alem_eval.trainers.common.EpisodeLog
 
 
 def build_trainer(run, tcfg) -> tc.Trainer:

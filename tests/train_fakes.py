@@ -17,8 +17,8 @@ from types import SimpleNamespace
 import jax
 import jax.numpy as jnp
 
-from alem_eval.config import build_train_config, training_run_config
-from trainers.common import RunnerState, Trainer
+from alem_eval.algorithms.config import build_train_config, training_run_config
+from alem_eval.trainers.common import RunnerState, Trainer
 
 ALGO = "ippo-rnn"
 SIZES = {"NUM_ENVS": 2, "NUM_STEPS": 2, "NUM_MINIBATCHES": 2}
@@ -102,11 +102,11 @@ def make_fake(run, tcfg, *, sleep_s: float = 0.0) -> SlowTrainer:
 def main(argv: list[str]) -> None:
     """``alem-eval train ARGV`` with the fake in place of IPPO's trainer (reached, like the
     real one, through the registry's ``trainer_module``)."""
-    import trainers.ippo_rnn as ippo
+    import alem_eval.trainers.ippo_rnn as ippo
 
     sleep_s = float(os.environ.get(SLEEP_ENV, "0"))
     ippo.make_train = lambda run, tcfg: make_fake(run, tcfg, sleep_s=sleep_s)
-    from alem_eval.cli import main as cli_main
+    from alem_eval.cli.app import main as cli_main
 
     cli_main(["train", *argv])
 

@@ -1,0 +1,1 @@
+"""Metrics, the seeded bootstrap, the results store, aggregation and exports for other tools."""

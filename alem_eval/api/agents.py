@@ -1,0 +1,229 @@
+"""A released policy and the Alem environment for loops of your own (``import alem_eval``).
+
+:func:`load_policy` gives the greedy policy the evaluator plays, as two pure functions,
+``init(batch)`` and ``act(carry, obs, mask)``; :func:`make_env` gives one unbatched eval
+environment, built as the evaluator builds it (:class:`alem_eval.envs.eval_env.EvalEnv`), with
+``reset(key)``, ``step(key, state, actions)`` and ``action_mask(state)``. Both take and
+give raw observations ``[P, obs_dim]`` float32 (P = 3 agents): a policy whose network
+takes the one-hot agent id appends it itself, exactly as in the evaluator, so the same
+actions follow from the same inputs. Everything is jit-, vmap- and scan-able.
+
+    policy = alem_eval.load_policy(cell)
+    env = alem_eval.make_env("easy")
+    obs, state = env.reset(jax.random.PRNGKey(9999))  # the fast protocol's episode 0
+    carry = policy.init(1)
+    carry, actions = policy.act(carry, obs[None], env.action_mask(state)[None])
+    obs, state, rewards, done, info = env.step(key, state, actions[0])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from alem_eval.api.functions import _before_compiling
+from alem_eval.core.errors import UsageError
+
+_before_compiling()  # the persistent compilation cache, while JAX is not yet imported
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+# The released configurations' world (config.py defaults): 3 players, no shared reward,
+# the base difficulty not scaled.
+NUM_AGENTS = 3
+ENV_NAME = "Alem-Coop-Symbolic"
+
+
+@dataclass(frozen=True, eq=False)
+class _Static:
+    """What a policy's compiled step is specialised on (compared by identity)."""
+
+    greedy: Any  # policies.GreedyPolicy
+    masks: bool  # the cell was trained with ACTION_MASKING (else every action is legal)
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class Policy:
+    """The greedy policy of one cell, as the evaluator plays it (a pytree: ``params`` are
+    its leaves, so ``jax.jit(lambda p, c, o, m: p.act(c, o, m))`` takes the weights as an
+    argument).
+
+    ``cell`` (id), ``algorithm``, ``num_agents`` (P = 3), ``obs_dim`` (the raw observation
+    width), ``num_actions`` (A); ``params``: the prepared network variables.
+    """
+
+    params: Any = field(repr=False)
+    cell: str = field(metadata=dict(static=True))
+    algorithm: str = field(metadata=dict(static=True))
+    num_agents: int = field(metadata=dict(static=True))
+    obs_dim: int = field(metadata=dict(static=True))
+    num_actions: int = field(metadata=dict(static=True))
+    _static: _Static = field(metadata=dict(static=True), repr=False)
+
+    def init(self, batch: int) -> Any:
+        """The zero recurrent state of ``batch`` episodes (a pytree, leading axis
+        ``batch``; ``[batch, P, H]`` for IPPO / MAPPO / HyperMARL). Start every episode
+        from it."""
+        one = self._static.greedy.init_carry()
+        return jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (batch,) + x.shape), one)
+
+    def act(self, carry: Any, obs: jax.Array, mask: jax.Array) -> tuple[Any, jax.Array]:
+        """One greedy step of ``batch`` episodes -> ``(carry, actions)``.
+
+        ``obs``: ``[batch, P, obs_dim]`` float32 raw observations (``Env.reset`` /
+        ``Env.step``); ``mask``: ``[batch, P, A]`` bool legal actions
+        (``Env.action_mask``; ignored, as by the evaluator, when the cell was trained
+        without action masking); ``actions``: ``[batch, P]`` int32, the argmax of the
+        masked policy (ties -> the lowest action). Pure and jit-able: the same inputs give
+        the actions the evaluator takes.
+        """
+        obs = jnp.asarray(obs, jnp.float32)
+        mask = jnp.asarray(mask, jnp.bool_)
+        want = {"obs": (self.num_agents, self.obs_dim), "mask": (self.num_agents, self.num_actions)}
+        for name, x in (("obs", obs), ("mask", mask)):
+            if x.ndim != 3 or tuple(x.shape[1:]) != want[name]:
+                raise UsageError(
+                    f"{self.cell}: {name} must be [batch, {', '.join(map(str, want[name]))}], "
+                    f"got {list(x.shape)}"
+                )
+        return _act(self, carry, obs, mask)
+
+
+@jax.jit
+def _act(policy: Policy, carry: Any, obs: jax.Array, mask: jax.Array) -> tuple[Any, jax.Array]:
+    """The evaluator's step of one role (``evaluate.team_actions``): the policy on all P
+    agents of each episode, reset flags all False (an Alem episode ends for every agent
+    at once, so no agent is done before the end)."""
+    greedy = policy._static.greedy
+    if not policy._static.masks:
+        mask = jnp.ones_like(mask)
+    dones = jnp.zeros(obs.shape[:2], jnp.bool_)
+
+    def one(c, o, d, m):
+        return greedy.act(policy.params, c, greedy.policy_input(o), d, m)
+
+    return jax.vmap(one)(carry, obs, dones, mask)
+
+
+def load_policy(
+    cell: Any,
+    *,
+    source: str | Path = "hub",
+    repo: str | None = None,
+    revision: str | None = None,
+    cache_dir: str | Path | None = None,
+) -> Policy:
+    """The greedy policy of one cell: a ``Cell`` from :func:`alem_eval.select`, or a
+    selector naming exactly one cell of ``source`` (downloaded if needed).
+
+    Returns :class:`Policy`: ``init(batch) -> carry``, ``act(carry, obs, mask) ->
+    (carry, actions)``.
+    """
+    from alem_eval.api.functions import _resolve
+    from alem_eval.evaluate.engine import _policy_variables
+    from alem_eval.model.loader import load_cell
+    from alem_eval.model.policies import make_policy
+
+    src, cells = _resolve(cell, source, repo, revision, cache_dir)
+    if len(cells) != 1:
+        shown = ", ".join(c.id for c in cells[:3]) + (", ..." if len(cells) > 3 else "")
+        raise UsageError(f"load_policy takes one cell; {cell!r} names {len(cells)} ({shown})")
+    (c,) = cells
+    loaded = load_cell(
+        src.local_dir(c),
+        algorithm=c.algorithm,
+        difficulty=c.difficulty,
+        seed=c.seed,
+        policy_only=True,
+        where=c.id,
+    )
+    spec, greedy = loaded.spec, make_policy(loaded.spec)
+    variables = _policy_variables(spec, loaded.weights, c.id)
+    return Policy(
+        params=jax.jit(greedy.prepare)(variables),
+        cell=c.id,
+        algorithm=spec.algorithm,
+        num_agents=loaded.cfg.env.num_agents,
+        obs_dim=spec.obs_dim,
+        num_actions=spec.num_actions,
+        _static=_Static(greedy, bool(loaded.cfg.env.action_masking)),
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class Env:
+    """One Alem-Coop-Symbolic eval environment on ``difficulty``'s worlds, unbatched
+    (``jax.vmap`` its methods for a batch). ``num_agents`` (P = 3), ``obs_dim``,
+    ``num_actions`` (A), ``agents`` (the env's agent names, in slot order).
+    """
+
+    difficulty: str
+    num_comm_channels: int
+    num_agents: int
+    obs_dim: int
+    num_actions: int
+    agents: tuple[str, ...]
+    _env: Any = field(repr=False)  # alem_eval.envs.eval_env.EvalEnv (action masking on)
+    _dyn: Any = field(repr=False)  # the difficulty's traced EnvParams fields
+
+    def reset(self, key: jax.Array) -> tuple[jax.Array, Any]:
+        """A new world from ``key`` (``jax.random.PRNGKey(9999 + i)`` is the fast
+        protocol's episode ``i``) -> ``(obs [P, obs_dim] float32, state)``."""
+        return self._env.reset(key, self._dyn)
+
+    def step(
+        self, key: jax.Array, state: Any, actions: jax.Array
+    ) -> tuple[jax.Array, Any, jax.Array, jax.Array, dict[str, jax.Array]]:
+        """One step (no auto-reset) with ``actions [P]`` int ->
+        ``(obs [P, obs_dim] float32, state, rewards [P] float32, done [] bool, info)``;
+        ``info``: ``agent_dones [P]`` bool and ``team_achievements`` [] int32 (distinct
+        achievements any agent has unlocked). Once ``done``, reset."""
+        out = self._env.step(key, state, jnp.asarray(actions, jnp.int32), self._dyn)
+        info = {
+            "agent_dones": out.agent_dones,
+            "team_achievements": self._env.team_achievements(out.state),
+        }
+        return out.obs, out.state, out.reward, out.done, info
+
+    def action_mask(self, state: Any) -> jax.Array:
+        """``[P, A]`` bool: the actions each agent may take in ``state``."""
+        return self._env.action_mask(state, self._dyn)
+
+
+def make_env(difficulty: str, num_comm_channels: int = 4) -> Env:
+    """The eval environment of the released cells (3 agents, ``num_comm_channels`` comm
+    channels) on ``difficulty``'s worlds (``"easy"``, ``"medium"`` or ``"hard"``), built
+    as the evaluator builds it. Returns :class:`Env`."""
+    from alem_eval.envs.eval_env import EnvStatics, get_eval_env
+
+    from alem_eval.evaluate.engine import check_eval_difficulty
+
+    check_eval_difficulty(difficulty)
+    if isinstance(num_comm_channels, bool) or not isinstance(num_comm_channels, (int, np.integer)):
+        raise UsageError(f"num_comm_channels must be an integer, got {num_comm_channels!r}")
+    if num_comm_channels < 0:
+        raise UsageError(f"num_comm_channels must be at least 0, got {num_comm_channels}")
+    statics = EnvStatics(
+        env_name=ENV_NAME,
+        num_agents=NUM_AGENTS,
+        num_comm_channels=int(num_comm_channels),
+        shared_reward=False,
+        scale_base_difficulty=False,
+        action_masking=True,
+        append_agent_id=False,
+    )
+    env = get_eval_env(statics)
+    return Env(
+        difficulty=difficulty,
+        num_comm_channels=int(num_comm_channels),
+        num_agents=statics.num_agents,
+        obs_dim=statics.obs_dim,
+        num_actions=statics.num_actions,
+        agents=env.agents,
+        _env=env,
+        _dyn=env.difficulty_params(difficulty),
+    )

@@ -1,0 +1,1 @@
+"""The alem-eval command line: thin typer commands over the library API."""

@@ -1,0 +1,201 @@
+"""``alem-eval crossplay``: mixed teams of the selected cells against their self-play.
+
+Parses, calls :func:`alem_eval.scoring.crossplay.run_crossplay`, writes its figure and files
+(:func:`alem_eval.scoring.crossplay.write_outputs`) and prints the result.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from alem_eval.cli.app import app
+from alem_eval.cli.console import OutputFormat, emit_json, emit_records, err_console
+from alem_eval.scoring.crossplay import DEFAULT_MAX_TEAMS, DEFAULT_REPS
+from alem_eval.cli.options import (
+    CacheDirOpt,
+    DryRunOpt,
+    DifficultyFilterOpt,
+    EnvMismatch,
+    EnvMismatchOpt,
+    EvalDifficultyOpt,
+    FormatOpt,
+    RepoOpt,
+    RepsOpt,
+    ResultsOpt,
+    RevisionOpt,
+    SeedOpt,
+    SourceOpt,
+    choice,
+    split_commas,
+)
+
+
+class Scheme(StrEnum):
+    """``alem_eval.scoring.crossplay.SCHEMES``."""
+
+    pairs = "pairs"
+    distinct = "distinct"
+    mixed = "mixed"
+    all = "all"
+
+
+class CrossRuns(StrEnum):
+    """``alem_eval.scoring.crossplay.RUNS_MODES``: how the gap averages (``options.Runs`` is seeds |
+    episodes: a cross-play run is a team, not a seed)."""
+
+    teams = "teams"
+    episodes = "episodes"
+
+
+@app.command("crossplay")
+def crossplay(
+    selectors: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="Cells to put in teams together, e.g. '1B/*/hard' (default: all of a local "
+            "--source; the Hub needs a selection)."
+        ),
+    ] = None,
+    source: SourceOpt = "hub",
+    repo: RepoOpt = None,
+    revision: RevisionOpt = None,
+    cache_dir: CacheDirOpt = None,
+    difficulty: DifficultyFilterOpt = None,
+    eval_difficulty: EvalDifficultyOpt = None,
+    episodes: Annotated[
+        int | None,
+        typer.Option("--episodes", help="Episodes per team (default 20, the paper protocol)."),
+    ] = None,
+    max_steps: Annotated[
+        int | None, typer.Option("--max-steps", help="Step cap per episode (default 10000).")
+    ] = None,
+    scheme: Annotated[
+        Scheme,
+        typer.Option(
+            "--scheme",
+            help="pairs: every 'two agents of A + one of B' in every slot position; "
+            "distinct: each slot a different cell (sampled); mixed: distinct teams spanning "
+            "more than one algorithm (sampled); all: the three. Each cell's self-play is always "
+            "included.",
+            **choice(Scheme, "--scheme", "scheme", metavar="SCHEME"),
+        ),
+    ] = Scheme.pairs,
+    max_teams: Annotated[
+        int,
+        typer.Option("--max-teams", help="Teams sampled for distinct / mixed (pairs is complete)."),
+    ] = DEFAULT_MAX_TEAMS,
+    seed: SeedOpt = 0,
+    reps: RepsOpt = DEFAULT_REPS,
+    runs: Annotated[
+        CrossRuns,
+        typer.Option(
+            "--runs",
+            help="How the gap averages: teams: every cross-play team weighs the same; "
+            "episodes: every (team, episode) with a finite value does (the two differ only "
+            "when values are missing). Either way the CI resamples the worlds (episode "
+            "indices), jointly for every team and the self-play.",
+            **choice(CrossRuns, "--runs", "run unit"),
+        ),
+    ] = CrossRuns.teams,
+    results: ResultsOpt = None,
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out", help="Output directory (pair_matrix.png/.pdf, teams.csv, crossplay.json)."
+        ),
+    ] = Path("alem-eval-crossplay"),
+    on_env_mismatch: EnvMismatchOpt = EnvMismatch.error,
+    dry_run: DryRunOpt = False,
+    fmt: FormatOpt = OutputFormat.table,
+) -> None:
+    """Cross-play vs self-play: how much do teams lose when their agents come from
+    different checkpoints?
+
+    All teams are scored in one compiled rollout on the same worlds; the pair matrix
+    (row: partner A in two slots, column: newcomer B in one, diagonal: self-play) and the
+    cross-play gap (self - cross) of Total%, Base% and Coord% are printed, with bootstrap
+    CIs over the worlds (they need 2 episodes or more): how sure the gap of these
+    checkpoints is, not of their algorithms. Scored teams are kept under <results>/crossplay/ (never read by
+    report or leaderboard), so a rerun scores only the teams it has not seen. --seed
+    seeds both the team sample (distinct, mixed) and the bootstrap. The cells play on
+    their shared training difficulty's worlds unless --eval-difficulty names others.
+
+    Examples:
+
+      alem-eval crossplay '1B/*/hard' --scheme pairs
+      alem-eval crossplay 'demo/*' --source demo --episodes 2 --max-steps 100 \\
+          --out xplay/
+    """
+    from alem_eval.scoring.crossplay import CrossplayStore, run_crossplay, write_outputs
+    from alem_eval.analysis.results import collect_warnings
+    from alem_eval.core.runtime import enable_compilation_cache
+    from alem_eval.hub.selectors import require_selection
+    from alem_eval.hub.sources import open_source
+
+    src = open_source(source, repo=repo, revision=revision, cache_dir=cache_dir, read_only=dry_run)
+    require_selection(src, selectors, command="crossplay", filters=(difficulty,))
+    cells = src.select(list(selectors or []), difficulties=split_commas(difficulty))
+    play: dict[str, Any] = {  # the run's settings, and its --dry-run plan's
+        "scheme": scheme.value,
+        "eval_difficulty": eval_difficulty.value if eval_difficulty else None,
+        "num_episodes": episodes,
+        "max_steps": max_steps,
+        "max_teams": max_teams,
+        "seed": seed,
+    }
+    if dry_run:
+        from alem_eval.cli.console import emit_plan
+        from alem_eval.scoring.plan import plan_crossplay
+
+        emit_plan(plan_crossplay(src, cells, **play), fmt)
+        return
+    enable_compilation_cache()
+
+    def progress(message: str) -> None:
+        err_console.print(message, highlight=False)
+
+    with collect_warnings() as notes:
+        result = run_crossplay(
+            src,
+            cells,
+            **play,
+            reps=reps,
+            runs=runs.value,
+            store=CrossplayStore.for_results(results),
+            on_env_mismatch=on_env_mismatch.value,
+            on_progress=progress,
+        )
+    for note in notes:
+        err_console.print(f"[yellow]warning[/yellow] {note}", highlight=False)
+    paths = write_outputs(result, out)
+    if fmt == OutputFormat.json:
+        emit_json({**result.as_json(), "outputs": [str(p) for p in paths]})
+    elif fmt == OutputFormat.csv:
+        rows = result.team_rows()
+        emit_records(rows, fmt, columns=list(dict.fromkeys(k for r in rows for k in r)))
+    else:
+        emit_records(
+            result.gap_rows(),
+            fmt,
+            title=(
+                f"cross-play gap on {result.eval_difficulty} ({result.scheme}; runs = "
+                f"{result.bootstrap['runs']}; {result.bootstrap['confidence']:.0%} CI)"
+            ),
+        )
+        emit_records(
+            result.matrix_rows(),
+            fmt,
+            title=(
+                f"{result.matrix.as_json()['label']}: A in two slots + B in one (diagonal: "
+                "self-play)"
+            ),
+        )
+    err_console.print(
+        f"{len(result.teams)} teams ({result.teams_scored} scored, "
+        f"{result.teams_reused} read back); figure and tables in {out}",
+        highlight=False,
+    )

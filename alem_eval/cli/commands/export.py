@@ -1,0 +1,130 @@
+"""``alem-eval export`` (marl-eval JSON) and ``alem-eval merge`` (import another results dir)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from alem_eval.cli.app import app
+from alem_eval.cli.console import OutputFormat, emit_records, err_console
+from alem_eval.core.errors import UsageError
+from alem_eval.cli.options import (
+    DifficultyFilterOpt,
+    ExportFormat,
+    ExportFormatOpt,
+    FormatOpt,
+    Prefer,
+    PreferOpt,
+    ResultsOpt,
+    ResultsProtocolOpt,
+    split_commas,
+)
+
+
+@app.command("export")
+def export(
+    selectors: Annotated[
+        list[str] | None, typer.Argument(help="Scored cells to export (default: all).")
+    ] = None,
+    results: ResultsOpt = None,
+    fmt: ExportFormatOpt = ExportFormat.marl_eval,
+    metric: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--metric", help="Metric(s) to export (default: the headline metrics). Repeatable."
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write to this file instead of stdout.")
+    ] = None,
+    protocol: ResultsProtocolOpt = None,
+    complete_subgrid: Annotated[
+        bool,
+        typer.Option(
+            "--complete-subgrid",
+            help="When runs are missing, export the largest complete grid of difficulties x "
+            "algorithms x seeds instead of failing (marl-eval needs a complete grid).",
+        ),
+    ] = False,
+    difficulty: DifficultyFilterOpt = None,
+) -> None:
+    """Per-episode scores in marl-eval's layout: alem -> difficulty -> <algorithm>_<budget>
+    -> seed_<N> -> step_0 / absolute_metrics (metric names lower-cased, '/' -> '_'). Each
+    difficulty is a separate task, to be reported on its own: exporting several warns.
+
+    Examples:
+
+      alem-eval export '1B/*/*' --difficulty hard --out hard.json
+      alem-eval export --complete-subgrid --out subgrid.json
+    """
+    from alem_eval.analysis.interop import export_marl_eval
+
+    difficulties = split_commas(difficulty) or []
+    if len(difficulties) > 1:  # one marl-eval task per file: difficulties are never pooled
+        raise UsageError("export: --difficulty takes one difficulty (one marl-eval task)")
+    from alem_eval.analysis.results import open_store
+
+    text, prepared = exported = export_marl_eval(
+        open_store(results),
+        out,
+        selectors=selectors or None,
+        metrics=metric or (),
+        protocol=protocol and protocol.value,
+        complete_subgrid=complete_subgrid,
+        difficulty=difficulties[0] if difficulties else None,
+    )
+    for note in prepared.notes:
+        err_console.print(f"[yellow]note[/yellow] {note}", highlight=False)
+    if exported.warning:
+        err_console.print(
+            f"[yellow]warning[/yellow] {exported.warning}", soft_wrap=True, highlight=False
+        )
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        err_console.print(f"wrote marl-eval JSON to {out}", highlight=False)
+
+
+@app.command("merge")
+def merge(
+    source: Annotated[Path, typer.Argument(help="Another alem-eval results directory to import.")],
+    selectors: Annotated[
+        list[str] | None, typer.Argument(help="Cells to import (default: all).")
+    ] = None,
+    results: ResultsOpt = None,
+    prefer: PreferOpt = Prefer.ours,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Report what would happen; write nothing.")
+    ] = False,
+    fmt: FormatOpt = OutputFormat.table,
+) -> None:
+    """Import scored cells from another results directory into --results; provenance
+    conflicts are reported (the table lists them).
+
+    Example (after a SLURM array that scored into runs/score-0 ... runs/score-7):
+
+      for i in $(seq 0 7); do alem-eval merge runs/score-$i; done
+    """
+    from alem_eval.analysis.interop import merge_results
+    from alem_eval.analysis.results import ResultsStore, open_store
+
+    rep = merge_results(
+        open_store(results),
+        ResultsStore(source),
+        selectors=selectors or None,
+        prefer=prefer.value,
+        dry_run=dry_run,
+    )
+    for note in rep.notes:
+        err_console.print(f"[yellow]note[/yellow] {note}", highlight=False)
+    if rep.conflicts or fmt != OutputFormat.table:
+        emit_records(
+            [c.as_record() for c in rep.conflicts],
+            fmt,
+            columns=["cell", "eval_difficulty", "protocol", "kind", "detail", "resolution"],
+            title=f"{len(rep.conflicts)} conflict(s)",
+        )
+    err_console.print(f"merge {rep.source} -> {rep.dest}: {rep.summary()}", highlight=False)

@@ -1,0 +1,63 @@
+"""``alem-eval leaderboard``: Base% / Coord% / Total% per difficulty as csv, md, LaTeX or JSON."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from alem_eval.cli.app import app
+from alem_eval.cli.console import err_console
+from alem_eval.cli.options import (
+    LeaderboardFormat,
+    LeaderboardFormatOpt,
+    RepsOpt,
+    ResultsOpt,
+    ResultsProtocolOpt,
+    SeedOpt,
+)
+
+
+@app.command("leaderboard")
+def leaderboard(
+    selectors: Annotated[
+        list[str] | None, typer.Argument(help="Scored cells to include (default: all).")
+    ] = None,
+    results: ResultsOpt = None,
+    fmt: LeaderboardFormatOpt = LeaderboardFormat.md,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write to this file instead of stdout.")
+    ] = None,
+    reps: RepsOpt = 50_000,
+    seed: SeedOpt = 0,
+    protocol: ResultsProtocolOpt = None,
+) -> None:
+    """Rows = (budget, algorithm); per difficulty the mean over seeds [95% CI] of Base%,
+    Coord% and Total%. Missing cells are shown as missing, never as zero.
+
+    Examples:
+
+      alem-eval leaderboard --format md
+      alem-eval leaderboard '1B' --format latex --out table.tex
+    """
+    from alem_eval.api.functions import leaderboard as build_leaderboard
+    from alem_eval.core.fsutil import write_text_atomic
+    from alem_eval.reporting.leaderboard import render
+
+    lb = build_leaderboard(
+        *(selectors or []),
+        results=results,
+        reps=reps,
+        seed=seed,
+        protocol=protocol and protocol.value,
+    )
+    text = render(lb, fmt.value)
+    for note in lb.notes:
+        err_console.print(f"[yellow]note[/yellow] {note}", highlight=False)
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        write_text_atomic(out, text)
+        err_console.print(f"wrote {len(lb.rows)} rows to {out}", highlight=False)

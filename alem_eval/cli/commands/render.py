@@ -1,0 +1,172 @@
+"""``alem-eval render``: one greedy episode of a cell (or a mixed team) as a GIF or MP4.
+
+Parses, calls :func:`alem_eval.render.episode.render_episode` and prints what it wrote.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from alem_eval.cli.app import app
+from alem_eval.cli.console import OutputFormat, emit_records, err_console
+from alem_eval.cli.options import (
+    CacheDirOpt,
+    DifficultyFilterOpt,
+    EnvMismatch,
+    EnvMismatchOpt,
+    EvalDifficultyOpt,
+    FormatOpt,
+    RepoOpt,
+    RevisionOpt,
+    SourceOpt,
+    split_commas,
+)
+from alem_eval.render.episode import DEFAULT_FPS, DEFAULT_SCALE, MAX_SCALE
+
+
+@app.command("render")
+def render(
+    team: Annotated[
+        str,
+        typer.Argument(
+            metavar="CELL_OR_TEAM",
+            help="One cell (self-play), or one cell per agent slot joined by '+' "
+            "(a mixed team, any algorithms); each part must name exactly one cell.",
+        ),
+    ],
+    source: SourceOpt = "hub",
+    repo: RepoOpt = None,
+    revision: RevisionOpt = None,
+    cache_dir: CacheDirOpt = None,
+    difficulty: DifficultyFilterOpt = None,
+    eval_difficulty: EvalDifficultyOpt = None,
+    episode: Annotated[
+        int,
+        typer.Option(
+            "--episode",
+            help="Episode index i of the fast protocol: world PRNGKey(9999 + i), the same "
+            "episode 'score' plays as episode i.",
+        ),
+    ] = 0,
+    max_steps: Annotated[
+        int | None, typer.Option("--max-steps", help="Step cap (default 10000).")
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Output file, .gif or .mp4 (mp4 needs ffmpeg on PATH or the video extra). "
+            "Default: a .gif in the current directory named after the cells, the difficulty "
+            "and the episode.",
+        ),
+    ] = None,
+    fps: Annotated[float, typer.Option("--fps", help="Frames per second.")] = DEFAULT_FPS,
+    scale: Annotated[
+        int,
+        typer.Option("--scale", help=f"Integer zoom of the renderer's pixels (1-{MAX_SCALE})."),
+    ] = DEFAULT_SCALE,
+    on_env_mismatch: EnvMismatchOpt = EnvMismatch.error,
+    fmt: FormatOpt = OutputFormat.table,
+) -> None:
+    """Draw one greedy episode with the environment's own pixel renderer.
+
+    Each frame shows every agent's view (alem's render_alem_pixels) side by side over a
+    caption: the step, the team's distinct achievements so far, and each agent's cell,
+    action and comm signal. Frame 0 is the reset world, frame t the state after step t
+    (an episode of T steps gives T + 1 frames). Frames are written as they are drawn, so
+    a 10,000-step episode needs no more memory than a short one. The team plays on its
+    cells' shared training difficulty's worlds unless --eval-difficulty names others.
+
+    Examples:
+
+      alem-eval render demo/ippo/easy/0 --source demo --max-steps 200 \\
+          --out ippo.gif
+      alem-eval render 'demo/ippo/easy/0+demo/pqn/easy/0+demo/mappo/easy/0' \\
+          --source demo --episode 3
+    """
+    from alem_eval.render.episode import check_episode, check_output, render_episode
+    from alem_eval.core.runtime import enable_compilation_cache
+    from alem_eval.hub.sources import open_source
+
+    check_episode(episode)
+    if out is not None:
+        check_output(out, fps, scale)
+    src = open_source(source, repo=repo, revision=revision, cache_dir=cache_dir)
+    enable_compilation_cache()
+    with _StepBar() as bar:
+        result = render_episode(
+            src,
+            team,
+            out=out,
+            eval_difficulty=eval_difficulty.value if eval_difficulty else None,
+            difficulties=split_commas(difficulty),
+            episode=episode,
+            max_steps=max_steps,
+            fps=fps,
+            scale=scale,
+            on_env_mismatch=on_env_mismatch.value,
+            on_progress=bar.update,
+        )
+    record = result.as_json()
+    if fmt == OutputFormat.table:
+        ending = "the env ended it" if result.terminated else "step cap"
+        err_console.print(
+            f"wrote {result.path}: {result.frames} frames ({result.steps} "
+            f"step{'' if result.steps == 1 else 's'}, {ending}), "
+            f"return {result.episode_return:.3f}, {len(result.achievements)} team achievements"
+            + (f": {', '.join(result.achievements)}" if result.achievements else ""),
+            highlight=False,
+        )
+        print(result.path)
+    elif fmt == OutputFormat.csv:
+        team_text, unlocked = "+".join(result.team), " ".join(result.achievements)
+        emit_records([{**record, "team": team_text, "achievements": unlocked}], fmt)
+    else:
+        emit_records([record], fmt)
+
+
+class _StepBar:
+    """Steps drawn so far on stderr: a live bar on a terminal, else a line every 30 s."""
+
+    EVERY_S = 30.0
+
+    def __init__(self) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self.live = err_console.is_terminal
+        self.start = self.last = time.perf_counter()
+        self.progress = Progress(
+            TextColumn("[bold]render[/] steps"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err_console,
+            disable=not self.live,
+        )
+        self.task = self.progress.add_task("render", total=None)
+
+    def __enter__(self) -> _StepBar:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.__exit__(None, None, None)
+
+    def update(self, done: int, total: int) -> None:
+        self.progress.update(self.task, completed=done, total=total)
+        now = time.perf_counter()
+        if not self.live and now - self.last >= self.EVERY_S:
+            self.last = now
+            err_console.print(
+                f"render: {done} steps of at most {total}, {now - self.start:.0f}s", highlight=False
+            )

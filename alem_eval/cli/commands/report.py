@@ -1,0 +1,121 @@
+"""``alem-eval report``: Markdown report with figures (PNG; PDF with --pdf) from the results store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from alem_eval.cli.app import app
+from alem_eval.cli.console import err_console
+from alem_eval.cli.options import (
+    CacheDirOpt,
+    RepoOpt,
+    ResultsOpt,
+    ResultsProtocolOpt,
+    RepsOpt,
+    RevisionOpt,
+    Runs,
+    RunsOpt,
+    SeedOpt,
+    SourceOpt,
+)
+
+
+@app.command("report")
+def report(
+    selectors: Annotated[
+        list[str] | None,
+        typer.Argument(help="Scored cells to include (default: all), e.g. '1B/*/hard'."),
+    ] = None,
+    results: ResultsOpt = None,
+    metric: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--metric",
+            help="Metric(s) to analyse: a column such as Team/achievement_pct, or "
+            "total | base | coord | achievement (default: total = Team/reward_pct_of_max). "
+            "Repeatable.",
+        ),
+    ] = None,
+    out: Annotated[
+        Path, typer.Option("--out", help="Output directory (report.md, stats.json, figures/).")
+    ] = Path("alem-eval-report"),
+    reps: RepsOpt = 50_000,
+    seed: SeedOpt = 0,
+    runs: RunsOpt = Runs.seeds,
+    protocol: ResultsProtocolOpt = None,
+    pdf: Annotated[
+        bool, typer.Option("--pdf", help="Also save every figure as PDF (vector; slower).")
+    ] = False,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs",
+            min=1,
+            help="Processes drawing the figures (default: one per CPU core; 1: none).",
+        ),
+    ] = None,
+    clips: Annotated[
+        bool,
+        typer.Option(
+            "--clips",
+            help="Also draw a short self-play GIF per algorithm (its first cell, episode 0) "
+            "into clips/ and embed it; the cells are read from --source.",
+        ),
+    ] = False,
+    clip_steps: Annotated[
+        int, typer.Option("--clip-steps", min=1, help="Step cap of each clip.")
+    ] = 200,
+    source: SourceOpt = "hub",
+    repo: RepoOpt = None,
+    revision: RevisionOpt = None,
+    cache_dir: CacheDirOpt = None,
+) -> None:
+    """Interval estimates (IQM, mean, median, optimality gap), probability of improvement,
+    performance profiles and the budget comparison, one panel per difficulty.
+
+    Writes report.md, stats.json and figures/*.png (and *.pdf with --pdf) into --out and
+    prints the path of report.md on stdout.
+
+    Examples:
+
+      alem-eval report '1B/*/hard' --results runs/results --out report/ --pdf
+
+      alem-eval report 'demo' --source demo --clips --out demo-report/
+    """
+    from alem_eval.api.functions import report as build_report
+    from alem_eval.analysis.metrics import DEFAULT_METRIC
+
+    src = None
+    if clips:
+        from alem_eval.core.runtime import enable_compilation_cache
+        from alem_eval.hub.sources import open_source
+
+        src = open_source(source, repo=repo, revision=revision, cache_dir=cache_dir)
+        enable_compilation_cache()
+    res = build_report(
+        *(selectors or []),
+        out=out,
+        results=results,
+        metrics=tuple(metric or (DEFAULT_METRIC,)),
+        reps=reps,
+        seed=seed,
+        runs=runs.value,
+        protocol=protocol and protocol.value,
+        pdf=pdf,
+        jobs=jobs,
+        clips=src,
+        clip_steps=clip_steps,
+    )
+    for note in res.notes:
+        err_console.print(f"[yellow]note[/yellow] {note}", highlight=False)
+    err_console.print(
+        f"report for {', '.join(res.metrics)} (protocol {res.protocol}, "
+        f"{runs.value} as runs, {reps:,} bootstrap reps): "
+        f"{len(res.figures)} figure files in {res.out_dir / 'figures'}"
+        + (f", {len(res.clips)} clips in {res.out_dir / 'clips'}" if res.clips else ""),
+        highlight=False,
+    )
+    print(res.markdown)

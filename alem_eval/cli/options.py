@@ -1,0 +1,269 @@
+"""The options several commands share, each defined once (typer ``Annotated`` aliases).
+
+A command declares ``source: SourceOpt = "hub"``; the flag and its help text live here.
+Choice options are :class:`enum.StrEnum` s (``OutputFormat`` is :mod:`alem_eval.cli.console`'s),
+so ``--help`` lists the choices; a value that is not a choice is a one-line
+:class:`~alem_eval.core.errors.UsageError` (exit 2), like every other input error. Commands hand
+the library plain strings (``protocol.value``).
+
+This module stays light (no JAX, pandas or Hub client): every command imports it when the
+CLI starts. ``tests/test_options.py`` checks that the choices equal the library's.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from alem_eval.cli.console import OutputFormat
+from alem_eval.core.errors import UsageError
+
+
+# ----------------------------------------------------------------------------------------
+# Choices
+# ----------------------------------------------------------------------------------------
+class Protocol(StrEnum):
+    """``alem_eval.evaluate.engine.PROTOCOLS``."""
+
+    fast = "fast"
+    reference = "reference"
+
+
+class EnvMismatch(StrEnum):
+    """What ``score`` does when a cell's env version is not the installed one."""
+
+    error = "error"
+    warn = "warn"
+
+
+class Runs(StrEnum):
+    """``alem_eval.analysis.bootstrap.RUNS_MODES``: what one run of the analysis is."""
+
+    seeds = "seeds"
+    episodes = "episodes"
+
+
+class LeaderboardFormat(StrEnum):
+    """``alem_eval.reporting.leaderboard.FORMATS``."""
+
+    md = "md"
+    csv = "csv"
+    latex = "latex"
+    json = "json"
+
+
+class ExportFormat(StrEnum):
+    marl_eval = "marl-eval"
+
+
+class DatasetFormat(StrEnum):
+    """``alem_eval.datasets.recording.VAULT_FORMATS``."""
+
+    vault = "vault"
+
+
+class Difficulty(StrEnum):
+    """``alem_eval.algorithms.config.DIFFICULTIES``: the worlds ``--eval-difficulty`` plays."""
+
+    easy = "easy"
+    medium = "medium"
+    hard = "hard"
+
+
+class Prefer(StrEnum):
+    """Which side ``merge`` keeps on a same-key content conflict."""
+
+    ours = "ours"
+    theirs = "theirs"
+
+
+def choice(enum: type[StrEnum], flag: str, noun: str, *, metavar: str | None = None) -> dict:
+    """``typer.Option`` keywords for a choice: the parser (one-line usage error naming the
+    choices) and the metavar that shows them in ``--help`` (``metavar`` instead where the
+    help names them: a long list widens the column and squeezes every option's help)."""
+    names = [m.value for m in enum]
+
+    def parse(value):
+        if isinstance(value, enum):
+            return value
+        try:
+            return enum(value)
+        except ValueError:
+            raise UsageError(
+                f"unknown {noun} {value!r}: {flag} must be one of {', '.join(names)}"
+            ) from None
+
+    return {"parser": parse, "metavar": metavar or "[" + "|".join(names) + "]"}
+
+
+def split_commas(values: list[str] | None) -> list[str] | None:
+    """``["a,b", "c"]`` -> ``["a", "b", "c"]``; None when nothing was given."""
+    if not values:
+        return None
+    return [v.strip() for item in values for v in item.split(",") if v.strip()]
+
+
+# ----------------------------------------------------------------------------------------
+# Where cells come from
+# ----------------------------------------------------------------------------------------
+SourceOpt = Annotated[
+    str,
+    typer.Option(
+        "--source",
+        help="'hub', 'demo' or a local directory in the released layout: a cell at a "
+        "path like 1B/ippo-rnn/hard/seed0 holding checkpoint/ and config.json.",
+    ),
+]
+SourcePairOpt = Annotated[
+    list[str],
+    typer.Option(
+        "--source",
+        help="Exactly two sources, A then B: 'hub', 'demo' or a local directory in "
+        "the released layout (e.g. your runs).",
+    ),
+]
+RepoOpt = Annotated[
+    str | None, typer.Option("--repo", help="Hub repo id (default alem-world/alem-rl-baselines).")
+]
+RevisionOpt = Annotated[
+    str | None,
+    typer.Option("--revision", help="Hub revision: a branch, tag or commit (default main)."),
+]
+CacheDirOpt = Annotated[
+    Path | None,
+    typer.Option("--cache-dir", help="Download cache (default: the Hugging Face cache)."),
+]
+
+BudgetFilterOpt = Annotated[
+    list[str] | None,
+    typer.Option("--budget", help="Filter: budget(s), e.g. 1B; repeat or comma-separate."),
+]
+AlgorithmFilterOpt = Annotated[
+    list[str] | None,
+    typer.Option("--algorithm", help="Filter: algorithm(s); repeat or comma-separate."),
+]
+DifficultyFilterOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--difficulty",
+        help="Filter: the cells' training difficulty(ies); repeat or comma-separate.",
+    ),
+]
+EvalDifficultyOpt = Annotated[
+    Difficulty | None,
+    typer.Option(
+        "--eval-difficulty",
+        help="Play every cell on this difficulty's worlds (default: each cell's own "
+        "training difficulty; with --protocol reference, the EVAL_DIFFICULTIES its run "
+        "evaluated).",
+        **choice(Difficulty, "--eval-difficulty", "eval difficulty"),
+    ),
+]
+
+DryRunOpt = Annotated[
+    bool,
+    typer.Option(
+        "--dry-run",
+        help="Only show the plan: the cells, the files and bytes to download, the episodes "
+        "and at most how many env steps; nothing is downloaded, run or written.",
+    ),
+]
+
+# ----------------------------------------------------------------------------------------
+# Scoring and the results store
+# ----------------------------------------------------------------------------------------
+ResultsOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--results",
+        help="Results store directory (default: <user cache>/results, the user "
+        "cache being $ALEM_EVAL_CACHE, else ~/.cache/alem-eval).",
+    ),
+]
+ProtocolOpt = Annotated[
+    Protocol,
+    typer.Option(
+        "--protocol",
+        help="fast: the paper protocol, every episode in parallel; reference: "
+        "upstream's sequential key chain, bit for bit.",
+        **choice(Protocol, "--protocol", "protocol"),
+    ),
+]
+ResultsProtocolOpt = Annotated[
+    Protocol | None,
+    typer.Option(
+        "--protocol",
+        help="Scoring protocol to read when the results hold several.",
+        **choice(Protocol, "--protocol", "protocol"),
+    ),
+]
+EnvMismatchOpt = Annotated[
+    EnvMismatch,
+    typer.Option(
+        "--on-env-mismatch",
+        help="When a cell's env version differs from the installed "
+        "alem-env: stop (error) or score anyway with a warning (warn).",
+        **choice(EnvMismatch, "--on-env-mismatch", "env-version policy"),
+    ),
+]
+
+# ----------------------------------------------------------------------------------------
+# Output and statistics
+# ----------------------------------------------------------------------------------------
+FormatOpt = Annotated[
+    OutputFormat,
+    typer.Option(
+        "--format",
+        help="table (for people), json or csv (for programs).",
+        **choice(OutputFormat, "--format", "format"),
+    ),
+]
+LeaderboardFormatOpt = Annotated[
+    LeaderboardFormat,
+    typer.Option(
+        "--format",
+        help="md, csv, latex (booktabs) or json (the upstream leaderboard entry schema).",
+        **choice(LeaderboardFormat, "--format", "format"),
+    ),
+]
+ExportFormatOpt = Annotated[
+    ExportFormat,
+    typer.Option(
+        "--format",
+        help="marl-eval (instadeepai/marl-eval raw-data JSON).",
+        **choice(ExportFormat, "--format", "format"),
+    ),
+]
+DatasetFormatOpt = Annotated[
+    DatasetFormat,
+    typer.Option(
+        "--format",
+        help="vault: Flashbax Vaults in OG-MARL's experience structure.",
+        **choice(DatasetFormat, "--format", "dataset format"),
+    ),
+]
+RepsOpt = Annotated[int, typer.Option("--reps", help="Bootstrap replicates.")]
+SeedOpt = Annotated[
+    int,
+    typer.Option("--seed", help="Bootstrap seed: the same seed reproduces every interval exactly."),
+]
+RunsOpt = Annotated[
+    Runs,
+    typer.Option(
+        "--runs",
+        help="seeds: each seed's mean over its episodes is a run; episodes: every "
+        "episode is a run.",
+        **choice(Runs, "--runs", "run unit"),
+    ),
+]
+PreferOpt = Annotated[
+    Prefer,
+    typer.Option(
+        "--prefer",
+        help="On a same-key content conflict keep ours or theirs.",
+        **choice(Prefer, "--prefer", "side"),
+    ),
+]

@@ -1,1 +1,0 @@
-"""One module per CLI command; each registers itself on :data:`alem_eval.cli.app`."""

@@ -1,0 +1,1 @@
+"""Episode recordings (--record) and their export as Flashbax Vaults."""

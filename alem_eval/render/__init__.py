@@ -1,0 +1,1 @@
+"""Rendering episodes to GIF or MP4 frames with captions."""

@@ -1,0 +1,1 @@
+"""Leaderboards and reports (tables, figures, markdown and LaTeX) from the results store."""

@@ -1,0 +1,268 @@
+"""The same cell(s) from two sources, scored on the same worlds, compared.
+
+:func:`compare_sources` scores the selected cells of each source with
+:func:`alem_eval.evaluate.engine.score_stack` (the same episodes and worlds for both) and states
+how likely source A beats source B: the probability of improvement P(A > B) (the chance
+that a random run of A scores higher than a random run of B, ties counted one half) with a
+seeded stratified bootstrap CI, plus the mean difference. Runs are seeds when both sides
+have at least two cells, else episodes. Difficulties are compared separately, never pooled.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from alem_eval.core.errors import EvaluationError, UsageError
+
+DEFAULT_COMPARE_METRIC = "Team/achievement_pct"
+DEFAULT_COMPARE_REPS = 20_000
+DEFAULT_COMPARE_EPISODES = 20
+
+
+def compare_scores(
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    reps: int = DEFAULT_COMPARE_REPS,
+    seed: int = 0,
+    confidence: float = 0.95,
+    stream: Sequence = (),
+) -> dict[str, Any]:
+    """``x (n_x,), y (n_y,)`` run scores -> P(X > Y) and mean(X) - mean(Y) with bootstrap
+    CIs, and a verdict ("A better" when the CI of P lies above 1/2, "B better" below).
+
+    Keys: ``p_improvement, p_lo, p_hi, diff, diff_lo, diff_hi, verdict``.
+    """
+    from alem_eval.analysis.bootstrap import BootstrapSettings, StratifiedBootstrap
+
+    x = np.asarray(x, float).reshape(-1, 1)
+    y = np.asarray(y, float).reshape(-1, 1)
+    if len(x) == 0 or len(y) == 0:
+        raise UsageError("compare needs at least one run on each side")
+    bs = StratifiedBootstrap(BootstrapSettings(reps=reps, seed=seed, confidence=confidence))
+    poi = bs.improvement(x, y, (*stream, "A"), (*stream, "B"))
+    diff = bs.difference(x, y, (*stream, "A"), (*stream, "B"))
+    if poi.lo > 0.5:
+        verdict = "A better"
+    elif poi.hi < 0.5:
+        verdict = "B better"
+    else:
+        verdict = "no clear difference"
+    return {
+        "p_improvement": poi.point,
+        "p_lo": poi.lo,
+        "p_hi": poi.hi,
+        "diff": diff.point,
+        "diff_lo": diff.lo,
+        "diff_hi": diff.hi,
+        "verdict": verdict,
+    }
+
+
+def select_source(
+    spec: str, selectors: Sequence[str], difficulties: Sequence[str] | None = None
+) -> tuple[Any, list[Any]]:
+    """Open source ``spec`` and select its cells (``difficulties``: of these training
+    difficulties only): a missing source or a selector matching nothing fails here,
+    before anything is scored."""
+    from alem_eval.hub.sources import open_source
+
+    src = open_source(spec)
+    return src, src.select(list(selectors), difficulties=difficulties)
+
+
+def resolve_compare_metric(metric: str, src: Any, cells: Sequence[Any]) -> str:
+    """The record column ``metric`` names, before anything is scored: a registered metric's
+    key, label or alias, else a column the records of the source's first selected cell
+    will carry (:func:`~alem_eval.evaluate.engine.record_columns`, from its config.json only);
+    else a UsageError with the closest names."""
+    from alem_eval.evaluate import engine as evaluate
+    from alem_eval.model.loader import resolve_cell
+    from alem_eval.analysis.metrics import METRICS, resolve_metric
+
+    try:
+        return resolve_metric(metric, [m.key for m in METRICS])
+    except UsageError:
+        c = cells[0]
+        cfg, _ = resolve_cell(
+            src.local_dir(c), algorithm=c.algorithm, difficulty=c.difficulty, seed=c.seed
+        )
+        return resolve_metric(metric, evaluate.record_columns(cfg))
+
+
+def score_source(
+    spec: str,
+    selectors: Sequence[str],
+    *,
+    metric: str,
+    eval_difficulty: str | None,
+    protocol: str,
+    episodes: int | None,
+    max_steps: int | None,
+    store=None,
+    on_progress: Callable[[str, int, int], None] | None = None,
+    on_episodes: Callable[[Any], None] | None = None,
+    selected: tuple[Any, list[Any]] | None = None,
+) -> dict[str, dict[str, list[float]]]:
+    """``{eval difficulty: {cell id: [per-episode values of metric]}}`` for one source
+    (each cell on ``eval_difficulty``, default its own training difficulty).
+
+    With ``store`` (a :class:`~alem_eval.analysis.results.ResultsStore`), a cell whose scores it
+    holds under the same key (checkpoint and config hashes, protocol, episodes, cap) is
+    read back, and each evaluated group of cells is stored as soon as it ends: a rerun,
+    or a rerun after an interruption, evaluates only what is missing.
+
+    ``on_progress(message, done, total)`` is called once the read-back cells are known and
+    as scored cells are stored; ``on_episodes`` as the evaluator's episodes finish
+    (:class:`~alem_eval.evaluate.engine.RolloutProgress`), as in :func:`~alem_eval.scoring.score.score_cells`.
+    ``selected``: what :func:`select_source` returned for ``spec`` and ``selectors``.
+    """
+    from alem_eval.evaluate import engine as evaluate
+    from alem_eval.model.checkpoint import checkpoint_hash
+    from alem_eval.model.loader import cell_checkpoint_dir, load_cell, resolve_cell
+    from alem_eval.analysis.results import ResultKey, build_rows, episode_records
+
+    src, cells = selected or select_source(spec, selectors)
+    name = resolve_compare_metric(metric, src, cells)
+    order = {c.id: i for i, c in enumerate(cells)}  # read back or scored: the source's order
+    episodes_of: dict[tuple[str, str], list[dict[str, float]]] = {}
+    groups: dict[tuple, list] = defaultdict(list)
+    for c in cells:
+        cell_dir = src.local_dir(c)  # a Hub source checks (and fetches) its files here
+        # config.json only: the key needs no weights
+        cfg, _ = resolve_cell(cell_dir, algorithm=c.algorithm, difficulty=c.difficulty, seed=c.seed)
+        diff = eval_difficulty or c.difficulty
+        n, cap = evaluate.episode_settings(cfg, protocol, episodes, max_steps)
+        key = ResultKey.for_run(
+            c.id,
+            cfg,
+            checkpoint_hash=checkpoint_hash(cell_checkpoint_dir(cell_dir)),
+            eval_difficulty=diff,
+            protocol=protocol,
+            num_episodes=n,
+            max_steps=cap,
+        )
+        stored = store.get(key) if store is not None else None
+        if stored is not None:
+            episodes_of[(diff, c.id)] = episode_records(stored)
+            continue
+        lc = load_cell(
+            cell_dir,
+            algorithm=c.algorithm,
+            difficulty=c.difficulty,
+            seed=c.seed,
+            policy_only=True,
+            where=f"{spec}:{c.id}",
+        )
+        groups[(lc.cfg.network_key, diff)].append((c, lc, key))
+    if on_progress is not None and episodes_of:
+        on_progress(
+            f"{spec}: {len(episodes_of)} read back from the store", len(episodes_of), len(cells)
+        )
+    for (_, diff), members in groups.items():
+        records = evaluate.score_stack(
+            [lc.cfg for _, lc, _ in members],
+            [lc.weights for _, lc, _ in members],
+            protocol=protocol,
+            eval_difficulty=diff,
+            num_episodes=episodes,
+            max_steps=max_steps,
+            on_progress=on_episodes,
+        )
+        for (c, _, key), eps in zip(members, records, strict=True):
+            if store is not None:
+                store.write(build_rows(key, eps), key, extra={"source": spec})
+            episodes_of[(diff, c.id)] = eps
+            if on_progress is not None:
+                on_progress(f"{spec}: scored {c.id}", len(episodes_of), len(cells))
+    out: dict[str, dict[str, list[float]]] = defaultdict(dict)
+    for (diff, cell_id), eps in sorted(episodes_of.items(), key=lambda kv: order[kv[0][1]]):
+        # A record drops a non-finite score: such episodes have no value of it.
+        values = [float(e[name]) for e in eps if name in e]
+        if not values:
+            raise EvaluationError(f"{spec}:{cell_id}: no episode has a finite {name}")
+        out[diff][cell_id] = values
+    return out
+
+
+def compare_sources(
+    sources: Sequence[str],
+    selectors: Sequence[str],
+    *,
+    metric: str = DEFAULT_COMPARE_METRIC,
+    eval_difficulty: str | None = None,
+    difficulties: Sequence[str] | None = None,
+    protocol: str = "fast",
+    episodes: int | None = DEFAULT_COMPARE_EPISODES,
+    max_steps: int | None = None,
+    reps: int = DEFAULT_COMPARE_REPS,
+    seed: int = 0,
+    store=None,
+    on_progress: Callable[[str, int, int], None] | None = None,
+    on_episodes: Callable[[Any], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Score the selected cells of two sources and compare them, one row per eval
+    difficulty: ``eval_difficulty, metric, A, B, runs ("seeds" | "episodes"), n_A, n_B,
+    mean_A, mean_B`` and the keys of :func:`compare_scores`. ``difficulties`` narrows the
+    selection to cells of these training difficulties; ``eval_difficulty`` plays every
+    cell on that difficulty's worlds (default: each its own). Both sources' scores are
+    read from and written to ``store`` (see :func:`score_source`; the CLI's default is
+    ``<user cache>/compare``, kept apart from the results store; progress callbacks
+    as there)."""
+    if len(sources) != 2:
+        raise UsageError(f"compare needs exactly two --source options (got {len(sources)})")
+    if eval_difficulty is not None:
+        from alem_eval.evaluate.engine import check_eval_difficulty
+
+        check_eval_difficulty(eval_difficulty)
+    # Both sources and their cells first: a wrong B fails before A is scored.
+    selected = [select_source(s, selectors, difficulties) for s in sources]
+    metric = resolve_compare_metric(metric, *selected[0])  # before minutes of scoring
+    scored = [
+        score_source(
+            s,
+            selectors,
+            metric=metric,
+            eval_difficulty=eval_difficulty,
+            protocol=protocol,
+            episodes=episodes,
+            max_steps=max_steps,
+            store=store,
+            on_progress=on_progress,
+            on_episodes=on_episodes,
+            selected=sel,
+        )
+        for s, sel in zip(sources, selected, strict=True)
+    ]
+    rows = []
+    for diff in sorted(set(scored[0]) | set(scored[1])):
+        a, b = scored[0].get(diff, {}), scored[1].get(diff, {})
+        if not a or not b:
+            raise UsageError(f"{diff}: only one source has cells to compare")
+        by_seed = len(a) >= 2 and len(b) >= 2
+        if by_seed:
+            x = np.array([np.mean(v) for v in a.values()])
+            y = np.array([np.mean(v) for v in b.values()])
+        else:
+            x = np.concatenate(list(a.values()))
+            y = np.concatenate(list(b.values()))
+        res = compare_scores(x, y, reps=reps, seed=seed, stream=(diff, metric))
+        rows.append(
+            {
+                "eval_difficulty": diff,
+                "metric": metric,
+                "A": sources[0],
+                "B": sources[1],
+                "runs": "seeds" if by_seed else "episodes",
+                "n_A": len(x),
+                "n_B": len(y),
+                "mean_A": float(np.mean(x)),
+                "mean_B": float(np.mean(y)),
+                **res,
+            }
+        )
+    return rows
