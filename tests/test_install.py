@@ -29,7 +29,7 @@ from .conftest import REPO
 from .eval_support import DEMO_PROGRAMS
 from .wheelhouse import lock_pins, wheelhouse
 
-PACKAGES = ("alem_eval", "alem_eval.envs", "trainers")  # what the wheel ships
+PACKAGES = ("alem_eval",)  # what the wheel ships: one top-level package
 # Declared although possibly never imported by name, and why.
 NOT_IMPORTED = {
     "jaxlib": "jax's compiled backend, pinned with jax",
@@ -187,6 +187,23 @@ def test_built_wheel_lists_cells_outside_the_checkout(built_wheel, tmp_path):
     rows = json.loads(proc.stdout)
     assert [r["cell"] for r in rows] == [f"1B/ippo-rnn/hard/seed{s}" for s in range(5)]
     assert {r["expected_params"] for r in rows} == {2_589_885}
+
+
+def test_wheel_holds_one_top_level_package_with_its_layers_and_data(built_wheel):
+    """The wheel installs ``alem_eval`` and nothing beside it (no ``alem_env`` to confuse
+    with alem-env's ``alem``, no ``trainers`` to collide with), every layer package of the
+    source tree included, with the manifest and the demo cells."""
+    import zipfile
+
+    names = zipfile.ZipFile(built_wheel).namelist()
+    tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert tops == {"alem_eval"}
+    source_packages = {
+        str(p.parent.relative_to(REPO)) for p in (REPO / "alem_eval").rglob("__init__.py")
+    }
+    assert {p for p in source_packages if f"{p}/__init__.py" in names} == source_packages
+    assert "alem_eval/data/alem-rl-baselines.json" in names
+    assert any(n.startswith("alem_eval/data/demo-cells/demo/") for n in names)
 
 
 # ----------------------------------------------------------------------------------------
