@@ -250,8 +250,9 @@ def render(run: dict) -> str:
         )
     hours = proj["rollout_s"] / 3600
     ratio = check["god_sps"] / check["normal_sps"]
+    where = "CPU" if info["backend"] == "cpu" else info["backend"].upper()
     lines = [
-        "## The whole release at the cap (CPU, projected)",
+        f"## The whole release at the cap ({where}, projected)",
         "",
         f"Measured by `bench/synthetic_release.py --at-cap` on {run['date']} ({run['commit']}) "
         f"on {info['machine']}, load average {info['load_before']:.1f} before and "
@@ -278,7 +279,7 @@ def render(run: dict) -> str:
         f"steps) at these rates, with every slot stepping {info['max_steps']:,} times per "
         "round of episodes and ceil(episodes / slots per team) rounds per difficulty, "
         f"utilisation {proj['utilisation']:.3f}: **{proj['rollout_s']:,.0f} s "
-        f"({hours:.1f} h)** of rollout on this CPU, {proj['live_sps']:,.0f} live "
+        f"({hours:.1f} h)** of rollout on this {where}, {proj['live_sps']:,.0f} live "
         "env-steps/s overall, plus the one-off first call (compile, resets) above."
         + (
             ""

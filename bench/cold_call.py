@@ -381,8 +381,10 @@ def render(path: Path) -> str:
     tops = ", ".join(f"`{n}` {k}" for n, k in best["top_compiled"])
     itops = ", ".join(f"`{n}` {k}" for n, k in best["top_compiled_importing"])
     walls = ", ".join(f"{r['process_wall_s']:.1f}" for r in runs)
+    backend = runs[0].get("backend", "cpu")
+    device = "" if backend == "cpu" else f" ({backend.upper()}, jax {runs[0].get('jax', '?')})"
     lines = [
-        "## The cold first call, accounted",
+        f"## The cold first call, accounted{device}",
         "",
         f"Measured by `bench/cold_call.py` on {saved['date']} ({saved['commit']}): "
         f"`alem-eval score {info['cell']} --source {info['source']} --episodes "
@@ -440,7 +442,8 @@ def main(argv=None) -> int:
             sys.path.insert(0, str(Path(__file__).parent))
             from benchmarks_md import write_block
 
-            write_block("cold-call", text)
+            backend = json.loads(args.render.read_text())["runs"][0].get("backend", "cpu")
+            write_block("cold-call" + ("" if backend == "cpu" else f"-{backend}"), text)
         return 0
     load_before = os.getloadavg()[0]
     runs = []

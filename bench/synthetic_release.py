@@ -251,7 +251,9 @@ def main() -> None:
         if run.get("mode") == "at-cap":
             from at_cap import render as render_at_cap
 
-            text, block = render_at_cap(run), "release-at-cap"
+            backend = run["info"]["backend"]
+            text = render_at_cap(run)
+            block = "release-at-cap" + ("" if backend == "cpu" else f"-{backend}")
         else:
             text, block = render(args.render), "synthetic-release"
         print(text)
