@@ -22,14 +22,11 @@ import pytest
 import alem_eval
 from alem_eval.core.errors import DownloadError, SourceError
 from alem_eval.hub.manifest import Cell
-from alem_eval.hub.sources import (
-    HF_HUB_MIN_VERSION,
-    ByteProgress,
-    HubSource,
-    RemoteFile,
-    check_hub_client,
-    open_source,
-)
+from alem_eval.hub.client import HF_HUB_MIN_VERSION, check_hub_client
+from alem_eval.hub.hubsource import HubSource
+from alem_eval.hub.listing import RemoteFile
+from alem_eval.hub.sources import open_source
+from alem_eval.hub.transfer import ByteProgress
 
 from .clitools import cli_env, run_cli
 from .conftest import FIXTURES, REPO
@@ -263,10 +260,12 @@ HUB_FUNCTIONS = {"hf_hub_download", "HfApi", "repo_info", "list_repo_tree", "rep
 
 
 def _hub_calls() -> dict[str, set[str]]:
-    """Keyword arguments alem_eval.hub.sources passes to each huggingface_hub function it calls."""
-    tree = ast.parse(Path(inspect.getfile(HubSource)).read_text())
+    """Keyword arguments the alem_eval.hub modules pass to each huggingface_hub function they
+    call."""
     calls: dict[str, set[str]] = {}
-    for node in ast.walk(tree):
+    hub_dir = Path(inspect.getfile(HubSource)).parent
+    nodes = (n for p in sorted(hub_dir.glob("*.py")) for n in ast.walk(ast.parse(p.read_text())))
+    for node in nodes:
         if isinstance(node, ast.Call):
             fn = node.func
             name = getattr(fn, "id", None) or getattr(fn, "attr", "")

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from alem_eval.cli.app import app
-from alem_eval.cli.console import OutputFormat, emit_records, err_console
+from alem_eval.cli.console import OutputFormat, download_bar, emit_records, err_console
 from alem_eval.cli.options import (
     CacheDirOpt,
     DifficultyFilterOpt,
@@ -95,7 +95,9 @@ def render(
     check_episode(episode)
     if out is not None:
         check_output(out, fps, scale)
-    src = open_source(source, repo=repo, revision=revision, cache_dir=cache_dir)
+    src = open_source(
+        source, repo=repo, revision=revision, cache_dir=cache_dir, on_download=download_bar()
+    )
     enable_compilation_cache()
     with _StepBar() as bar:
         result = render_episode(

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from alem_eval.cli.app import app
-from alem_eval.cli.console import err_console
+from alem_eval.cli.console import download_bar, err_console
 from alem_eval.cli.options import (
     CacheDirOpt,
     RepoOpt,
@@ -93,7 +93,9 @@ def report(
         from alem_eval.core.runtime import enable_compilation_cache
         from alem_eval.hub.sources import open_source
 
-        src = open_source(source, repo=repo, revision=revision, cache_dir=cache_dir)
+        src = open_source(
+            source, repo=repo, revision=revision, cache_dir=cache_dir, on_download=download_bar()
+        )
         enable_compilation_cache()
     res = build_report(
         *(selectors or []),

@@ -12,7 +12,14 @@ from typing import Annotated
 import typer
 
 from alem_eval.cli.app import app
-from alem_eval.cli.console import EpisodeBar, OutputFormat, emit_records, err_console, warning_lines
+from alem_eval.cli.console import (
+    EpisodeBar,
+    OutputFormat,
+    download_bar,
+    emit_records,
+    err_console,
+    warning_lines,
+)
 from alem_eval.cli.options import (
     AlgorithmFilterOpt,
     BudgetFilterOpt,
@@ -155,7 +162,14 @@ def score(
         batch=batch,
         on_env_mismatch=on_env_mismatch.value,
     )
-    src = open_source(source, repo=repo, revision=revision, cache_dir=cache_dir, read_only=dry_run)
+    src = open_source(
+        source,
+        repo=repo,
+        revision=revision,
+        cache_dir=cache_dir,
+        read_only=dry_run,
+        on_download=download_bar(),
+    )
     require_selection(src, selectors, command="score", filters=(budget, algorithm, difficulty))
     selected = src.select(
         list(selectors or []),

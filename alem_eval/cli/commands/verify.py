@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from alem_eval.cli.app import app
-from alem_eval.cli.console import OutputFormat, emit_records, err_console
+from alem_eval.cli.console import OutputFormat, download_bar, emit_records, err_console
 from alem_eval.cli.options import CacheDirOpt, FormatOpt, RepoOpt, RevisionOpt, SourceOpt
 
 
@@ -46,7 +46,9 @@ def verify(
     from alem_eval.hub.sources import open_source
     from alem_eval.model.verify import verify_cells
 
-    src = open_source(source, repo=repo, revision=revision, cache_dir=cache_dir)
+    src = open_source(
+        source, repo=repo, revision=revision, cache_dir=cache_dir, on_download=download_bar()
+    )
     require_selection(src, selectors, command="verify")
     results = verify_cells(src, src.select(list(selectors or [])))
     if fmt == OutputFormat.table:
