@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from alem_eval.cli.app import app
-from alem_eval.cli.console import OutputFormat, download_bar, emit_json, emit_records, err_console
+from alem_eval.cli.console import OutputFormat, emit_json, emit_records, err_console
 from alem_eval.scoring.crossplay import DEFAULT_MAX_TEAMS, DEFAULT_REPS
 from alem_eval.cli.options import (
     CacheDirOpt,
@@ -31,6 +31,7 @@ from alem_eval.cli.options import (
     SourceOpt,
     choice,
     split_commas,
+    open_cli_source,
 )
 
 
@@ -134,16 +135,8 @@ def crossplay(
     from alem_eval.analysis.results import collect_warnings
     from alem_eval.core.runtime import enable_compilation_cache
     from alem_eval.hub.selectors import require_selection
-    from alem_eval.hub.sources import open_source
 
-    src = open_source(
-        source,
-        repo=repo,
-        revision=revision,
-        cache_dir=cache_dir,
-        read_only=dry_run,
-        on_download=download_bar(),
-    )
+    src = open_cli_source(source, repo, revision, cache_dir, read_only=dry_run)
     require_selection(src, selectors, command="crossplay", filters=(difficulty,))
     cells = src.select(list(selectors or []), difficulties=split_commas(difficulty))
     play: dict[str, Any] = {  # the run's settings, and its --dry-run plan's

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from alem_eval.cli.app import app
-from alem_eval.cli.console import download_bar, err_console
+from alem_eval.cli.console import err_console
 from alem_eval.cli.options import (
     CacheDirOpt,
     RepoOpt,
@@ -20,6 +20,7 @@ from alem_eval.cli.options import (
     RunsOpt,
     SeedOpt,
     SourceOpt,
+    open_cli_source,
 )
 
 
@@ -91,11 +92,8 @@ def report(
     src = None
     if clips:
         from alem_eval.core.runtime import enable_compilation_cache
-        from alem_eval.hub.sources import open_source
 
-        src = open_source(
-            source, repo=repo, revision=revision, cache_dir=cache_dir, on_download=download_bar()
-        )
+        src = open_cli_source(source, repo, revision, cache_dir)
         enable_compilation_cache()
     res = build_report(
         *(selectors or []),

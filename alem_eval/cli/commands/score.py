@@ -12,14 +12,7 @@ from typing import Annotated
 import typer
 
 from alem_eval.cli.app import app
-from alem_eval.cli.console import (
-    EpisodeBar,
-    OutputFormat,
-    download_bar,
-    emit_records,
-    err_console,
-    warning_lines,
-)
+from alem_eval.cli.console import EpisodeBar, OutputFormat, emit_records, err_console, warning_lines
 from alem_eval.cli.options import (
     AlgorithmFilterOpt,
     BudgetFilterOpt,
@@ -37,6 +30,7 @@ from alem_eval.cli.options import (
     RevisionOpt,
     SourceOpt,
     split_commas,
+    open_cli_source,
 )
 
 
@@ -148,7 +142,6 @@ def score(
         score_cells,
     )
     from alem_eval.hub.selectors import parse_shard, require_selection, shard_cells
-    from alem_eval.hub.sources import open_source
 
     n_devices = parse_devices(devices)
     if n_devices is not None and use_host_devices(n_devices):  # before JAX starts its backends
@@ -162,14 +155,7 @@ def score(
         batch=batch,
         on_env_mismatch=on_env_mismatch.value,
     )
-    src = open_source(
-        source,
-        repo=repo,
-        revision=revision,
-        cache_dir=cache_dir,
-        read_only=dry_run,
-        on_download=download_bar(),
-    )
+    src = open_cli_source(source, repo, revision, cache_dir, read_only=dry_run)
     require_selection(src, selectors, command="score", filters=(budget, algorithm, difficulty))
     selected = src.select(
         list(selectors or []),
