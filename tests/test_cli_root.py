@@ -93,7 +93,7 @@ def test_ctrl_c_says_that_completed_work_is_kept(monkeypatch, capsys, fixtures_r
     import os
     import signal
 
-    from alem_eval.cli.app import app as cli
+    import alem_eval.cli.app as cli
     from alem_eval.hub.local import LocalSource
 
     def interrupted(self):
