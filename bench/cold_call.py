@@ -61,6 +61,8 @@ PRE_IMPORTS = (
     "alem_eval.core.hashmemo",
     "alem_eval.analysis.results",
     "alem_eval.hub.sources",
+    "alem_eval.hub.hubsource",
+    "alem_eval.hub.local",
     "alem_eval.hub.selectors",
     "alem_eval.api.demo",
     "alem_eval.envs.eval_env",

@@ -93,8 +93,8 @@ def test_ctrl_c_says_that_completed_work_is_kept(monkeypatch, capsys, fixtures_r
     import os
     import signal
 
-    from alem_eval.cli.app import app as cli
-    from alem_eval.hub.sources import LocalSource
+    import alem_eval.cli.app as cli
+    from alem_eval.hub.local import LocalSource
 
     def interrupted(self):
         os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the command works

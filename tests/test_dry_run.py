@@ -18,7 +18,8 @@ from alem_eval.core.errors import SourceError
 from alem_eval.hub.manifest import Cell
 from alem_eval.scoring.plan import plan_crossplay, plan_pull, plan_score
 from alem_eval.scoring.score import ScoreOptions, _plan
-from alem_eval.hub.sources import HubSource, open_source
+from alem_eval.hub.hubsource import HubSource
+from alem_eval.hub.sources import open_source
 
 from .clitools import cli_env, run_cli
 from .conftest import FIXTURES

@@ -18,7 +18,9 @@ import pytest
 from alem_eval.core.errors import DownloadError, SelectorError, SourceError
 from alem_eval.hub.manifest import Cell, load_manifest
 from alem_eval.hub.selectors import select_cells
-from alem_eval.hub.sources import HubSource, LocalSource, open_source
+from alem_eval.hub.hubsource import HubSource
+from alem_eval.hub.local import LocalSource
+from alem_eval.hub.sources import open_source
 
 from .conftest import FIXTURES, REPO, TINY_CELLS
 from .clitools import assert_one_line_error, cli_env, closed_port_url, run_cli

@@ -13,6 +13,7 @@ import json
 import logging
 import re
 import threading
+import time
 import tomllib
 from pathlib import Path
 from types import SimpleNamespace
@@ -22,14 +23,11 @@ import pytest
 import alem_eval
 from alem_eval.core.errors import DownloadError, SourceError
 from alem_eval.hub.manifest import Cell
-from alem_eval.hub.sources import (
-    HF_HUB_MIN_VERSION,
-    ByteProgress,
-    HubSource,
-    RemoteFile,
-    check_hub_client,
-    open_source,
-)
+from alem_eval.hub.client import HF_HUB_MIN_VERSION, check_hub_client
+from alem_eval.hub.hubsource import HubSource
+from alem_eval.hub.listing import RemoteFile
+from alem_eval.hub.sources import open_source
+from alem_eval.hub.transfer import ByteProgress
 
 from .clitools import cli_env, run_cli
 from .conftest import FIXTURES, REPO
@@ -263,10 +261,12 @@ HUB_FUNCTIONS = {"hf_hub_download", "HfApi", "repo_info", "list_repo_tree", "rep
 
 
 def _hub_calls() -> dict[str, set[str]]:
-    """Keyword arguments alem_eval.hub.sources passes to each huggingface_hub function it calls."""
-    tree = ast.parse(Path(inspect.getfile(HubSource)).read_text())
+    """Keyword arguments the alem_eval.hub modules pass to each huggingface_hub function they
+    call."""
     calls: dict[str, set[str]] = {}
-    for node in ast.walk(tree):
+    hub_dir = Path(inspect.getfile(HubSource)).parent
+    nodes = (n for p in sorted(hub_dir.glob("*.py")) for n in ast.walk(ast.parse(p.read_text())))
+    for node in nodes:
         if isinstance(node, ast.Call):
             fn = node.func
             name = getattr(fn, "id", None) or getattr(fn, "attr", "")
@@ -356,3 +356,109 @@ def test_cancelled_transfer_stops_at_the_next_byte_report():
     with pytest.raises(Exception) as err:
         bar.update(1)
     assert type(err.value).__name__ == "_Cancelled"
+
+
+# ----------------------------------------------------------------------------------------
+# What a pull tells its caller (sources draw nothing themselves)
+# ----------------------------------------------------------------------------------------
+class RecordedDownloads:
+    """A ``DownloadProgress`` keeping every call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def start(self, total_bytes: int, files_total: int) -> None:
+        self.calls.append(("start", total_bytes, files_total))
+
+    def update(self, done_bytes: int, files_done: int) -> None:
+        self.calls.append(("update", done_bytes, files_done))
+
+    def stop(self) -> None:
+        self.calls.append(("stop",))
+
+    def updates(self) -> list[tuple[int, int]]:
+        return [c[1:] for c in self.calls if c[0] == "update"]
+
+
+def test_a_pull_reports_monotone_byte_progress_ending_at_the_total(hub, cache):
+    src = hub_source(hub, cache)
+    downloads = RecordedDownloads()
+    report = src.pull(src.select([IPPO_EASY]), workers=4, on_download=downloads)
+    files = hub.files_under(IPPO_EASY)
+    total = sum(files.values())
+    assert downloads.calls[0] == ("start", total, len(files))
+    assert downloads.calls[-1] == ("stop",) and downloads.calls.count(("stop",)) == 1
+    updates = downloads.updates()
+    assert len(updates) == len(downloads.calls) - 2  # nothing else in between
+    assert updates == sorted(updates)  # bytes and files done never go back
+    assert updates[-1] == (total, len(files)) == (report.bytes_fetched, report.files_fetched)
+
+    downloads.calls.clear()
+    assert src.pull(src.select([IPPO_EASY]), on_download=downloads).files_fetched == 0
+    assert downloads.calls == []  # nothing downloaded, nothing told
+
+
+def test_a_download_for_local_dir_reports_to_the_sources_callback(hub, cache):
+    downloads = RecordedDownloads()
+    src = open_source("hub", cache_dir=cache, endpoint=hub.url, on_download=downloads)
+    src.local_dir(Cell.from_id(IPPO_EASY))  # what score, compare, crossplay and render call
+    total = sum(hub.files_under(IPPO_EASY).values())
+    assert downloads.calls[0][:2] == ("start", total) and downloads.calls[-1] == ("stop",)
+    assert downloads.updates()[-1][0] == total
+
+
+def test_ctrl_c_during_a_pull_abandons_the_file_in_flight_and_stops_the_progress(
+    hub, cache, monkeypatch
+):
+    """Ctrl-C while the main thread waits for the download threads: the transfer in flight is
+    cancelled at its next byte report, ``stop`` is told, whole files are kept and a rerun
+    fetches only the abandoned file."""
+    import alem_eval.hub.transfer as transfer
+
+    files = hub.files_under(IPPO_EASY)
+    hub.hold(BIG_FILE, after=300_000)
+    src = hub_source(hub, cache)
+    snap = src.storage / "snapshots" / hub.commit
+
+    def whole(path: str) -> bool:
+        return (snap / path).is_file() and (snap / path).stat().st_size == files[path]
+
+    def interrupted_wait(futures, return_when):  # Ctrl-C once only the held file is left
+        assert hub.wait_held(BIG_FILE)
+        deadline = time.monotonic() + 30
+        while not all(whole(p) for p in files if p != BIG_FILE) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(transfer, "wait", interrupted_wait)
+    downloads = RecordedDownloads()
+    with pytest.raises(KeyboardInterrupt):
+        src.pull(src.select([IPPO_EASY]), workers=len(files), on_download=downloads)
+    assert downloads.calls[-1] == ("stop",)
+    hub.release()  # the held transfer reports its next bytes and is abandoned
+    for t in threading.enumerate():
+        if t.name.startswith("alem-pull"):
+            t.join(timeout=30)
+    assert not (snap / BIG_FILE).exists()
+    assert all(whole(p) for p in files if p != BIG_FILE)
+
+    monkeypatch.undo()
+    hub.clear()
+    rerun = hub_source(hub, cache).pull([Cell.from_id(IPPO_EASY)])
+    assert hub.file_requests("GET") == [BIG_FILE] and rerun.files_fetched == 1
+
+
+def test_the_download_bar_draws_what_a_pull_reports():
+    """``DownloadBar`` (core.progress) is what the commands pass: the label, files done and
+    bytes of the total; ``download_bar`` makes none when it is not to be shown."""
+    from alem_eval.core.progress import DownloadBar, download_bar, err_console
+
+    assert download_bar(False) is None and isinstance(download_bar(True), DownloadBar)
+    with err_console.capture() as cap:
+        bar = DownloadBar()
+        bar.start(2_000_000, 3)
+        bar.update(1_000_000, 1)
+        bar.update(2_000_000, 3)
+        bar.stop()
+    shown = cap.get()
+    assert shown.startswith("pull 3/3 files") and "2.0/2.0 MB" in shown

@@ -94,13 +94,17 @@ def select(
     comma list, trailing levels optional (``"1B/*/hard"``, ``"1B/ippo,pqn"``).
     ``source``: ``"hub"`` (the Hugging Face release; ``repo`` / ``revision`` /
     ``cache_dir`` as in the CLI), ``"demo"`` (the cells bundled with the package) or a
-    local directory in the released layout. Nothing is downloaded here.
+    local directory in the released layout. Nothing is downloaded here; what a later call
+    downloads for these cells shows a bar on stderr when it is a terminal.
     Returns ``list[Cell]`` in manifest order; a selector that matches nothing raises
     :class:`~alem_eval.core.errors.SelectorError`.
     """
+    from alem_eval.core.progress import download_bar
     from alem_eval.hub.sources import open_source
 
-    src = open_source(source, repo=repo, revision=revision, cache_dir=cache_dir)
+    src = open_source(
+        source, repo=repo, revision=revision, cache_dir=cache_dir, on_download=download_bar()
+    )
     origin = _origin(source, repo, revision, cache_dir)
     return [
         Cell(c.budget, c.algorithm, c.difficulty, c.seed, source=src, origin=origin)
@@ -140,7 +144,8 @@ def pull(
     cache_dir: str | Path | None = None,
 ) -> PullReport:
     """Download the cells' files into the local cache (resumable; every file checked
-    against the release listing). A local source has nothing to fetch.
+    against the release listing), with a bar on stderr when it is a terminal. A local
+    source has nothing to fetch.
 
     Returns :class:`~alem_eval.hub.sources.PullReport`: ``.files_fetched``,
     ``.files_skipped``, ``.files_repaired``, ``.bytes_fetched``, ``.root`` (holds
@@ -353,13 +358,14 @@ def report(
 
 def _source_of(clips: Any) -> Source:
     """A source object, the source of a ``Cell``, or one opened from its spec."""
+    from alem_eval.core.progress import download_bar
     from alem_eval.hub.sources import Source, open_source
 
     if isinstance(clips, Source):
         return clips
     if isinstance(clips, Cell):
         return clips.source
-    return open_source(clips)
+    return open_source(clips, on_download=download_bar())
 
 
 # ----------------------------------------------------------------------------------------

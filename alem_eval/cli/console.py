@@ -16,6 +16,7 @@ from rich.table import Table
 
 from alem_eval.core.jsonout import json_text
 from alem_eval.core.progress import EpisodeBar as EpisodeBar
+from alem_eval.core.progress import download_bar as download_bar
 from alem_eval.core.progress import err_console as err_console
 
 
@@ -65,7 +66,7 @@ def emit_plan(plan: Any, fmt: OutputFormat) -> None:
     else:
         rows = plan.records()
         if fmt == OutputFormat.table:
-            from alem_eval.hub.sources import format_bytes
+            from alem_eval.core.units import format_bytes
 
             sized = ("bytes", "bytes_to_download")
             rows = [{k: format_bytes(v) if k in sized else v for k, v in r.items()} for r in rows]

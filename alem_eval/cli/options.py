@@ -1,6 +1,7 @@
 """The options several commands share, each defined once (typer ``Annotated`` aliases).
 
-A command declares ``source: SourceOpt = "hub"``; the flag and its help text live here.
+A command declares ``source: SourceOpt = "hub"``; the flag and its help text live here
+(:func:`open_cli_source` opens the source the source options name).
 Choice options are :class:`enum.StrEnum` s (``OutputFormat`` is :mod:`alem_eval.cli.console`'s),
 so ``--help`` lists the choices; a value that is not a choice is a one-line
 :class:`~alem_eval.core.errors.UsageError` (exit 2), like every other input error. Commands hand
@@ -14,9 +15,12 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from alem_eval.hub.sources import Source
 
 from alem_eval.cli.console import OutputFormat
 from alem_eval.core.errors import UsageError
@@ -136,6 +140,30 @@ CacheDirOpt = Annotated[
     Path | None,
     typer.Option("--cache-dir", help="Download cache (default: the Hugging Face cache)."),
 ]
+
+
+def open_cli_source(
+    source: str,
+    repo: str | None,
+    revision: str | None,
+    cache_dir: Path | None,
+    *,
+    read_only: bool = False,
+) -> Source:
+    """The source ``--source``, ``--repo``, ``--revision`` and ``--cache-dir`` name; what it
+    downloads shows as the download bar on stderr when that is a terminal."""
+    from alem_eval.core.progress import download_bar
+    from alem_eval.hub.sources import open_source
+
+    return open_source(
+        source,
+        repo=repo,
+        revision=revision,
+        cache_dir=cache_dir,
+        read_only=read_only,
+        on_download=download_bar(),
+    )
+
 
 BudgetFilterOpt = Annotated[
     list[str] | None,

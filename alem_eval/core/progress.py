@@ -2,7 +2,8 @@
 
 Data goes to stdout (the commands' renderers); progress, notes and warnings go here, in a
 terminal as live bars, in a batch log as a line every so often, in Jupyter as rich's
-notebook display.
+notebook display. :class:`EpisodeBar` shows evaluated episodes, :class:`DownloadBar` the
+bytes a Hub pull downloads (the sources themselves draw nothing).
 """
 
 from __future__ import annotations
@@ -106,3 +107,60 @@ class EpisodeBar:
             f"{speed}, {p.elapsed_s:.0f}s{left}",
             highlight=False,
         )
+
+
+class DownloadBar:
+    """The ``pull`` bar on stderr: files done, bytes downloaded of the total, speed and time
+    left of each pull that downloads anything. A source's ``on_download``
+    (:class:`alem_eval.hub.transfer.DownloadProgress`): ``start``, ``update``, ``stop``.
+    Make one with :func:`download_bar`.
+    """
+
+    def __init__(self, label: str = "pull"):
+        self.label = label
+        self._progress: Any = None
+        self._task: Any = None
+        self._files_total = 0
+
+    def start(self, total_bytes: int, files_total: int) -> None:
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
+
+        self.stop()  # (a pull that failed before it said so)
+        self._files_total = files_total
+        self._progress = Progress(
+            TextColumn(f"[bold]{self.label}[/] {{task.fields[files]}}"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            console=err_console,
+            transient=False,
+        )
+        self._task = self._progress.add_task(
+            self.label, total=total_bytes, files=f"0/{files_total} files"
+        )
+        self._progress.start()
+
+    def update(self, done_bytes: int, files_done: int) -> None:
+        if self._progress is not None:
+            self._progress.update(
+                self._task, completed=done_bytes, files=f"{files_done}/{self._files_total} files"
+            )
+
+    def stop(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+
+def download_bar(show: bool | None = None, label: str = "pull") -> DownloadBar | None:
+    """A :class:`DownloadBar` if ``show`` (None: when stderr is a terminal), else None (a
+    source then reports its downloads to nobody)."""
+    return DownloadBar(label) if (err_console.is_terminal if show is None else show) else None

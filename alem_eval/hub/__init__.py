@@ -1,1 +1,10 @@
-"""The released layout: the manifest, selectors, sources (the Hub, local directories, the bundled demo cells) and writing cells in that layout."""
+"""The released layout: the manifest, selectors, sources (the Hub, local directories, the bundled demo cells) and writing cells in that layout.
+
+- ``layout``, ``manifest``, ``selectors``: the on-disk layout, the released cells, selecting them.
+- ``sources``: the :class:`~alem_eval.hub.sources.Source` interface, ``open_source``, ``PullReport``.
+- ``local``: a directory in the released layout; ``hubsource``: the Hugging Face Hub release.
+- ``listing``: the Hub file listing and its cache; ``transfer``: downloading and checking files
+  (reported to a ``DownloadProgress``: sources draw nothing); ``client``: the huggingface_hub
+  client (floor, errors); ``state``: the JSON state files (verified markers, pulled commits).
+- ``released``: writing cells in the released format; ``demo_cells``: the bundled demo cells.
+"""

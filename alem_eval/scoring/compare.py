@@ -12,11 +12,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from alem_eval.core.errors import EvaluationError, UsageError
+
+if TYPE_CHECKING:
+    from alem_eval.hub.transfer import DownloadProgress
 
 DEFAULT_COMPARE_METRIC = "Team/achievement_pct"
 DEFAULT_COMPARE_REPS = 20_000
@@ -64,14 +67,18 @@ def compare_scores(
 
 
 def select_source(
-    spec: str, selectors: Sequence[str], difficulties: Sequence[str] | None = None
+    spec: str,
+    selectors: Sequence[str],
+    difficulties: Sequence[str] | None = None,
+    *,
+    on_download: DownloadProgress | None = None,
 ) -> tuple[Any, list[Any]]:
     """Open source ``spec`` and select its cells (``difficulties``: of these training
     difficulties only): a missing source or a selector matching nothing fails here,
-    before anything is scored."""
+    before anything is scored. ``on_download``: told what the source downloads."""
     from alem_eval.hub.sources import open_source
 
-    src = open_source(spec)
+    src = open_source(spec, on_download=on_download)
     return src, src.select(list(selectors), difficulties=difficulties)
 
 
@@ -204,6 +211,7 @@ def compare_sources(
     store=None,
     on_progress: Callable[[str, int, int], None] | None = None,
     on_episodes: Callable[[Any], None] | None = None,
+    on_download: DownloadProgress | None = None,
 ) -> list[dict[str, Any]]:
     """Score the selected cells of two sources and compare them, one row per eval
     difficulty: ``eval_difficulty, metric, A, B, runs ("seeds" | "episodes"), n_A, n_B,
@@ -212,7 +220,7 @@ def compare_sources(
     cell on that difficulty's worlds (default: each its own). Both sources' scores are
     read from and written to ``store`` (see :func:`score_source`; the CLI's default is
     ``<user cache>/compare``, kept apart from the results store; progress callbacks
-    as there)."""
+    as there; ``on_download`` is told what a Hub source downloads)."""
     if len(sources) != 2:
         raise UsageError(f"compare needs exactly two --source options (got {len(sources)})")
     if eval_difficulty is not None:
@@ -220,7 +228,7 @@ def compare_sources(
 
         check_eval_difficulty(eval_difficulty)
     # Both sources and their cells first: a wrong B fails before A is scored.
-    selected = [select_source(s, selectors, difficulties) for s in sources]
+    selected = [select_source(s, selectors, difficulties, on_download=on_download) for s in sources]
     metric = resolve_compare_metric(metric, *selected[0])  # before minutes of scoring
     scored = [
         score_source(

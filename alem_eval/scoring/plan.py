@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from alem_eval.hub.sources import format_bytes
+from alem_eval.core.units import format_bytes
 
 if TYPE_CHECKING:
     from alem_eval.algorithms.config import RunConfig

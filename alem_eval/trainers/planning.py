@@ -354,9 +354,10 @@ def released_configs(
         return {c: (str(path), data) for c in cells}
     if source is None:
         return {}
+    from alem_eval.core.progress import download_bar
     from alem_eval.hub.sources import open_source
 
-    src = open_source(source)
+    src = open_source(source, on_download=download_bar())  # a Hub cell's config is fetched
     out = {}
     for c in cells:
         src.select([c.id])  # SelectorError (one line) if the source lacks the cell

@@ -17,7 +17,7 @@ from alem_eval.scoring.compare import (
     DEFAULT_COMPARE_METRIC,
     DEFAULT_COMPARE_REPS,
 )
-from alem_eval.cli.console import EpisodeBar, OutputFormat, emit_records, err_console
+from alem_eval.cli.console import EpisodeBar, OutputFormat, download_bar, emit_records, err_console
 from alem_eval.cli.options import (
     DifficultyFilterOpt,
     EvalDifficultyOpt,
@@ -101,6 +101,7 @@ def compare(
             store=ResultsStore(store.expanduser() if store else compare_dir()),
             on_progress=bar.cell_done,
             on_episodes=bar.update,
+            on_download=download_bar(),
         )
     if fmt == OutputFormat.table:
         for r in rows:

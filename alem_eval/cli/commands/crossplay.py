@@ -31,6 +31,7 @@ from alem_eval.cli.options import (
     SourceOpt,
     choice,
     split_commas,
+    open_cli_source,
 )
 
 
@@ -134,9 +135,8 @@ def crossplay(
     from alem_eval.analysis.results import collect_warnings
     from alem_eval.core.runtime import enable_compilation_cache
     from alem_eval.hub.selectors import require_selection
-    from alem_eval.hub.sources import open_source
 
-    src = open_source(source, repo=repo, revision=revision, cache_dir=cache_dir, read_only=dry_run)
+    src = open_cli_source(source, repo, revision, cache_dir, read_only=dry_run)
     require_selection(src, selectors, command="crossplay", filters=(difficulty,))
     cells = src.select(list(selectors or []), difficulties=split_commas(difficulty))
     play: dict[str, Any] = {  # the run's settings, and its --dry-run plan's

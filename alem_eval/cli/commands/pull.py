@@ -8,7 +8,15 @@ import typer
 
 from alem_eval.cli.app import app
 from alem_eval.cli.console import OutputFormat, emit_json, emit_plan, emit_records, err_console
-from alem_eval.cli.options import CacheDirOpt, DryRunOpt, FormatOpt, RepoOpt, RevisionOpt, SourceOpt
+from alem_eval.cli.options import (
+    CacheDirOpt,
+    DryRunOpt,
+    FormatOpt,
+    RepoOpt,
+    RevisionOpt,
+    SourceOpt,
+    open_cli_source,
+)
 
 
 @app.command("pull")
@@ -42,9 +50,8 @@ def pull(
     """
     from alem_eval.scoring.plan import plan_pull
     from alem_eval.hub.selectors import require_selection
-    from alem_eval.hub.sources import open_source
 
-    src = open_source(source, repo=repo, revision=revision, cache_dir=cache_dir, read_only=dry_run)
+    src = open_cli_source(source, repo, revision, cache_dir, read_only=dry_run)
     require_selection(src, selectors, command="pull")
     cells = src.select(list(selectors or []))
     if dry_run:

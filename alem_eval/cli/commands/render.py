@@ -24,6 +24,7 @@ from alem_eval.cli.options import (
     RevisionOpt,
     SourceOpt,
     split_commas,
+    open_cli_source,
 )
 from alem_eval.render.episode import DEFAULT_FPS, DEFAULT_SCALE, MAX_SCALE
 
@@ -90,12 +91,11 @@ def render(
     """
     from alem_eval.render.episode import check_episode, check_output, render_episode
     from alem_eval.core.runtime import enable_compilation_cache
-    from alem_eval.hub.sources import open_source
 
     check_episode(episode)
     if out is not None:
         check_output(out, fps, scale)
-    src = open_source(source, repo=repo, revision=revision, cache_dir=cache_dir)
+    src = open_cli_source(source, repo, revision, cache_dir)
     enable_compilation_cache()
     with _StepBar() as bar:
         result = render_episode(

@@ -20,6 +20,7 @@ from alem_eval.cli.options import (
     RunsOpt,
     SeedOpt,
     SourceOpt,
+    open_cli_source,
 )
 
 
@@ -91,9 +92,8 @@ def report(
     src = None
     if clips:
         from alem_eval.core.runtime import enable_compilation_cache
-        from alem_eval.hub.sources import open_source
 
-        src = open_source(source, repo=repo, revision=revision, cache_dir=cache_dir)
+        src = open_cli_source(source, repo, revision, cache_dir)
         enable_compilation_cache()
     res = build_report(
         *(selectors or []),

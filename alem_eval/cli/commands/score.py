@@ -30,6 +30,7 @@ from alem_eval.cli.options import (
     RevisionOpt,
     SourceOpt,
     split_commas,
+    open_cli_source,
 )
 
 
@@ -141,7 +142,6 @@ def score(
         score_cells,
     )
     from alem_eval.hub.selectors import parse_shard, require_selection, shard_cells
-    from alem_eval.hub.sources import open_source
 
     n_devices = parse_devices(devices)
     if n_devices is not None and use_host_devices(n_devices):  # before JAX starts its backends
@@ -155,7 +155,7 @@ def score(
         batch=batch,
         on_env_mismatch=on_env_mismatch.value,
     )
-    src = open_source(source, repo=repo, revision=revision, cache_dir=cache_dir, read_only=dry_run)
+    src = open_cli_source(source, repo, revision, cache_dir, read_only=dry_run)
     require_selection(src, selectors, command="score", filters=(budget, algorithm, difficulty))
     selected = src.select(
         list(selectors or []),

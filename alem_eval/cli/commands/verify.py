@@ -9,7 +9,14 @@ import typer
 
 from alem_eval.cli.app import app
 from alem_eval.cli.console import OutputFormat, emit_records, err_console
-from alem_eval.cli.options import CacheDirOpt, FormatOpt, RepoOpt, RevisionOpt, SourceOpt
+from alem_eval.cli.options import (
+    CacheDirOpt,
+    FormatOpt,
+    RepoOpt,
+    RevisionOpt,
+    SourceOpt,
+    open_cli_source,
+)
 
 
 @app.command("verify")
@@ -43,10 +50,9 @@ def verify(
       alem-eval verify --source runs
     """
     from alem_eval.hub.selectors import require_selection
-    from alem_eval.hub.sources import open_source
     from alem_eval.model.verify import verify_cells
 
-    src = open_source(source, repo=repo, revision=revision, cache_dir=cache_dir)
+    src = open_cli_source(source, repo, revision, cache_dir)
     require_selection(src, selectors, command="verify")
     results = verify_cells(src, src.select(list(selectors or [])))
     if fmt == OutputFormat.table:
