@@ -25,7 +25,8 @@ from alem_eval.cli.options import (
     SourceOpt,
     split_commas,
 )
-from alem_eval.render.episode import DEFAULT_FPS, DEFAULT_SCALE, MAX_SCALE
+from alem_eval.render.frames import DEFAULT_SCALE, MAX_SCALE
+from alem_eval.render.writers import DEFAULT_FPS
 
 
 @app.command("render")
@@ -88,7 +89,8 @@ def render(
       alem-eval render 'demo/ippo/easy/0+demo/pqn/easy/0+demo/mappo/easy/0' \\
           --source demo --episode 3
     """
-    from alem_eval.render.episode import check_episode, check_output, render_episode
+    from alem_eval.render.episode import check_output, render_episode
+    from alem_eval.render.player import check_episode
     from alem_eval.core.runtime import enable_compilation_cache
     from alem_eval.hub.sources import open_source
 
