@@ -57,7 +57,8 @@ def main() -> None:
     from alem_eval.analysis.aggregate import analyze, prepare, summarize
     from alem_eval.analysis.bootstrap import BootstrapSettings
     from alem_eval.analysis.metrics import DEFAULT_METRIC, HEADLINE_METRICS
-    from alem_eval.reporting.report import FIGURE_FORMATS, build_report, default_jobs
+    from alem_eval.reporting.figures import FIGURE_FORMATS, default_jobs
+    from alem_eval.reporting.report import build_report
     from alem_eval.analysis.results import ResultsStore
     from tests.synthetic import fill_store
 

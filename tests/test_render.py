@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from alem_eval.evaluate import engine as ev
-from alem_eval.render import episode as R
+from alem_eval.render import episode as R, frames as F, player as P, writers as W
 from alem_eval.core.errors import EvaluationError, UsageError
 from tests.clitools import assert_one_line_error, cli_env, closed_port_url, run_cli
 from tests.conftest import FIXTURES
@@ -69,16 +69,16 @@ def views_of(state, world) -> np.ndarray:
     from alem.alem_coop.renderer.renderer_pixels import render_alem_pixels
     from alem_eval.envs.eval_env import get_eval_env
 
-    textures = load_player_specific_textures(TEXTURES[R.BLOCK_PIXELS], world.num_agents)
+    textures = load_player_specific_textures(TEXTURES[F.BLOCK_PIXELS], world.num_agents)
     static = get_eval_env(world).static_env_params
-    return np.asarray(render_alem_pixels(state, R.BLOCK_PIXELS, static, textures)).astype(np.uint8)
+    return np.asarray(render_alem_pixels(state, F.BLOCK_PIXELS, static, textures)).astype(np.uint8)
 
 
 def assert_views_in_frame(frame: np.ndarray, views: np.ndarray) -> None:
     """``frame``'s top rows are ``views`` side by side, each pixel repeated SCALE times."""
     p, h, w, _ = views.shape
     for a in range(p):
-        x = a * (w + R._GAP) * SCALE
+        x = a * (w + F._GAP) * SCALE
         big = views[a].repeat(SCALE, 0).repeat(SCALE, 1)
         np.testing.assert_array_equal(frame[: h * SCALE, x : x + w * SCALE], big)
 
@@ -88,7 +88,7 @@ def rendered(tmp_path_factory):
     from alem_eval.hub.sources import open_source
 
     out = tmp_path_factory.mktemp("render") / "team.gif"
-    frames: list[tuple[R.EpisodeStep, np.ndarray]] = []
+    frames: list[tuple[P.EpisodeStep, np.ndarray]] = []
     result = R.render_episode(
         open_source(str(FIXTURES)),
         TEAM,
@@ -137,7 +137,7 @@ def test_the_gif_has_a_frame_per_state_and_they_are_the_renderers_views(rendered
     result, frames = rendered
     assert result.frames == result.steps + 1 == len(frames)
     assert [step.t for step, _ in frames] == list(range(result.steps + 1))
-    gif = list(R.gif_frames(result.path))
+    gif = list(W.gif_frames(result.path))
     assert len(gif) == result.frames
     for got, (_, exact) in zip(gif, frames, strict=True):  # a palette per frame: near-exact
         assert got.shape == exact.shape
@@ -151,36 +151,36 @@ def test_the_gif_has_a_frame_per_state_and_they_are_the_renderers_views(rendered
         step, frame = frames[t]
         assert_views_in_frame(frame, views)
         p, h, w, _ = views.shape
-        caption = R.caption_lines(
+        caption = F.caption_lines(
             step,
             frames[t - 1][0].achievements if t else None,
             max_steps=STEPS,
             labels=result.team,
-            action_names=R.action_names(p, world.num_comm_channels),
-            achievement_names=R.achievement_names(),
+            action_names=F.action_names(p, world.num_comm_channels),
+            achievement_names=F.achievement_names(),
             comm=True,
         )
-        strip = R.caption_strip(
+        strip = F.caption_strip(
             caption,
             width=frame.shape[1],
             view_width=w * SCALE,
-            gap=R._GAP * SCALE,
+            gap=F._GAP * SCALE,
             scale=SCALE,
-            colors=R._agent_colors(p),
+            colors=F._agent_colors(p),
         )
         np.testing.assert_array_equal(frame[h * SCALE :], strip)
     last_step, _ = frames[-1]
-    caption = R.caption_lines(
+    caption = F.caption_lines(
         last_step,
         None,
         max_steps=STEPS,
         labels=result.team,
-        action_names=R.action_names(3, 4),
-        achievement_names=R.achievement_names(),
+        action_names=F.action_names(3, 4),
+        achievement_names=F.achievement_names(),
         comm=True,
     )
     assert caption.header.startswith(f"step {STEPS}/{STEPS}   team achievements ")
-    names = R.action_names(3, 4)
+    names = F.action_names(3, 4)
     assert [lines[1] for lines in caption.agents] == [
         names[a][int(x)] for a, x in enumerate(result.actions[-1])
     ]
@@ -270,7 +270,7 @@ def test_difficulty_narrows_each_part_of_the_team_to_cells_of_that_difficulty():
 
 
 def test_mp4_without_ffmpeg_or_the_video_extra_names_the_extra(monkeypatch):
-    monkeypatch.setattr(R.shutil, "which", lambda name: None)
+    monkeypatch.setattr(W.shutil, "which", lambda name: None)
     monkeypatch.setitem(sys.modules, "imageio_ffmpeg", None)  # not installed
     with pytest.raises(UsageError, match=r"writing \.mp4 needs ffmpeg.*or write a \.gif") as err:
         R.check_output("clip.mp4")
@@ -282,12 +282,12 @@ def test_mp4_uses_the_video_extras_ffmpeg_when_none_is_on_path(monkeypatch, tmp_
     bundled = types.ModuleType("imageio_ffmpeg")
     bundled.get_ffmpeg_exe = lambda: str(tmp_path / "ffmpeg-bundled")  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "imageio_ffmpeg", bundled)
-    monkeypatch.setattr(R.shutil, "which", lambda name: None)
-    assert R.ffmpeg_exe() == str(tmp_path / "ffmpeg-bundled")
+    monkeypatch.setattr(W.shutil, "which", lambda name: None)
+    assert W.ffmpeg_exe() == str(tmp_path / "ffmpeg-bundled")
     assert R.check_output("clip.mp4") == "mp4"
     # an ffmpeg on PATH comes first
-    monkeypatch.setattr(R.shutil, "which", lambda name: f"/usr/bin/{name}")
-    assert R.ffmpeg_exe() == "/usr/bin/ffmpeg"
+    monkeypatch.setattr(W.shutil, "which", lambda name: f"/usr/bin/{name}")
+    assert W.ffmpeg_exe() == "/usr/bin/ffmpeg"
 
 
 def test_mp4_frames_are_piped_to_ffmpeg_as_raw_rgb(tmp_path):
@@ -301,7 +301,7 @@ def test_mp4_frames_are_piped_to_ffmpeg_as_raw_rgb(tmp_path):
     )
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     out = tmp_path / "clip.mp4"
-    writer = R.Mp4Writer(out, fps=12, exe=str(fake))
+    writer = W.Mp4Writer(out, fps=12, exe=str(fake))
     frame = np.zeros((5, 7, 3), np.uint8)
     for _ in range(3):
         writer.add(frame)
@@ -319,7 +319,7 @@ def test_mp4_writer_reports_an_ffmpeg_failure_in_one_line(tmp_path):
         f"#!{sys.executable}\nimport sys\nsys.stderr.write('bad codec\\n')\nsys.exit(3)\n"
     )
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
-    writer = R.Mp4Writer(tmp_path / "clip.mp4", exe=str(fake))
+    writer = W.Mp4Writer(tmp_path / "clip.mp4", exe=str(fake))
     with pytest.raises(EvaluationError, match=r"ffmpeg failed .*exit 3.*bad codec"):
         writer.add(np.zeros((4, 4, 3), np.uint8))
         writer.close()
@@ -333,13 +333,13 @@ def test_gif_writer_streams_frames_exactly_when_they_have_few_colours(tmp_path):
     frames = [palette[rng.integers(0, 256, (9, 13))] for _ in range(4)]
     path = tmp_path / "x.gif"
     with open(path, "wb") as fh:
-        writer = R.GifWriter(fh, fps=20)
+        writer = W.GifWriter(fh, fps=20)
         for f in frames:
             writer.add(f)
         writer.close()
     with Image.open(path) as img:
         assert img.info.get("duration") == 50 and img.info.get("loop") == 0
-    got = list(R.gif_frames(path))
+    got = list(W.gif_frames(path))
     assert len(got) == len(frames)
     for g, f in zip(got, frames, strict=True):
         np.testing.assert_array_equal(g, f)
@@ -352,7 +352,7 @@ def test_gif_writer_quantises_frames_with_more_than_256_colours_closely():
     smooth = np.stack([x * 4, y * 5, (x + y) * 2], axis=-1).astype(np.uint8)  # 3072 colours
     noise = np.random.default_rng(1).integers(0, 256, (48, 64, 3), dtype=np.uint8)
     buf = io.BytesIO()
-    writer = R.GifWriter(buf)
+    writer = W.GifWriter(buf)
     writer.add(smooth)
     writer.add(noise)
     writer.close()
@@ -365,7 +365,7 @@ def test_gif_writer_quantises_frames_with_more_than_256_colours_closely():
 def test_action_names_follow_the_envs_action_space():
     from alem_eval.envs.spaces import num_actions
 
-    names = R.action_names(3, 4)
+    names = F.action_names(3, 4)
     assert [len(n) for n in names] == [num_actions(3, 4)] * 3
     assert names[0][0] == "NOOP" and names[0][5] == "DO"
     # GIVE slot k goes to the k-th other agent (the env's trade logic).
@@ -375,7 +375,7 @@ def test_action_names_follow_the_envs_action_space():
         ["GIVE->a0", "GIVE->a1"],
     ]
     assert names[2][56:] == ["COMM_0", "COMM_1", "COMM_2", "COMM_3"]
-    assert len(R.achievement_names()) == 93
+    assert len(F.achievement_names()) == 93
 
 
 def test_algorithm_clips_render_the_first_cell_of_each_algorithm(monkeypatch, tmp_path):

@@ -8,7 +8,8 @@ import pytest
 
 from alem_eval.analysis.bootstrap import BootstrapSettings
 from alem_eval.cli.app import main
-from alem_eval.reporting.report import FIGURE_FORMATS, FIGURE_KINDS, build_report, default_jobs
+from alem_eval.reporting.figures import FIGURE_FORMATS, FIGURE_KINDS, default_jobs
+from alem_eval.reporting.report import build_report
 from alem_eval.analysis.results import ResultsStore
 
 from .synthetic import fill_store
@@ -231,7 +232,7 @@ def test_report_clips_embed_one_gif_per_algorithm(scored, tmp_path, capsys, monk
 
 
 def test_a_markdown_column_with_nothing_scored_is_aligned_as_a_number_column():
-    from alem_eval.reporting.report import MISSING, md_table
+    from alem_eval.reporting.markdown import MISSING, md_table
 
     table = md_table(["cell", "easy", "hard"], [["a", "1.0", MISSING], ["b", "2.0", MISSING]])
     assert table.splitlines()[1] == "| :--- | ---: | ---: |"

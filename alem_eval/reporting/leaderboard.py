@@ -277,7 +277,7 @@ def _cell_text(iv: Interval | None, best: float | None, fmt: str, digits: int = 
 
 
 def to_markdown(lb: Leaderboard) -> str:
-    from alem_eval.reporting.report import md_table
+    from alem_eval.reporting.markdown import md_table
 
     header = ["Budget", "Algorithm"] + [
         f"{d} {SCORE_LABELS[s]}" for d in lb.difficulties for s in SCORES

@@ -26,7 +26,8 @@ from alem_eval.cli.options import (
     split_commas,
     open_cli_source,
 )
-from alem_eval.render.episode import DEFAULT_FPS, DEFAULT_SCALE, MAX_SCALE
+from alem_eval.render.frames import DEFAULT_SCALE, MAX_SCALE
+from alem_eval.render.writers import DEFAULT_FPS
 
 
 @app.command("render")
@@ -89,7 +90,8 @@ def render(
       alem-eval render 'demo/ippo/easy/0+demo/pqn/easy/0+demo/mappo/easy/0' \\
           --source demo --episode 3
     """
-    from alem_eval.render.episode import check_episode, check_output, render_episode
+    from alem_eval.render.episode import check_output, render_episode
+    from alem_eval.render.player import check_episode
     from alem_eval.core.runtime import enable_compilation_cache
 
     check_episode(episode)
