@@ -1,4 +1,4 @@
-"""DATASETS: the recording format (alem_eval.datasets.recording.Recorder / open_recording), Flashbax
+"""DATASETS: the recording format (alem_eval.datasets: Recorder / open_recording), Flashbax
 Vault export with dataset cards, and ``alem-eval dataset export|info``.
 
 Recordings are built through the Recorder API from synthetic steps (small P, D, A), as the
@@ -17,9 +17,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from alem_eval.datasets import recording as ds
 from alem_eval.cli.app import main
-from alem_eval.datasets.recording import FIELDS, Recorder, open_recording
+from alem_eval.datasets import recorder
+from alem_eval.datasets.format import (
+    FIELDS,
+    OBS_NARROW,
+    choose_obs_dtype,
+    decode_observations,
+    encode_observations,
+    episode_dir,
+    inexact_columns,
+    team_path,
+)
+from alem_eval.datasets.info import dataset_info
+from alem_eval.datasets.reader import open_recording
+from alem_eval.datasets.recorder import Recorder
+from alem_eval.datasets.vault import STAGING_DIR, export_vault, vault_groups
 from alem_eval.core.errors import DatasetError
 from tests.clitools import assert_one_line_error, cli_env, closed_port_url, run_cli
 
@@ -92,20 +105,20 @@ def assert_same_steps(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -
 
 
 def ep_files(rec_root: Path, team, episode: int) -> Path:
-    return ds.episode_dir(rec_root, "fast", "easy", team, episode)
+    return episode_dir(rec_root, "fast", "easy", team, episode)
 
 
 # ---------------------------------------------------------------------------------------
 # Layout and observation dtypes
 # ---------------------------------------------------------------------------------------
 def test_team_path_is_the_cell_path_or_a_digest_of_the_slots():
-    assert ds.team_path(SELF) == "tiny/ippo-rnn/easy/seed0"
+    assert team_path(SELF) == "tiny/ippo-rnn/easy/seed0"
     digest = hashlib.sha1(json.dumps(list(MIXED)).encode()).hexdigest()[:12]
-    assert ds.team_path(MIXED) == f"mixed/{digest}"
-    assert ds.team_path(MIXED) != ds.team_path(MIXED[::-1])  # slot order matters
+    assert team_path(MIXED) == f"mixed/{digest}"
+    assert team_path(MIXED) != team_path(MIXED[::-1])  # slot order matters
     for bad in ((), ("../x",), ("a//b",), ("mixed",)):
         with pytest.raises(DatasetError):
-            ds.team_path(bad)
+            team_path(bad)
 
 
 def test_inexact_columns_agree_with_a_plain_round_trip():
@@ -120,10 +133,10 @@ def test_inexact_columns_agree_with_a_plain_round_trip():
     obs = rng.choice(specials[:3], size=(40, 2, 60)).astype(np.float32)
     for col in range(60):
         obs[rng.integers(0, 40), rng.integers(0, 2), col] = specials[col % len(specials)]
-    got = ds.inexact_columns(obs)
+    got = inexact_columns(obs)
     flat = obs.reshape(-1, 60)
     with np.errstate(all="ignore"):
-        for name in ds.OBS_NARROW:
+        for name in OBS_NARROW:
             back = flat.astype(name).astype(np.float32)
             want = np.any(back.view(np.uint32) != flat.view(np.uint32), axis=0)
             np.testing.assert_array_equal(got[name], want, err_msg=name)
@@ -197,7 +210,7 @@ def test_an_interrupted_episode_is_not_complete_and_a_rerun_completes_it(tmp_pat
     (inc,) = rec.incomplete
     assert inc.path == path and "no episode.json" in inc.reason
     assert not new_recorder(root).is_complete(SELF, 0)
-    info = ds.dataset_info(root)
+    info = dataset_info(root)
     assert (info["complete_episodes"], info["incomplete_episodes"]) == (0, 1)
 
     rerun = new_recorder(root, part_steps=120)  # another part size: the old parts go
@@ -306,7 +319,7 @@ def test_an_episode_recorded_without_a_producer_is_read_but_never_reused(tmp_pat
     (ep,) = open_recording(root).complete
     assert "checkpoint_hash" not in ep.meta
     assert_same_steps(ep.arrays(), steps)
-    assert ds.dataset_info(root)["complete_episodes"] == 1
+    assert dataset_info(root)["complete_episodes"] == 1
     assert new_recorder(root).is_complete(SELF, 0)  # nothing declared: nothing to differ
 
     rec = new_recorder(root)
@@ -377,7 +390,7 @@ def test_a_full_disk_is_a_one_line_error(tmp_path, monkeypatch):
     def full(path, data):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(ds, "write_bytes_atomic", full)
+    monkeypatch.setattr(recorder, "write_bytes_atomic", full)
     with pytest.raises(DatasetError, match="No space left on device") as err:
         record(rec, SELF, 0, make_steps(30, 8))
     assert "\n" not in str(err.value) and "part-00000.npz" in str(err.value)
@@ -436,10 +449,10 @@ def read_vault(path: Path):
 
 def test_vaults_read_back_with_flashbax_and_equal_the_recording(recorded, tmp_path):
     root, data = recorded
-    paths = list(ds.export_vault(root, tmp_path / "vaults").vaults)
+    paths = list(export_vault(root, tmp_path / "vaults").vaults)
     out = tmp_path / "vaults" / "fast" / "easy.vlt"
     assert paths == [
-        out / ("mixed_" + ds.team_path(MIXED).split("/")[1]),
+        out / ("mixed_" + team_path(MIXED).split("/")[1]),
         out / "tiny_ippo-rnn_easy_seed0",
         out / "tiny_ippo-rnn_easy_seed1",
     ]
@@ -473,7 +486,7 @@ def test_vaults_read_back_with_flashbax_and_equal_the_recording(recorded, tmp_pa
     card_b = json.loads((out / "tiny_ippo-rnn_easy_seed1" / "card.json").read_text())
     assert card_b["observation_dtype"] == "float32"  # what the vault holds
     np.testing.assert_array_equal(np.asarray(exp_b["observations"][0]), want_b["observations"])
-    ds.export_vault(root, tmp_path / "narrow", obs_dtype=None)
+    export_vault(root, tmp_path / "narrow", obs_dtype=None)
     narrow = read_vault(tmp_path / "narrow/fast/easy.vlt/tiny_ippo-rnn_easy_seed1").experience
     assert narrow["observations"].dtype == np.uint8
     np.testing.assert_array_equal(
@@ -486,7 +499,7 @@ def test_a_vault_samples_through_a_flashbax_trajectory_buffer(recorded, tmp_path
     import jax
 
     root, _ = recorded
-    (path,) = [p for p in ds.export_vault(root, tmp_path / "v").vaults if p.name.endswith("seed1")]
+    (path,) = [p for p in export_vault(root, tmp_path / "v").vaults if p.name.endswith("seed1")]
     state = read_vault(path)
     exp = state.experience
     t = exp["actions"].shape[1]
@@ -512,9 +525,9 @@ def test_a_vault_samples_through_a_flashbax_trajectory_buffer(recorded, tmp_path
 
 def test_the_card_is_computed_from_the_episodes(recorded, tmp_path):
     root, data = recorded
-    paths = ds.export_vault(root, tmp_path / "v", per="group", state=False).vaults
+    paths = export_vault(root, tmp_path / "v", per="group", state=False).vaults
     names = [p.name for p in paths]
-    assert names == ["mixed_" + ds.team_path(MIXED).split("/")[1], "tiny_ippo-rnn_easy"]
+    assert names == ["mixed_" + team_path(MIXED).split("/")[1], "tiny_ippo-rnn_easy"]
     group = paths[1]
     card = json.loads((group / "card.json").read_text())
     eps = [data[k] for k in [(SELF, 0), (SELF, 1), (SELF_B, 0), (SELF_B, 1)]]
@@ -551,33 +564,33 @@ def test_the_card_is_computed_from_the_episodes(recorded, tmp_path):
 
 def test_export_replaces_an_earlier_export(recorded, tmp_path):
     root, _ = recorded
-    first = ds.export_vault(root, tmp_path / "v", obs_dtype=None).vaults
+    first = export_vault(root, tmp_path / "v", obs_dtype=None).vaults
     assert read_vault(first[2]).experience["observations"].dtype == np.uint8
-    again = ds.export_vault(root, tmp_path / "v").vaults
+    again = export_vault(root, tmp_path / "v").vaults
     assert first == again
     exp = read_vault(again[2]).experience
     assert exp["observations"].dtype == np.float32 and exp["actions"].shape[1] == 200
     assert not [p for p in again[0].parent.iterdir() if p.name.startswith(".")]
-    assert not (tmp_path / "v" / "fast" / ds.STAGING_DIR).exists()  # removed once empty
+    assert not (tmp_path / "v" / "fast" / STAGING_DIR).exists()  # removed once empty
 
 
 def test_a_killed_exports_leftovers_are_never_taken_for_a_vault(recorded, tmp_path):
     root, _ = recorded
     out = tmp_path / "v"
-    ds.export_vault(root, out)
+    export_vault(root, out)
     # A vault half written (or an old one half removed) when the export was killed: it
     # lies in the staging directory beside the .vlt directories, not inside one.
-    staging = out / "fast" / ds.STAGING_DIR
+    staging = out / "fast" / STAGING_DIR
     shutil.copytree(out / "fast/easy.vlt/tiny_ippo-rnn_easy_seed1", staging / "seed1-dead")
-    assert len(ds.dataset_info(out)["vaults"]) == 3
+    assert len(dataset_info(out)["vaults"]) == 3
     assert not [p for p in (out / "fast/easy.vlt").iterdir() if p.name.startswith(".")]
-    assert len(ds.export_vault(root, out).vaults) == 3  # a rerun is not stopped by them
+    assert len(export_vault(root, out).vaults) == 3  # a rerun is not stopped by them
 
 
 def test_the_cards_loading_code_runs_as_written(recorded, tmp_path, monkeypatch):
     root, _ = recorded
     monkeypatch.chdir(tmp_path)
-    (path, *_) = ds.export_vault(root, Path("vaults")).vaults
+    (path, *_) = export_vault(root, Path("vaults")).vaults
     md = (tmp_path / path / "card.md").read_text()
     code = md.split("```python\n")[1].split("```")[0]
     scope: dict = {}
@@ -594,21 +607,21 @@ def test_info_says_when_steps_were_appended_after_the_card(recorded, tmp_path):
     from flashbax.vault import Vault
 
     root, _ = recorded
-    (path,) = [p for p in ds.export_vault(root, tmp_path / "v").vaults if p.name.endswith("seed1")]
-    assert ds.dataset_info(path)["card_matches"] is True
+    (path,) = [p for p in export_vault(root, tmp_path / "v").vaults if p.name.endswith("seed1")]
+    assert dataset_info(path)["card_matches"] is True
     exp = read_vault(path).experience  # its first 5 steps appended through flashbax
     vault = Vault(vault_name=path.parent.name, vault_uid=path.name, rel_dir=str(path.parent.parent))
     state = TrajectoryBufferState(
         experience=exp, current_index=np.asarray(5), is_full=np.asarray(False)
     )
     vault.write(state, source_interval=(0, 5))
-    info = ds.dataset_info(path)
+    info = dataset_info(path)
     assert (info["steps"], info["card"]["steps"], info["card_matches"]) == (205, 200, False)
 
 
 def test_info_describes_recordings_and_vaults(recorded, tmp_path):
     root, _ = recorded
-    info = ds.dataset_info(root)
+    info = dataset_info(root)
     assert info["kind"] == "recording"
     assert (info["complete_episodes"], info["incomplete_episodes"]) == (5, 1)
     assert info["steps"] == 150 + 90 + 70 + 130 + 80
@@ -620,15 +633,15 @@ def test_info_describes_recordings_and_vaults(recorded, tmp_path):
     assert info["bytes"] == sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
     assert json.loads(json.dumps(info)) == info  # plain JSON types
 
-    exported = ds.export_vault(root, tmp_path / "v", obs_dtype=None)
+    exported = export_vault(root, tmp_path / "v", obs_dtype=None)
     (left_out,) = exported.incomplete  # the recording's unfinished episode, in no vault
     assert left_out.path == open_recording(root).incomplete[0].path
     (vault,) = [p for p in exported.vaults if p.name.endswith("seed1")]
-    vinfo = ds.dataset_info(vault)
+    vinfo = dataset_info(vault)
     assert vinfo["kind"] == "vault" and vinfo["steps"] == 200
     assert vinfo["structure"]["observations"] == {"shape": [1, 200, P, D], "dtype": "uint8"}
     assert vinfo["card"] == json.loads((vault / "card.json").read_text())
-    many = ds.dataset_info(tmp_path / "v")
+    many = dataset_info(tmp_path / "v")
     assert many["kind"] == "vaults" and len(many["vaults"]) == 3
 
 
@@ -636,13 +649,13 @@ def test_nothing_to_export_and_bad_paths_are_errors(tmp_path):
     root = tmp_path / "rec"
     record(new_recorder(root), SELF, 0, make_steps(20, 1), finish=False)
     with pytest.raises(DatasetError, match="no complete episode"):
-        ds.export_vault(root, tmp_path / "v")
+        export_vault(root, tmp_path / "v")
     with pytest.raises(DatasetError, match="no such directory"):
-        ds.dataset_info(tmp_path / "missing")
+        dataset_info(tmp_path / "missing")
     with pytest.raises(DatasetError, match="neither"):
-        ds.dataset_info(tmp_path)
+        dataset_info(tmp_path)
     with pytest.raises(DatasetError, match="grouping"):
-        ds.vault_groups(open_recording(root), "seed")
+        vault_groups(open_recording(root), "seed")
 
 
 # ---------------------------------------------------------------------------------------
@@ -653,7 +666,7 @@ def test_cli_info_and_export_print_the_library_results(recorded, tmp_path):
     env = cli_env(tmp_path, closed_port_url(), offline=True)
     proc = run_cli(["dataset", "info", str(root), "--format", "json"], env)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout) == ds.dataset_info(root)
+    assert json.loads(proc.stdout) == dataset_info(root)
 
     out = tmp_path / "cli-vaults"
     proc = run_cli(
@@ -663,14 +676,14 @@ def test_cli_info_and_export_print_the_library_results(recorded, tmp_path):
     assert proc.returncode == 0, proc.stderr
     printed = [Path(line) for line in proc.stdout.split()]
     assert printed == [
-        out / "fast" / "easy.vlt" / ("mixed_" + ds.team_path(MIXED).split("/")[1]),
+        out / "fast" / "easy.vlt" / ("mixed_" + team_path(MIXED).split("/")[1]),
         out / "fast" / "easy.vlt" / "tiny_ippo-rnn_easy",
     ]
     assert "wrote 2 vault(s)" in proc.stderr
     assert "left out 1 incomplete episode(s)" in proc.stderr  # said, not silently skipped
     proc = run_cli(["dataset", "info", str(printed[1]), "--format", "json"], env)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout) == ds.dataset_info(printed[1])
+    assert json.loads(proc.stdout) == dataset_info(printed[1])
 
     proc = run_cli(["dataset", "info", str(root)], env)  # the table, for people
     assert proc.returncode == 0, proc.stderr
@@ -708,7 +721,7 @@ def test_without_flashbax_export_and_vault_info_name_the_datasets_extra(
         assert err.startswith("alem-eval: error: ") and "needs flashbax" in err, err
         assert err.endswith("pip install 'alem-eval[datasets]'"), err
     assert not (tmp_path / "out").exists()
-    assert ds.dataset_info(root)["kind"] == "recording"
+    assert dataset_info(root)["kind"] == "recording"
 
 
 # ---------------------------------------------------------------------------------------
@@ -729,8 +742,8 @@ def test_the_real_alem_observation_is_uint8_with_a_few_float32_columns():
     obs = np.asarray(obs)[None]  # [T=1, P, D]
     assert obs.shape == (1, 3, 9730) and obs.dtype == np.float32
     assert np.any((obs > 0) & (obs < 1))  # not an integer array
-    dtype, wide = ds.choose_obs_dtype(ds.inexact_columns(obs), obs.shape[-1])
+    dtype, wide = choose_obs_dtype(inexact_columns(obs), obs.shape[-1])
     assert dtype == "uint8" and 0 < wide.size <= 100
-    enc = ds.encode_observations(obs, dtype, wide)
-    back = ds.decode_observations(enc)
+    enc = encode_observations(obs, dtype, wide)
+    back = decode_observations(enc)
     np.testing.assert_array_equal(back.view(np.uint32), obs.view(np.uint32))

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from alem_eval.analysis import bootstrap
 
-from alem_eval.datasets import recording as datasets
+from alem_eval.datasets import vault as datasets
 
 from alem_eval.evaluate import engine as evaluate
 

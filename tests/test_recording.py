@@ -1,6 +1,6 @@
 """RECORDING: every evaluated step streams out of the compiled rollout (``score --record``).
 
-The recorder here is an in-memory stand-in with the :class:`alem_eval.datasets.recording.Recorder`
+The recorder here is an in-memory stand-in with the :class:`alem_eval.datasets.recorder.Recorder`
 call protocol (add_steps / finish_episode), so these tests check what the evaluator hands
 over; the on-disk format has its own tests (test_datasets.py).
 """
@@ -219,7 +219,7 @@ def test_recording_again_with_another_cap_replaces_the_episodes_and_says_so(tmp_
     import json
 
     from alem_eval.cli.app import main
-    from alem_eval.datasets.recording import open_recording
+    from alem_eval.datasets.reader import open_recording
     from tests.conftest import FIXTURES
 
     rec = tmp_path / "out"

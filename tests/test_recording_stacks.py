@@ -14,7 +14,7 @@ import shutil
 import pytest
 
 from alem_eval.evaluate import engine as ev
-from alem_eval.datasets.recording import open_recording
+from alem_eval.datasets.reader import open_recording
 from alem_eval.analysis.results import ResultsStore
 from alem_eval.scoring.score import ScoreOptions, score_cells
 from alem_eval.hub.sources import open_source

@@ -145,7 +145,7 @@ def test_scoring_hashes_the_checkpoint_it_restores(cell_copy, fake_evaluator):
 
 
 def _recorded_meta(rec_dir) -> dict[int, dict]:
-    from alem_eval.datasets.recording import open_recording
+    from alem_eval.datasets.reader import open_recording
 
     recording = open_recording(rec_dir)
     assert recording.incomplete == ()

@@ -235,7 +235,7 @@ def score(
     ``reference``: the difficulties its run evaluated). ``results``: the results store
     (None: the user cache's, shared with the CLI): cells already scored the same way are
     read back, new ones written as they finish. ``record``: also record every step into
-    this directory (:mod:`alem_eval.datasets.recording`). ``progress``: an episode bar on stderr
+    this directory (:mod:`alem_eval.datasets.recorder`). ``progress``: an episode bar on stderr
     (None: when stderr is a terminal).
 
     Returns a DataFrame with one row per (cell, eval difficulty, episode): ``cell, budget,

@@ -64,7 +64,7 @@ class ExportFormat(StrEnum):
 
 
 class DatasetFormat(StrEnum):
-    """``alem_eval.datasets.recording.VAULT_FORMATS``."""
+    """``alem_eval.datasets.vault.VAULT_FORMATS``."""
 
     vault = "vault"
 

@@ -1,9 +1,9 @@
 """What produced a recorded episode, and whether a new recording may reuse it.
 
-Every ``episode.json`` a :class:`alem_eval.datasets.recording.Recorder` writes names what decided
+Every ``episode.json`` a :class:`alem_eval.datasets.recorder.Recorder` writes names what decided
 its steps: the protocol, the eval difficulty and the installed env version (the
 recorder's own), and what the caller declares for the team
-(:meth:`~alem_eval.datasets.recording.Recorder.set_producer`; ``score --record`` declares the
+(:meth:`~alem_eval.datasets.recorder.Recorder.set_producer`; ``score --record`` declares the
 checkpoint hash, the config hash and the step cap, see :func:`cell_producer`). A recorded
 episode is reused only when every one of them matches; otherwise it is recorded again.
 An episode recorded before these keys were written lacks some of them: it can still be

@@ -1779,7 +1779,7 @@ def _drive(
 class RecordTo:
     """Where :func:`run_teams` streams every evaluated step (``score --record``)."""
 
-    recorder: Any  # alem_eval.datasets.recording.Recorder
+    recorder: Any  # alem_eval.datasets.recorder.Recorder
     names: Sequence[str]  # per checkpoint index: the cell id recorded for its agent slots
 
 

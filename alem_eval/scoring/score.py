@@ -205,7 +205,7 @@ def score_cells(
     store do not count).
 
     With ``record_dir``, every evaluated step is recorded there as the rollout runs
-    (:mod:`alem_eval.datasets.recording`); a cell whose scores are stored but whose recording is
+    (:mod:`alem_eval.datasets.recorder`); a cell whose scores are stored but whose recording is
     incomplete is evaluated again (its scores are identical). A recorded episode is reused
     only when it names this run's checkpoint hash, config hash, step cap, protocol and
     env version (:mod:`alem_eval.core.producers`); otherwise it is recorded again, and a
@@ -346,7 +346,7 @@ def score_cells(
 
 
 class _Recorders:
-    """One :class:`alem_eval.datasets.recording.Recorder` per eval difficulty, opened on first use."""
+    """One :class:`alem_eval.datasets.recorder.Recorder` per eval difficulty, opened on first use."""
 
     def __init__(self, root: Path, protocol: str):
         from alem_eval.envs.loader import installed_env_version
@@ -356,7 +356,7 @@ class _Recorders:
         self._open: dict[str, Any] = {}
 
     def get(self, eval_difficulty: str):
-        from alem_eval.datasets.recording import Recorder
+        from alem_eval.datasets.recorder import Recorder
 
         if eval_difficulty not in self._open:
             self._open[eval_difficulty] = Recorder(

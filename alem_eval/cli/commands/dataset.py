@@ -1,7 +1,7 @@
 """``alem-eval dataset export`` / ``alem-eval dataset info``: recorded episodes as
 offline-MARL datasets.
 
-Each parses, calls one :mod:`alem_eval.datasets.recording` function and renders its result.
+Each parses, calls one :mod:`alem_eval.datasets` function and renders its result.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ app.add_typer(dataset_app, name="dataset")
 
 
 class Per(StrEnum):
-    """``alem_eval.datasets.recording.VAULT_PER``."""
+    """``alem_eval.datasets.vault.VAULT_PER``."""
 
     cell = "cell"
     group = "group"
@@ -79,7 +79,7 @@ def export(
           --record out/
       alem-eval dataset export out/ --format vault --out vaults/
     """
-    from alem_eval.datasets.recording import export_vault
+    from alem_eval.datasets.vault import export_vault
 
     result = export_vault(
         recording,
@@ -106,14 +106,14 @@ def info(
 ) -> None:
     """Describe a recording (episodes per team, complete and incomplete, shapes, dtypes,
     sizes) or exported vaults (card, structure, sizes). --format json prints the library's
-    result (alem_eval.datasets.recording.dataset_info) as is.
+    result (alem_eval.datasets.info.dataset_info) as is.
 
     Example:
 
       alem-eval dataset info out/
       alem-eval dataset info vaults/ --format json
     """
-    from alem_eval.datasets.recording import dataset_info
+    from alem_eval.datasets.info import dataset_info
 
     result = dataset_info(path)
     if fmt == OutputFormat.json:
