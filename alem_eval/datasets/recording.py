@@ -47,7 +47,7 @@ import re
 import secrets
 import shutil
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -1008,6 +1008,7 @@ def export_vault(
     per: str = "cell",
     state: bool = True,
     obs_dtype: str | None = "float32",
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> VaultExport:
     """Write the complete episodes of a recording as Flashbax Vaults (flashbax's own
     writer) under ``out`` (:func:`vault_location`), each with ``card.json`` and
@@ -1026,7 +1027,8 @@ def export_vault(
     staging directory beside the ``.vlt`` directories (``out/<protocol>/.staging``, so a
     killed export never leaves a half-written vault where OG-MARL's ``get_available_uids``
     or :func:`dataset_info` look) and renamed into place, replacing an older export of
-    the same name.
+    the same name. ``on_progress(vaults written, vaults)`` is called before the first
+    and after each vault.
     """
     require("flashbax", "writing Flashbax vaults")  # the datasets extra, before any work
     if obs_dtype not in (None, "float32"):
@@ -1039,8 +1041,10 @@ def export_vault(
             f"({len(recording.incomplete)} incomplete): nothing to export"
         )
     out = Path(out)
-    written = []
+    written: list[Path] = []
     for (protocol, difficulty, uid), episodes in groups.items():
+        if on_progress is not None:
+            on_progress(len(written), len(groups))
         written.append(
             _write_vault(
                 episodes,
@@ -1050,6 +1054,8 @@ def export_vault(
                 obs_dtype=obs_dtype,
             )
         )
+    if on_progress is not None:
+        on_progress(len(written), len(groups))
     return VaultExport(tuple(written), recording.incomplete)
 
 
