@@ -103,3 +103,63 @@ def test_commands_print_json_only_through_the_console():
         if "json.dump" in p.read_text()
     ]
     assert offenders == []
+
+
+def test_reporter_in_a_batch_log_throttles_each_task_and_ends_with_its_last_state():
+    """Off a terminal a task's line prints at most every ``every_s`` seconds of its clock
+    (``force``: always, without resetting the throttle), the newest unprinted one at the
+    end; notes print at once."""
+    from alem_eval.core.progress import Reporter, err_console
+
+    with err_console.capture() as cap, Reporter(every_s=10.0, live=False) as r:
+        for t, force in [(0.0, False), (4.0, False), (5.0, True), (11.0, False), (12.0, False)]:
+            r.update(
+                "a", description="a", completed=t, total=20, line=f"a {t}", clock=t, force=force
+            )
+        r.update("b", description="b", completed=1, total=2, line="b 1", clock=12.0)
+        r.note("a note")
+    assert cap.get().splitlines() == ["a 0.0", "a 5.0", "a 11.0", "b 1", "a note", "a 12.0"]
+
+
+def test_reporter_steps_callback_waits_every_s_before_its_first_batch_line(monkeypatch):
+    """``steps`` makes the ``on_progress(done, total)`` render and dataset export take: a
+    line every ``every_s`` seconds from the start (none for a short run)."""
+    from alem_eval.core import progress
+    from alem_eval.core.progress import Reporter, err_console
+
+    clock = iter([0.0, 1.0, 31.0, 40.0])  # made, then each report
+    monkeypatch.setattr(progress.Reporter, "elapsed", lambda self: next(clock))
+    with err_console.capture() as cap, Reporter(every_s=30.0, live=False, last_line=False) as r:
+        on_progress = r.steps("render", "render steps", lambda d, t, s: f"{d}/{t} at {s:.0f}s")
+        for done in (1, 2, 3):
+            on_progress(done, 10)
+    assert cap.get().splitlines() == ["2/10 at 31s"]
+
+
+def test_reporter_live_draws_rich_bars_on_the_one_console():
+    """Live (a terminal, or Jupyter where rich renders the same Progress as a widget) the
+    tasks are rich bars on the stderr console, the batch lines not printed."""
+    from alem_eval.core.progress import EpisodeBar, Reporter, err_console
+    from alem_eval.evaluate.engine import RolloutProgress
+
+    with err_console.capture() as cap:
+        with Reporter(live=True) as r:
+            r.steps("render", "render steps", lambda d, t, s: "a batch line")(3, 10)
+        with EpisodeBar("crossplay", live=True) as bar:
+            bar.update(RolloutProgress(4, 8, 100, 1.0))
+    text = cap.get()
+    assert "render steps" in text and "3/10" in text and "a batch line" not in text
+    assert "crossplay episodes" in text and "4/8" in text
+
+
+def test_only_core_progress_draws_progress():
+    """Library code and commands report progress through callbacks; the rich bars live in
+    alem_eval/core/progress.py, the Hub download bar included."""
+    from tests.conftest import REPO
+
+    drawing = sorted(
+        str(p.relative_to(REPO))
+        for p in (REPO / "alem_eval").rglob("*.py")
+        if "rich.progress" in p.read_text()
+    )
+    assert drawing == ["alem_eval/core/progress.py"]

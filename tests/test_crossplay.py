@@ -387,8 +387,9 @@ def test_cli_cell_that_cannot_be_loaded_is_one_line_and_keeps_stored_teams(score
 
 
 def test_command_choices_are_what_the_library_accepts():
-    from alem_eval.cli.commands.crossplay import CrossRuns, Scheme
+    from alem_eval.cli.commands.crossplay import Scheme
+    from alem_eval.cli.options import TeamRuns
     from alem_eval.scoring.crossplay import RUNS_MODES, SCHEMES
 
     assert tuple(m.value for m in Scheme) == SCHEMES
-    assert tuple(m.value for m in CrossRuns) == RUNS_MODES
+    assert tuple(m.value for m in TeamRuns) == RUNS_MODES

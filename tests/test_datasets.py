@@ -574,6 +574,17 @@ def test_export_replaces_an_earlier_export(recorded, tmp_path):
     assert not (tmp_path / "v" / "fast" / STAGING_DIR).exists()  # removed once empty
 
 
+def test_export_reports_its_progress_through_a_callback_and_prints_nothing(
+    recorded, tmp_path, capsys
+):
+    root, _ = recorded
+    calls: list[tuple[int, int]] = []
+    vaults = export_vault(root, tmp_path / "v", on_progress=lambda *a: calls.append(a)).vaults
+    n = len(vaults)
+    assert calls == [(i, n) for i in range(n)] + [(n, n)]
+    assert capsys.readouterr() == ("", "")
+
+
 def test_a_killed_exports_leftovers_are_never_taken_for_a_vault(recorded, tmp_path):
     root, _ = recorded
     out = tmp_path / "v"

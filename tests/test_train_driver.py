@@ -336,13 +336,16 @@ def test_sigterm_to_the_train_command_saves_and_a_rerun_resumes(tmp_path):
 
 
 def test_batch_log_lines_are_throttled_but_never_skip_the_first_or_last(capsys):
-    from alem_eval.cli.commands.train import LineView
+    from types import SimpleNamespace
+
+    from alem_eval.cli.commands.train import Render, train_reporter
     from alem_eval.trainers.planning import Progress
 
     def p(phase, updates):
         return Progress(phase, ("c",), updates, 10, updates * 4, 40, 100.0, 1.0, 0.5, 9.0)
 
-    view = LineView(every=3600)
+    view = Render(train_reporter(3600, live=False))
+    group = SimpleNamespace(label="g")
     for phase, updates in [
         ("compiling", 0),
         ("training", 1),
@@ -352,7 +355,7 @@ def test_batch_log_lines_are_throttled_but_never_skip_the_first_or_last(capsys):
         ("training", 10),
         ("done", 10),
     ]:
-        view.update("g", p(phase, updates))
+        view.progress(group, p(phase, updates))  # type: ignore[arg-type]
     lines = capsys.readouterr().err.splitlines()
     assert [x.split(": ", 1)[1].split("  ")[0] for x in lines] == [
         "compiling (the Alem step takes minutes to compile on CPU)...",
@@ -369,7 +372,7 @@ def test_finished_line_shows_no_rate_when_every_update_ran_in_the_compiling_call
     throughput: the closing line says '-' instead of claiming 0 steps/s."""
     from types import SimpleNamespace
 
-    from alem_eval.cli.commands.train import LineView, Render
+    from alem_eval.cli.commands.train import Render, train_reporter
     from alem_eval.trainers.planning import CellResult, GroupOutcome
 
     summary = {
@@ -381,8 +384,8 @@ def test_finished_line_shows_no_rate_when_every_update_ran_in_the_compiling_call
     }
     group = SimpleNamespace(label="g", cells=[SimpleNamespace(id="tiny/ippo-rnn/easy/seed0")])
     results = [CellResult(tmp_path, summary)]
-    Render(LineView(0)).finished(GroupOutcome(group, results))  # type: ignore[arg-type]
-    Render(LineView(0)).finished(
+    Render(train_reporter(0, live=False)).finished(GroupOutcome(group, results))  # type: ignore[arg-type]
+    Render(train_reporter(0, live=False)).finished(
         GroupOutcome(group, [CellResult(tmp_path, {**summary, "steps_per_second": 1234.5})])  # type: ignore[arg-type]
     )
     first, second = capsys.readouterr().err.strip().splitlines()

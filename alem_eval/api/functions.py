@@ -11,7 +11,7 @@ in :mod:`alem_eval.api.agents` (:func:`~alem_eval.api.agents.load_policy`,
 :func:`~alem_eval.api.agents.make_env`).
 
 Every function returns data and prints nothing on stdout; scoring shows its progress on
-stderr when that is a terminal. Wherever cells are taken, ``Cell`` s from :func:`select`
+stderr on a terminal or in Jupyter (:mod:`alem_eval.core.progress`). Wherever cells are taken, ``Cell`` s from :func:`select`
 (they remember their source) or selector strings with ``source=`` work alike. Importing
 this module imports no JAX and no pandas.
 """
@@ -194,11 +194,11 @@ def _before_compiling() -> None:
 
 @contextlib.contextmanager
 def _progress(label: str, show: bool | None) -> Iterator[Any]:
-    """An :class:`~alem_eval.cli.console.EpisodeBar` on stderr (``show`` None: only on a
-    terminal), else None."""
-    from alem_eval.core.progress import EpisodeBar, err_console
+    """An :class:`~alem_eval.core.progress.EpisodeBar` on stderr (``show`` None: only on a
+    terminal or in Jupyter, :func:`~alem_eval.core.progress.live_display`), else None."""
+    from alem_eval.core.progress import EpisodeBar, live_display
 
-    if not (err_console.is_terminal if show is None else show):
+    if not (live_display() if show is None else show):
         yield None
         return
     with EpisodeBar(label) as bar:
@@ -236,7 +236,7 @@ def score(
     (None: the user cache's, shared with the CLI): cells already scored the same way are
     read back, new ones written as they finish. ``record``: also record every step into
     this directory (:mod:`alem_eval.datasets.recorder`). ``progress``: an episode bar on stderr
-    (None: when stderr is a terminal).
+    (None: on a terminal or in Jupyter).
 
     Returns a DataFrame with one row per (cell, eval difficulty, episode): ``cell, budget,
     algorithm, difficulty, seed, eval_difficulty, episode, episode_length, episode_return,
@@ -439,31 +439,31 @@ def crossplay(
     ``max_steps`` default 20 / 10,000). Teams are kept under ``<results>/crossplay`` and
     read back on a rerun. ``runs``: ``"teams"`` or ``"episodes"`` as the bootstrap's runs
     (``reps`` resamples). ``out``: also write ``pair_matrix.png/.pdf``, ``teams.csv`` and
-    ``crossplay.json`` there. ``progress``: a line per step on stderr (None: when stderr
-    is a terminal).
+    ``crossplay.json`` there. ``progress``: an episode bar and a line per step on
+    stderr (None: on a terminal or in Jupyter).
 
     Returns :class:`CrossPlay`: ``.to_frame()`` (one row per team), ``.gap`` and
     ``.matrix`` (DataFrames), ``.to_json()``.
     """
     _before_compiling()
-    from alem_eval.core.progress import err_console
     from alem_eval.scoring.crossplay import CrossplayStore, run_crossplay, write_outputs
 
     src, chosen = _resolve(cells, source, repo, revision, cache_dir)
-    show = err_console.is_terminal if progress is None else progress
-    result = run_crossplay(
-        src,
-        chosen,
-        scheme=scheme,
-        eval_difficulty=eval_difficulty,
-        num_episodes=episodes,
-        max_steps=max_steps,
-        max_teams=max_teams,
-        seed=seed,
-        reps=reps,
-        runs=runs,
-        store=CrossplayStore.for_results(results),
-        on_progress=(lambda m: err_console.print(m, highlight=False)) if show else None,
-    )
+    with _progress("crossplay", progress) as bar:
+        result = run_crossplay(
+            src,
+            chosen,
+            scheme=scheme,
+            eval_difficulty=eval_difficulty,
+            num_episodes=episodes,
+            max_steps=max_steps,
+            max_teams=max_teams,
+            seed=seed,
+            reps=reps,
+            runs=runs,
+            store=CrossplayStore.for_results(results),
+            on_progress=bar and bar.note,
+            on_episodes=bar and bar.update,
+        )
     outputs = tuple(write_outputs(result, out)) if out is not None else ()
     return CrossPlay(result, outputs)

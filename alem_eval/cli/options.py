@@ -1,7 +1,14 @@
 """The options several commands share, each defined once (typer ``Annotated`` aliases).
 
-A command declares ``source: SourceOpt = "hub"``; the flag and its help text live here
-(:func:`open_cli_source` opens the source the source options name).
+A command declares ``source: SourceOpt = "hub"``; the flag and its help text live here, and
+every flag two commands share is declared here once (``tests/test_options.py`` walks every
+registered command's options and fails on a second declaration). Each command sets its own
+default (the parameter's default). Where a command's help must say more (what its ``--out``
+holds, its own default), it keeps the shared declaration and overrides only the help:
+``out: Annotated[Path, override(OutDirOpt, help="...")] = Path("x")`` (:func:`override`;
+the flag, parser and metavar stay the shared ones). Keep that rare.
+:func:`open_cli_source` opens the source the source options name.
+
 Choice options are :class:`enum.StrEnum` s (``OutputFormat`` is :mod:`alem_eval.cli.console`'s),
 so ``--help`` lists the choices; a value that is not a choice is a one-line
 :class:`~alem_eval.core.errors.UsageError` (exit 2), like every other input error. Commands hand
@@ -15,9 +22,11 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+import copy
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from typer.models import OptionInfo
 
 if TYPE_CHECKING:
     from alem_eval.hub.sources import Source
@@ -77,6 +86,14 @@ class Difficulty(StrEnum):
     hard = "hard"
 
 
+class TeamRuns(StrEnum):
+    """``alem_eval.scoring.crossplay.RUNS_MODES``: how crossplay's gap averages (a cross-play
+    run is a team, not a seed as in :class:`Runs`)."""
+
+    teams = "teams"
+    episodes = "episodes"
+
+
 class Prefer(StrEnum):
     """Which side ``merge`` keeps on a same-key content conflict."""
 
@@ -101,6 +118,41 @@ def choice(enum: type[StrEnum], flag: str, noun: str, *, metavar: str | None = N
             ) from None
 
     return {"parser": parse, "metavar": metavar or "[" + "|".join(names) + "]"}
+
+
+_OVERRIDES: dict[int, tuple[OptionInfo, OptionInfo]] = {}  # id(variant) -> (variant, shared)
+
+
+def override(alias: Any, *, help: str | None = None) -> OptionInfo:
+    """The shared option ``alias`` (one of this module's ``...Opt`` aliases) for a command
+    whose help says more: a copy of its ``typer.Option`` with this ``help`` (None: the
+    shared one itself, for a command that only types the value differently). Use it as
+    ``Annotated[<type>, override(alias, help=...)]``."""
+    shared = alias.__metadata__[0]
+    if help is None:
+        return shared
+    variant = copy.copy(shared)
+    variant.help = help
+    _OVERRIDES[id(variant)] = (variant, shared)
+    return variant
+
+
+def shared_declaration(info: Any) -> OptionInfo | None:
+    """The declaration in this module that the ``typer.Option`` ``info`` is (itself, or the
+    one :func:`override` copied), else None: a command's own option."""
+    if id(info) in _OVERRIDES:
+        info = _OVERRIDES[id(info)][1]
+    return info if any(info is d for d in declarations().values()) else None
+
+
+def declarations() -> dict[str, OptionInfo]:
+    """Every shared option declared here: alias name -> its ``typer.Option``."""
+    return {
+        name: value.__metadata__[0]
+        for name, value in globals().items()
+        if name.endswith("Opt")
+        and isinstance(getattr(value, "__metadata__", (None,))[0], OptionInfo)
+    }
 
 
 def split_commas(values: list[str] | None) -> list[str] | None:
@@ -294,4 +346,55 @@ PreferOpt = Annotated[
         help="On a same-key content conflict keep ours or theirs.",
         **choice(Prefer, "--prefer", "side"),
     ),
+]
+RunsTeamsOpt = Annotated[
+    TeamRuns,
+    typer.Option(
+        "--runs",
+        help="How the gap averages: teams: every cross-play team weighs the same; "
+        "episodes: every (team, episode) with a finite value does (the two differ only "
+        "when values are missing). Either way the CI resamples the worlds (episode "
+        "indices), jointly for every team and the self-play.",
+        **choice(TeamRuns, "--runs", "run unit"),
+    ),
+]
+MetricsOpt = Annotated[
+    list[str] | None,
+    typer.Option("--metric", help="Metric(s): a results column or a short name. Repeatable."),
+]
+
+# ----------------------------------------------------------------------------------------
+# Episodes
+# ----------------------------------------------------------------------------------------
+EpisodesOpt = Annotated[int | None, typer.Option("--episodes", help="Episodes per cell.")]
+MaxStepsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-steps", help="Step cap per episode (default: the protocol's, 10000 for fast)."
+    ),
+]
+ShardOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--shard",
+        help="i/N: only the i-th (0-based) of N contiguous shares of the selected cells "
+        "(e.g. one SLURM array task each).",
+    ),
+]
+ClipsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--clips",
+        help="Also draw a short self-play GIF per algorithm (episode 0 of its first cell) "
+        "into clips/ and embed it in the report (a render program compiles per algorithm: "
+        "minutes on a CPU).",
+    ),
+]
+
+# ----------------------------------------------------------------------------------------
+# Where outputs go
+# ----------------------------------------------------------------------------------------
+OutDirOpt = Annotated[Path, typer.Option("--out", help="Output directory.")]
+OutFileOpt = Annotated[
+    Path | None, typer.Option("--out", help="Write to this file instead of stdout.")
 ]

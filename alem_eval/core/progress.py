@@ -9,6 +9,7 @@ bytes a Hub pull downloads (the sources themselves draw nothing).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
@@ -16,60 +17,187 @@ from rich.console import Console
 err_console = Console(stderr=True)
 
 
-class EpisodeBar:
-    """A live progress bar of evaluated episodes on stderr: episodes done / total, live
-    env-steps/s and ETA. ``update`` takes :class:`alem_eval.evaluate.engine.RolloutProgress`
-    (anything with ``episodes_done``, ``episodes_total``, ``live_steps``, ``elapsed_s``).
+# ========================================================================================
+# The progress reporter: score, compare, crossplay, dataset export, render and train.
+# Library functions take callbacks (``on_progress``, ``on_episodes``) and never draw;
+# a command (or the public API) hands them a Reporter's methods.
+# ========================================================================================
+def live_display() -> bool:
+    """Whether progress redraws in place on stderr: a terminal, or a Jupyter notebook
+    with ipywidgets (rich's Progress renders there as a live widget); else a batch log
+    (lines)."""
+    if err_console.is_jupyter:
+        import importlib.util
 
-    Rates and the ETA count from the first report (the first call also compiles). On a
-    terminal it redraws in place; otherwise (batch logs) it prints a line at most every
-    ``every_s`` seconds, and the last state at the end. ``note`` prints a line.
+        return importlib.util.find_spec("ipywidgets") is not None
+    return err_console.is_terminal
+
+
+class Reporter:
+    """One progress display on stderr, for every task a run reports (a bar each).
+
+    Live (:func:`live_display`: a terminal or Jupyter): rich bars redrawn in place, notes
+    printed above them. Otherwise (a batch log): each task's own line at most every
+    ``every_s`` seconds (``force``: always), ``dated`` with the time of day, and with
+    ``last_line`` the newest line of each task not yet printed at the end. ``note`` prints
+    a line either way.
+
+    Callbacks for the library: ``note`` is an ``on_progress(message)``; :meth:`steps` makes
+    an ``on_progress(done, total)``; :class:`EpisodeBar` takes ``on_episodes`` and
+    ``on_progress(message, done, total)``.
     """
 
-    def __init__(self, label: str = "score", *, every_s: float = 30.0, live: bool | None = None):
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-        )
+    def __init__(
+        self,
+        *,
+        every_s: float = 30.0,
+        live: bool | None = None,
+        dated: bool = False,
+        last_line: bool = True,
+    ):
+        from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-        self.live = err_console.is_terminal if live is None else live
+        self.live = live_display() if live is None else live
         self.every_s = every_s
+        self.dated = dated
+        self.last_line = last_line
         self._t0 = time.perf_counter()
-        self._base: Any = None  # the first report: rates count from there
-        self._last: Any = None
-        self._printed: Any = None
+        self._tasks: dict[str, TaskID] = {}
+        self._printed: dict[str, float] = {}  # each task's last throttled line: its clock
+        self._pending: dict[str, str] = {}  # each task's newest line not printed yet
         self._progress = Progress(
-            TextColumn(f"[bold]{label}[/] episodes"),
+            TextColumn("{task.description}"),
             BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[rate]}"),
+            TextColumn("{task.fields[count]}"),
+            TextColumn("{task.fields[info]}"),
             TimeElapsedColumn(),
-            TextColumn("{task.fields[eta]}"),
             console=err_console,
             disable=not self.live,
             transient=False,
         )
-        self._task = self._progress.add_task(label, total=None, rate="", eta="")
 
-    def __enter__(self) -> EpisodeBar:
+    def __enter__(self) -> Reporter:
         self._progress.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self._progress.__exit__(*exc)
-        if not self.live and self._last is not None and self._last is not self._printed:
-            self._line(self._last)
+        self._progress.__exit__(None, None, None)
+        if not self.live and self.last_line:
+            for line in self._pending.values():
+                self._print_line(line)
+        self._pending.clear()
+
+    def elapsed(self) -> float:
+        """Seconds since the reporter was made."""
+        return time.perf_counter() - self._t0
 
     def note(self, message: str) -> None:
+        """One line (rich markup), above the bars when live."""
         err_console.print(message, highlight=False)
+
+    def task(self, key: str, description: str, total: float | None = None) -> None:
+        """Show task ``key``'s bar now (live), before its first report."""
+        if self.live and key not in self._tasks:
+            self._tasks[key] = self._progress.add_task(description, total=total, count="", info="")
+
+    def update(
+        self,
+        key: str,
+        *,
+        description: str,
+        completed: float,
+        total: float | None,
+        count: str = "",
+        info: str = "",
+        line: str | None = None,
+        clock: float | None = None,
+        force: bool = False,
+    ) -> None:
+        """Task ``key``'s state: its bar when live; else its ``line`` (plain text) when
+        ``force`` or ``every_s`` has passed on ``clock`` (default: the reporter's seconds)
+        since its last throttled line."""
+        if self.live:
+            self.task(key, description, total)
+            self._progress.update(
+                self._tasks[key],
+                description=description,
+                completed=completed,
+                total=total,
+                count=count,
+                info=info,
+            )
+            return
+        if line is None:
+            return
+        now = self.elapsed() if clock is None else clock
+        if force or now - self._printed.get(key, float("-inf")) >= self.every_s:
+            if not force:
+                self._printed[key] = now
+            self._pending.pop(key, None)
+            self._print_line(line)
+        else:
+            self._pending[key] = line
+
+    def steps(
+        self, key: str, description: str, line: Callable[[int, int, float], str]
+    ) -> Callable[[int, int], None]:
+        """An ``on_progress(done, total)`` drawing task ``key`` (``done/total`` in its bar);
+        off a terminal ``line(done, total, seconds)`` every ``every_s`` seconds from now."""
+        self._printed[key] = self.elapsed()
+        self.task(key, description)
+
+        def on_progress(done: int, total: int) -> None:
+            now = self.elapsed()
+            self.update(
+                key,
+                description=description,
+                completed=done,
+                total=total,
+                count=f"{done}/{total}",
+                line=line(done, total, now),
+                clock=now,
+            )
+
+        return on_progress
+
+    def _print_line(self, line: str) -> None:
+        stamp = f"{time.strftime('%Y-%m-%d %H:%M:%S')} " if self.dated else ""
+        err_console.print(stamp + line, highlight=False, markup=False, soft_wrap=True)
+
+
+class EpisodeBar:
+    """Evaluated episodes on a :class:`Reporter`: episodes done / total, live env-steps/s
+    and ETA. ``update`` is an ``on_episodes``: it takes
+    :class:`alem_eval.evaluate.engine.RolloutProgress` (anything with ``episodes_done``,
+    ``episodes_total``, ``live_steps``, ``elapsed_s``); ``cell_done`` is an
+    ``on_progress(message, done, total)``; ``note`` an ``on_progress(message)``.
+
+    Rates and the ETA count from the first report (the first call also compiles). Live it
+    redraws in place; otherwise (batch logs) it prints a line at most every ``every_s``
+    seconds of the reports' own clock, and the last state at the end.
+    """
+
+    def __init__(self, label: str = "score", *, every_s: float = 30.0, live: bool | None = None):
+        self.label = label
+        self.reporter = Reporter(every_s=every_s, live=live)
+        self.live = self.reporter.live
+        self._base: Any = None  # the first report: rates count from there
+        self.reporter.task("episodes", f"[bold]{label}[/] episodes")
+
+    def __enter__(self) -> EpisodeBar:
+        self.reporter.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.reporter.__exit__(*exc)
+
+    def note(self, message: str) -> None:
+        self.reporter.note(message)
 
     def cell_done(self, message: str, done: int, total: int) -> None:
         """The scoring functions' ``on_progress(message, done, total)``: one line,
         ``[done/total] message (seconds since the bar started)``."""
-        self.note(f"[{done}/{total}] {message} ({time.perf_counter() - self._t0:.0f}s)")
+        self.note(f"[{done}/{total}] {message} ({self.reporter.elapsed():.0f}s)")
 
     def rates(self, p: Any) -> tuple[float, float | None]:
         """(live env-steps/s, seconds left or None) since the first report."""
@@ -84,29 +212,32 @@ class EpisodeBar:
     def update(self, p: Any) -> None:
         if self._base is None or p.episodes_total != self._base.episodes_total:
             self._base = p
-        self._last = p
-        rate, eta = self.rates(p)
-        self._progress.update(
-            self._task,
-            completed=p.episodes_done,
-            total=p.episodes_total,
-            rate=f"{rate:,.0f} env-steps/s" if rate else "",
-            eta=f"ETA {eta:.0f}s" if eta is not None else "",
-        )
-        printed_at = self._printed.elapsed_s if self._printed is not None else float("-inf")
-        if not self.live and p.elapsed_s - printed_at >= self.every_s:
-            self._line(p)
-
-    def _line(self, p: Any) -> None:
-        self._printed = p
         rate, eta = self.rates(p)
         left = f", ETA {eta:.0f}s" if eta is not None and p.episodes_done < p.episodes_total else ""
         speed = f" ({rate:,.0f}/s)" if rate else ""  # none yet on the first report
-        err_console.print(
-            f"episodes {p.episodes_done}/{p.episodes_total}, {p.live_steps:,} env steps"
+        self.reporter.update(
+            "episodes",
+            description=f"[bold]{self.label}[/] episodes",
+            completed=p.episodes_done,
+            total=p.episodes_total,
+            count=f"{p.episodes_done}/{p.episodes_total}",
+            info=" ".join(
+                x
+                for x in (
+                    f"{rate:,.0f} env-steps/s" if rate else "",
+                    f"ETA {eta:.0f}s" if eta is not None else "",
+                )
+                if x
+            ),
+            line=f"episodes {p.episodes_done}/{p.episodes_total}, {p.live_steps:,} env steps"
             f"{speed}, {p.elapsed_s:.0f}s{left}",
-            highlight=False,
+            clock=p.elapsed_s,
         )
+
+
+# ========================================================================================
+# (end of the progress reporter)
+# ========================================================================================
 
 
 class DownloadBar:
@@ -161,6 +292,6 @@ class DownloadBar:
 
 
 def download_bar(show: bool | None = None, label: str = "pull") -> DownloadBar | None:
-    """A :class:`DownloadBar` if ``show`` (None: when stderr is a terminal), else None (a
+    """A :class:`DownloadBar` if ``show`` (None: on a terminal or in Jupyter), else None (a
     source then reports its downloads to nobody)."""
-    return DownloadBar(label) if (err_console.is_terminal if show is None else show) else None
+    return DownloadBar(label) if (live_display() if show is None else show) else None

@@ -15,7 +15,7 @@ import json
 import os
 import secrets
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,6 +76,7 @@ def export_vault(
     per: str = "cell",
     state: bool = True,
     obs_dtype: str | None = "float32",
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> VaultExport:
     """Write the complete episodes of a recording as Flashbax Vaults (flashbax's own
     writer) under ``out`` (:func:`vault_location`), each with ``card.json`` and
@@ -94,7 +95,8 @@ def export_vault(
     staging directory beside the ``.vlt`` directories (``out/<protocol>/.staging``, so a
     killed export never leaves a half-written vault where OG-MARL's ``get_available_uids``
     or :func:`dataset_info` look) and renamed into place, replacing an older export of
-    the same name.
+    the same name. ``on_progress(vaults written, vaults)`` is called before the first
+    and after each vault.
     """
     require("flashbax", "writing Flashbax vaults")  # the datasets extra, before any work
     if obs_dtype not in (None, "float32"):
@@ -107,8 +109,10 @@ def export_vault(
             f"({len(recording.incomplete)} incomplete): nothing to export"
         )
     out = Path(out)
-    written = []
+    written: list[Path] = []
     for (protocol, difficulty, uid), episodes in groups.items():
+        if on_progress is not None:
+            on_progress(len(written), len(groups))
         written.append(
             _write_vault(
                 episodes,
@@ -118,6 +122,8 @@ def export_vault(
                 obs_dtype=obs_dtype,
             )
         )
+    if on_progress is not None:
+        on_progress(len(written), len(groups))
     return VaultExport(tuple(written), recording.incomplete)
 
 

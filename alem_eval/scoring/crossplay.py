@@ -564,6 +564,7 @@ def run_crossplay(
     store: CrossplayStore | None = None,
     on_env_mismatch: str = "error",
     on_progress: Callable[[str], None] | None = None,
+    on_episodes: Callable[[Any], None] | None = None,
 ) -> CrossplayResult:
     """Score the ``scheme``'s teams over ``cells`` (from ``source``) in one compiled rollout
     and compare cross-play with self-play.
@@ -575,6 +576,9 @@ def run_crossplay(
     before any statistic is computed. Raises :class:`~alem_eval.core.errors.AlemEvalError` s,
     one line each, naming the cell: cells that cannot be resolved or loaded, cells that
     need different env configurations, bad options.
+
+    Progress: ``on_progress(message)`` a line per step (the teams to score, each team
+    stored); ``on_episodes(RolloutProgress)`` as the rollout's episodes finish.
     """
     from alem_eval.evaluate.engine import (
         FAST_MAX_STEPS,
@@ -645,6 +649,7 @@ def run_crossplay(
             eval_difficulty=eval_difficulty,
             num_episodes=num_episodes,
             max_steps=max_steps,
+            on_episodes=on_episodes,
         )
         if todo
         else {}
@@ -753,6 +758,7 @@ def _score(
     eval_difficulty: str,
     num_episodes: int,
     max_steps: int,
+    on_episodes: Callable[[Any], None] | None = None,
 ) -> dict[Team, list[dict[str, float]]]:
     """Load the cells the teams use and score every team in one ``run_teams`` call;
     ``on_team(team, records)`` as each team's last episode ends."""
@@ -781,6 +787,7 @@ def _score(
         max_steps=max_steps,
         on_env_mismatch="ignore",  # checked per cell
         on_team=lambda i, records: on_team(teams[i], records),
+        on_progress=on_episodes,
     )
     return {t: list(recs) for t, recs in zip(teams, result.records, strict=True)}
 

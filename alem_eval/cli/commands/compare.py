@@ -20,13 +20,17 @@ from alem_eval.scoring.compare import (
 from alem_eval.cli.console import EpisodeBar, OutputFormat, download_bar, emit_records, err_console
 from alem_eval.cli.options import (
     DifficultyFilterOpt,
+    EpisodesOpt,
     EvalDifficultyOpt,
     FormatOpt,
+    MaxStepsOpt,
+    MetricsOpt,
     Protocol,
     ProtocolOpt,
     RepsOpt,
     SeedOpt,
     SourcePairOpt,
+    override,
     split_commas,
 )
 
@@ -41,19 +45,12 @@ def compare(
     sources: SourcePairOpt,
     metric: Annotated[
         str,
-        typer.Option(
-            "--metric", help="Per-episode metric (a compute_score key, episode_return, ...)."
-        ),
+        override(MetricsOpt, help="Per-episode metric (a compute_score key, episode_return, ...)."),
     ] = DEFAULT_COMPARE_METRIC,
     difficulty: DifficultyFilterOpt = None,
     eval_difficulty: EvalDifficultyOpt = None,
-    episodes: Annotated[
-        int | None, typer.Option("--episodes", help="Episodes per cell.")
-    ] = DEFAULT_COMPARE_EPISODES,
-    max_steps: Annotated[
-        int | None,
-        typer.Option("--max-steps", help="Step cap per episode (default: the protocol's)."),
-    ] = None,
+    episodes: EpisodesOpt = DEFAULT_COMPARE_EPISODES,
+    max_steps: MaxStepsOpt = None,
     protocol: ProtocolOpt = Protocol.fast,
     reps: RepsOpt = DEFAULT_COMPARE_REPS,
     seed: SeedOpt = 0,

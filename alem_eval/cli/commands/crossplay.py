@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from alem_eval.cli.app import app
-from alem_eval.cli.console import OutputFormat, emit_json, emit_records, err_console
+from alem_eval.cli.console import EpisodeBar, OutputFormat, emit_json, emit_records, err_console
 from alem_eval.scoring.crossplay import DEFAULT_MAX_TEAMS, DEFAULT_REPS
 from alem_eval.cli.options import (
     CacheDirOpt,
@@ -21,15 +21,21 @@ from alem_eval.cli.options import (
     DifficultyFilterOpt,
     EnvMismatch,
     EnvMismatchOpt,
+    EpisodesOpt,
     EvalDifficultyOpt,
     FormatOpt,
+    MaxStepsOpt,
+    OutDirOpt,
     RepoOpt,
     RepsOpt,
     ResultsOpt,
     RevisionOpt,
+    RunsTeamsOpt,
     SeedOpt,
     SourceOpt,
+    TeamRuns,
     choice,
+    override,
     split_commas,
     open_cli_source,
 )
@@ -42,14 +48,6 @@ class Scheme(StrEnum):
     distinct = "distinct"
     mixed = "mixed"
     all = "all"
-
-
-class CrossRuns(StrEnum):
-    """``alem_eval.scoring.crossplay.RUNS_MODES``: how the gap averages (``options.Runs`` is seeds |
-    episodes: a cross-play run is a team, not a seed)."""
-
-    teams = "teams"
-    episodes = "episodes"
 
 
 @app.command("crossplay")
@@ -69,11 +67,9 @@ def crossplay(
     eval_difficulty: EvalDifficultyOpt = None,
     episodes: Annotated[
         int | None,
-        typer.Option("--episodes", help="Episodes per team (default 20, the paper protocol)."),
+        override(EpisodesOpt, help="Episodes per team (default 20, the paper protocol)."),
     ] = None,
-    max_steps: Annotated[
-        int | None, typer.Option("--max-steps", help="Step cap per episode (default 10000).")
-    ] = None,
+    max_steps: MaxStepsOpt = None,
     scheme: Annotated[
         Scheme,
         typer.Option(
@@ -91,22 +87,12 @@ def crossplay(
     ] = DEFAULT_MAX_TEAMS,
     seed: SeedOpt = 0,
     reps: RepsOpt = DEFAULT_REPS,
-    runs: Annotated[
-        CrossRuns,
-        typer.Option(
-            "--runs",
-            help="How the gap averages: teams: every cross-play team weighs the same; "
-            "episodes: every (team, episode) with a finite value does (the two differ only "
-            "when values are missing). Either way the CI resamples the worlds (episode "
-            "indices), jointly for every team and the self-play.",
-            **choice(CrossRuns, "--runs", "run unit"),
-        ),
-    ] = CrossRuns.teams,
+    runs: RunsTeamsOpt = TeamRuns.teams,
     results: ResultsOpt = None,
     out: Annotated[
         Path,
-        typer.Option(
-            "--out", help="Output directory (pair_matrix.png/.pdf, teams.csv, crossplay.json)."
+        override(
+            OutDirOpt, help="Output directory (pair_matrix.png/.pdf, teams.csv, crossplay.json)."
         ),
     ] = Path("alem-eval-crossplay"),
     on_env_mismatch: EnvMismatchOpt = EnvMismatch.error,
@@ -154,11 +140,7 @@ def crossplay(
         emit_plan(plan_crossplay(src, cells, **play), fmt)
         return
     enable_compilation_cache()
-
-    def progress(message: str) -> None:
-        err_console.print(message, highlight=False)
-
-    with collect_warnings() as notes:
+    with collect_warnings() as notes, EpisodeBar("crossplay") as bar:
         result = run_crossplay(
             src,
             cells,
@@ -167,7 +149,8 @@ def crossplay(
             runs=runs.value,
             store=CrossplayStore.for_results(results),
             on_env_mismatch=on_env_mismatch.value,
-            on_progress=progress,
+            on_progress=bar.note,
+            on_episodes=bar.update,
         )
     for note in notes:
         err_console.print(f"[yellow]warning[/yellow] {note}", highlight=False)

@@ -14,7 +14,15 @@ import typer
 
 from alem_eval.cli.app import app
 from alem_eval.cli.console import OutputFormat, emit_json, emit_records, err_console
-from alem_eval.cli.options import DatasetFormat, DatasetFormatOpt, FormatOpt, choice
+from alem_eval.core.progress import Reporter
+from alem_eval.cli.options import (
+    DatasetFormat,
+    DatasetFormatOpt,
+    FormatOpt,
+    OutDirOpt,
+    choice,
+    override,
+)
 
 dataset_app = typer.Typer(
     name="dataset",
@@ -37,8 +45,8 @@ def export(
     fmt: DatasetFormatOpt = DatasetFormat.vault,
     out: Annotated[
         Path,
-        typer.Option(
-            "--out",
+        override(
+            OutDirOpt,
             help="Where the vaults go, one per team (e.g. OUT/fast/hard.vlt/TEAM/); "
             "flashbax's default directory, ./vaults.",
         ),
@@ -81,13 +89,19 @@ def export(
     """
     from alem_eval.datasets.vault import export_vault
 
-    result = export_vault(
-        recording,
-        out,
-        per=per.value,
-        state=state,
-        obs_dtype="float32" if obs_float32 else None,
-    )
+    with Reporter(last_line=False) as progress:
+        result = export_vault(
+            recording,
+            out,
+            per=per.value,
+            state=state,
+            obs_dtype="float32" if obs_float32 else None,
+            on_progress=progress.steps(
+                "vaults",
+                "[bold]dataset export[/] vaults",
+                lambda done, total, s: f"dataset export: {done}/{total} vaults, {s:.0f}s",
+            ),
+        )
     for path in result.vaults:
         print(path)
     err_console.print(f"wrote {len(result.vaults)} vault(s) under {out}", highlight=False)

@@ -6,31 +6,32 @@ import time
 from pathlib import Path
 from typing import Annotated
 
-import typer
 
 from alem_eval.cli.app import app
 from alem_eval.cli.console import OutputFormat, emit_records, err_console
-from alem_eval.cli.options import FormatOpt, RepsOpt, ResultsOpt
+from alem_eval.core.progress import Reporter
+from alem_eval.cli.options import (
+    ClipsOpt,
+    EpisodesOpt,
+    FormatOpt,
+    MaxStepsOpt,
+    OutDirOpt,
+    RepsOpt,
+    ResultsOpt,
+    override,
+)
 
 
 @app.command("demo")
 def demo(
-    episodes: Annotated[int, typer.Option("--episodes", help="Episodes per cell.")] = 8,
-    max_steps: Annotated[int, typer.Option("--max-steps", help="Step cap per episode.")] = 300,
+    episodes: Annotated[int, override(EpisodesOpt)] = 8,
+    max_steps: Annotated[int, override(MaxStepsOpt, help="Step cap per episode.")] = 300,
     out: Annotated[
-        Path,
-        typer.Option("--out", help="Output directory (report/, leaderboard.md)."),
+        Path, override(OutDirOpt, help="Output directory (report/, leaderboard.md).")
     ] = Path("alem-eval-demo"),
     results: ResultsOpt = None,
     reps: RepsOpt = 10_000,
-    clips: Annotated[
-        bool,
-        typer.Option(
-            "--clips",
-            help="Also draw each cell's episode 0 as a GIF (report/clips/, embedded in the "
-            "report; each algorithm's render program compiles once: minutes on a CPU).",
-        ),
-    ] = False,
+    clips: ClipsOpt = False,
     fmt: FormatOpt = OutputFormat.table,
 ) -> None:
     """Score the four bundled demo cells (one per algorithm, small networks trained on a
@@ -59,15 +60,16 @@ def demo(
     enable_compilation_cache()  # before the demo compiles its cells
     err_console.print(f"[bold]{DEMO_NOTE}[/bold]", highlight=False)
     t0 = time.perf_counter()
-    res = run_demo(
-        out,
-        num_episodes=episodes,
-        max_steps=max_steps,
-        results=results,
-        reps=reps,
-        clips=clips,
-        on_progress=lambda m: err_console.print(m, highlight=False),
-    )
+    with Reporter() as progress:
+        res = run_demo(
+            out,
+            num_episodes=episodes,
+            max_steps=max_steps,
+            results=results,
+            reps=reps,
+            clips=clips,
+            on_progress=progress.note,
+        )
     if fmt == OutputFormat.table:
         emit_records(
             [s.summary_row() for s in res.scores],

@@ -13,13 +13,17 @@ from alem_eval.cli.console import OutputFormat, emit_records, err_console
 from alem_eval.core.errors import UsageError
 from alem_eval.cli.options import (
     DifficultyFilterOpt,
+    DryRunOpt,
     ExportFormat,
     ExportFormatOpt,
     FormatOpt,
+    MetricsOpt,
+    OutFileOpt,
     Prefer,
     PreferOpt,
     ResultsOpt,
     ResultsProtocolOpt,
+    override,
     split_commas,
 )
 
@@ -33,13 +37,11 @@ def export(
     fmt: ExportFormatOpt = ExportFormat.marl_eval,
     metric: Annotated[
         list[str] | None,
-        typer.Option(
-            "--metric", help="Metric(s) to export (default: the headline metrics). Repeatable."
+        override(
+            MetricsOpt, help="Metric(s) to export (default: the headline metrics). Repeatable."
         ),
     ] = None,
-    out: Annotated[
-        Path | None, typer.Option("--out", help="Write to this file instead of stdout.")
-    ] = None,
+    out: OutFileOpt = None,
     protocol: ResultsProtocolOpt = None,
     complete_subgrid: Annotated[
         bool,
@@ -97,7 +99,7 @@ def merge(
     results: ResultsOpt = None,
     prefer: PreferOpt = Prefer.ours,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Report what would happen; write nothing.")
+        bool, override(DryRunOpt, help="Report what would happen; write nothing.")
     ] = False,
     fmt: FormatOpt = OutputFormat.table,
 ) -> None:

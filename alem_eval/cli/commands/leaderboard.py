@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -13,6 +12,7 @@ from alem_eval.cli.console import err_console
 from alem_eval.cli.options import (
     LeaderboardFormat,
     LeaderboardFormatOpt,
+    OutFileOpt,
     RepsOpt,
     ResultsOpt,
     ResultsProtocolOpt,
@@ -27,9 +27,7 @@ def leaderboard(
     ] = None,
     results: ResultsOpt = None,
     fmt: LeaderboardFormatOpt = LeaderboardFormat.md,
-    out: Annotated[
-        Path | None, typer.Option("--out", help="Write to this file instead of stdout.")
-    ] = None,
+    out: OutFileOpt = None,
     reps: RepsOpt = 50_000,
     seed: SeedOpt = 0,
     protocol: ResultsProtocolOpt = None,

@@ -5,7 +5,6 @@ Parses, calls :func:`alem_eval.render.episode.render_episode` and prints what it
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Annotated
 
@@ -13,6 +12,7 @@ import typer
 
 from alem_eval.cli.app import app
 from alem_eval.cli.console import OutputFormat, emit_records, err_console
+from alem_eval.core.progress import Reporter
 from alem_eval.cli.options import (
     CacheDirOpt,
     DifficultyFilterOpt,
@@ -20,9 +20,12 @@ from alem_eval.cli.options import (
     EnvMismatchOpt,
     EvalDifficultyOpt,
     FormatOpt,
+    MaxStepsOpt,
+    OutFileOpt,
     RepoOpt,
     RevisionOpt,
     SourceOpt,
+    override,
     split_commas,
     open_cli_source,
 )
@@ -54,13 +57,11 @@ def render(
             "episode 'score' plays as episode i.",
         ),
     ] = 0,
-    max_steps: Annotated[
-        int | None, typer.Option("--max-steps", help="Step cap (default 10000).")
-    ] = None,
+    max_steps: MaxStepsOpt = None,
     out: Annotated[
         Path | None,
-        typer.Option(
-            "--out",
+        override(
+            OutFileOpt,
             help="Output file, .gif or .mp4 (mp4 needs ffmpeg on PATH or the video extra). "
             "Default: a .gif in the current directory named after the cells, the difficulty "
             "and the episode.",
@@ -99,7 +100,7 @@ def render(
         check_output(out, fps, scale)
     src = open_cli_source(source, repo, revision, cache_dir)
     enable_compilation_cache()
-    with _StepBar() as bar:
+    with Reporter(last_line=False) as progress:
         result = render_episode(
             src,
             team,
@@ -111,7 +112,11 @@ def render(
             fps=fps,
             scale=scale,
             on_env_mismatch=on_env_mismatch.value,
-            on_progress=bar.update,
+            on_progress=progress.steps(
+                "render",
+                "[bold]render[/] steps",
+                lambda done, total, s: f"render: {done} steps of at most {total}, {s:.0f}s",
+            ),
         )
     record = result.as_json()
     if fmt == OutputFormat.table:
@@ -129,46 +134,3 @@ def render(
         emit_records([{**record, "team": team_text, "achievements": unlocked}], fmt)
     else:
         emit_records([record], fmt)
-
-
-class _StepBar:
-    """Steps drawn so far on stderr: a live bar on a terminal, else a line every 30 s."""
-
-    EVERY_S = 30.0
-
-    def __init__(self) -> None:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-
-        self.live = err_console.is_terminal
-        self.start = self.last = time.perf_counter()
-        self.progress = Progress(
-            TextColumn("[bold]render[/] steps"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=err_console,
-            disable=not self.live,
-        )
-        self.task = self.progress.add_task("render", total=None)
-
-    def __enter__(self) -> _StepBar:
-        self.progress.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.progress.__exit__(None, None, None)
-
-    def update(self, done: int, total: int) -> None:
-        self.progress.update(self.task, completed=done, total=total)
-        now = time.perf_counter()
-        if not self.live and now - self.last >= self.EVERY_S:
-            self.last = now
-            err_console.print(
-                f"render: {done} steps of at most {total}, {now - self.start:.0f}s", highlight=False
-            )

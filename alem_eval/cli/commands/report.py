@@ -11,6 +11,9 @@ from alem_eval.cli.app import app
 from alem_eval.cli.console import err_console
 from alem_eval.cli.options import (
     CacheDirOpt,
+    ClipsOpt,
+    MetricsOpt,
+    OutDirOpt,
     RepoOpt,
     ResultsOpt,
     ResultsProtocolOpt,
@@ -21,6 +24,7 @@ from alem_eval.cli.options import (
     SeedOpt,
     SourceOpt,
     open_cli_source,
+    override,
 )
 
 
@@ -33,15 +37,15 @@ def report(
     results: ResultsOpt = None,
     metric: Annotated[
         list[str] | None,
-        typer.Option(
-            "--metric",
+        override(
+            MetricsOpt,
             help="Metric(s) to analyse: a column such as Team/achievement_pct, or "
             "total | base | coord | achievement (default: total = Team/reward_pct_of_max). "
             "Repeatable.",
         ),
     ] = None,
     out: Annotated[
-        Path, typer.Option("--out", help="Output directory (report.md, stats.json, figures/).")
+        Path, override(OutDirOpt, help="Output directory (report.md, stats.json, figures/).")
     ] = Path("alem-eval-report"),
     reps: RepsOpt = 50_000,
     seed: SeedOpt = 0,
@@ -60,8 +64,8 @@ def report(
     ] = None,
     clips: Annotated[
         bool,
-        typer.Option(
-            "--clips",
+        override(
+            ClipsOpt,
             help="Also draw a short self-play GIF per algorithm (its first cell, episode 0) "
             "into clips/ and embed it; the cells are read from --source.",
         ),

@@ -21,14 +21,18 @@ from alem_eval.cli.options import (
     DryRunOpt,
     EnvMismatch,
     EnvMismatchOpt,
+    EpisodesOpt,
     EvalDifficultyOpt,
     FormatOpt,
+    MaxStepsOpt,
     Protocol,
     ProtocolOpt,
     RepoOpt,
     ResultsOpt,
     RevisionOpt,
+    ShardOpt,
     SourceOpt,
+    override,
     split_commas,
     open_cli_source,
 )
@@ -46,14 +50,12 @@ def score(
     eval_difficulty: EvalDifficultyOpt = None,
     episodes: Annotated[
         int | None,
-        typer.Option(
-            "--episodes", help="Episodes per cell (fast: 20; reference: TEST_NUM_EPISODES)."
-        ),
+        override(EpisodesOpt, help="Episodes per cell (fast: 20; reference: TEST_NUM_EPISODES)."),
     ] = None,
     max_steps: Annotated[
         int | None,
-        typer.Option(
-            "--max-steps", help="Step cap per episode (fast: 10000; reference: TEST_MAX_STEPS)."
+        override(
+            MaxStepsOpt, help="Step cap per episode (fast: 10000; reference: TEST_MAX_STEPS)."
         ),
     ] = None,
     protocol: ProtocolOpt = Protocol.fast,
@@ -73,8 +75,8 @@ def score(
     ] = 5,
     shard: Annotated[
         str | None,
-        typer.Option(
-            "--shard",
+        override(
+            ShardOpt,
             help="i/N: score only the i-th (0-based) of N contiguous shares of the "
             "selected cells (a SLURM array task each; combine the stores with 'alem-eval merge').",
         ),

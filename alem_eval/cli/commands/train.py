@@ -6,8 +6,6 @@ plan, progress (a bar on a terminal; dated lines in batch logs), and each cell's
 
 from __future__ import annotations
 
-import sys
-import time
 from pathlib import Path
 from typing import Annotated
 
@@ -15,11 +13,9 @@ import typer
 
 from alem_eval.cli.app import app
 from alem_eval.cli.console import err_console
-from alem_eval.cli.options import SourceOpt
+from alem_eval.core.progress import Reporter
+from alem_eval.cli.options import DryRunOpt, OutDirOpt, ShardOpt, SourceOpt, override
 from alem_eval.trainers.planning import GroupOutcome, Progress, TrainEvents, TrainGroup, TrainPlan
-
-# The shared --source (flag and help), optional here: no source = the upstream yaml.
-OptionalSourceOpt = Annotated[str | None, SourceOpt.__metadata__[0]]
 
 
 # ----------------------------------------------------------------------------------------
@@ -55,64 +51,16 @@ def describe(p: Progress) -> str:
     )
 
 
-class BarView:
-    """On a terminal: a rich progress bar per group."""
-
-    def __init__(self) -> None:
-        from rich.progress import BarColumn, TaskID, TextColumn
-        from rich.progress import Progress as RichProgress
-
-        self.bars = RichProgress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TextColumn("{task.fields[info]}"),
-            console=err_console,
-        )
-        self.tasks: dict[str, TaskID] = {}
-
-    def __enter__(self) -> BarView:
-        self.bars.__enter__()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.bars.__exit__(*exc)
-
-    def update(self, label: str, p: Progress) -> None:
-        if label not in self.tasks:
-            self.tasks[label] = self.bars.add_task(label, total=p.total_steps, info="")
-        self.bars.update(self.tasks[label], completed=p.steps, info=describe(p))
-
-
-class LineView:
-    """Off a terminal (batch logs): one dated line per report, while training at most one
-    per ``every`` seconds per group (0: every compiled call); other phases always print."""
-
-    def __init__(self, every: float) -> None:
-        self.every = every
-        self.last: dict[str, float] = {}
-
-    def __enter__(self) -> LineView:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        return None
-
-    def update(self, label: str, p: Progress) -> None:
-        if p.phase == "training":
-            now = time.monotonic()
-            if p.updates < p.num_updates and now - self.last.get(label, -float("inf")) < self.every:
-                return
-            self.last[label] = now
-        print(
-            f"{time.strftime('%Y-%m-%d %H:%M:%S')} {label}: {describe(p)}",
-            file=sys.stderr,
-            flush=True,
-        )
+def train_reporter(log_every: float, *, live: bool | None = None) -> Reporter:
+    """Training progress: a bar per group when live; in a batch log one dated line per
+    report, while training at most one per ``log_every`` seconds per group (0: every
+    compiled call), the other phases and the last update always."""
+    return Reporter(every_s=log_every, live=live, dated=True, last_line=False)
 
 
 class Render(TrainEvents):
-    def __init__(self, view: BarView | LineView):
-        self.view = view
+    def __init__(self, reporter: Reporter):
+        self.reporter = reporter
 
     def planned(self, plan: TrainPlan) -> None:
         if not plan.chosen:
@@ -125,7 +73,15 @@ class Render(TrainEvents):
             err_console.print(g.describe(), highlight=False, soft_wrap=True)
 
     def progress(self, group: TrainGroup, p: Progress) -> None:
-        self.view.update(group.label, p)
+        self.reporter.update(
+            group.label,
+            description=group.label,
+            completed=p.steps,
+            total=p.total_steps,
+            info=describe(p),
+            line=f"{group.label}: {describe(p)}",
+            force=p.phase != "training" or p.updates >= p.num_updates,
+        )
 
     def finished(self, outcome: GroupOutcome) -> None:
         if outcome.results is None:
@@ -176,17 +132,16 @@ def train(
         help="A released config.json (or its cell directory): every hyperparameter comes "
         "from it; seed, difficulty and budget come from the cell.",
     ),
-    source: OptionalSourceOpt = None,
-    out: Path = typer.Option(
-        Path("runs"),
-        "--out",
-        help="Output root: a cell is written to OUT/<its id>, e.g. runs/1B/ippo-rnn/hard/seed3.",
-    ),
-    shard: str | None = typer.Option(
-        None,
-        "--shard",
-        help="i/N: train only the i-th (0-based) of N shares of the selected cells.",
-    ),
+    source: Annotated[str | None, override(SourceOpt)] = None,  # no source: the upstream yaml
+    out: Annotated[
+        Path,
+        override(
+            OutDirOpt,
+            help="Output root: a cell is written to OUT/<its id>, e.g. "
+            "runs/1B/ippo-rnn/hard/seed3.",
+        ),
+    ] = Path("runs"),
+    shard: ShardOpt = None,
     group_size: int | None = typer.Option(
         None,
         "--group-size",
@@ -208,7 +163,7 @@ def train(
         False, "--fresh", help="Start from scratch; resume state is replaced at the first save."
     ),
     force: bool = typer.Option(False, "--force", help="Retrain cells that are already complete."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Show the plan and exit."),
+    dry_run: Annotated[bool, override(DryRunOpt, help="Show the plan and exit.")] = False,
 ) -> None:
     """Train cells with the alem-eval trainers, in the released checkpoint format.
 
@@ -250,10 +205,9 @@ def train(
         from alem_eval.core.runtime import enable_compilation_cache
 
         enable_compilation_cache()
-    view = BarView() if err_console.is_terminal else LineView(log_every)
     try:
-        with view:
-            train_cells(cells, options, Render(view))
+        with train_reporter(log_every) as reporter:
+            train_cells(cells, options, Render(reporter))
     except TrainingStopped as stop:
         if stop.updates:
             more = f" (and {len(stop.cell_dirs) - 1} more)" if len(stop.cell_dirs) > 1 else ""
