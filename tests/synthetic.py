@@ -180,7 +180,7 @@ def crossplay_sim(
     their mean weighted by each team's chance of a finite (team, world) value."""
     from types import SimpleNamespace
 
-    from alem_eval.scoring.crossplay import compositions
+    from alem_eval.scoring.teams import compositions
 
     rng = np.random.default_rng(seed)
     cells = [SimpleNamespace(id=str(c), algorithm="sim") for c in range(num_cells)]

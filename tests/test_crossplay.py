@@ -15,7 +15,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from alem_eval.scoring.crossplay import Team, compositions, pair_matrix
+from alem_eval.scoring.crossplay import pair_matrix
+from alem_eval.scoring.teams import Team, compositions
 from alem_eval.hub.demo_cells import (
     demo_root,
 )
@@ -205,7 +206,8 @@ def test_a_selector_matching_nothing_is_a_one_line_error(tmp_path):
 
 def test_a_team_is_stored_when_its_episodes_end_so_a_kill_mid_run_keeps_it(tmp_path, monkeypatch):
     from alem_eval.evaluate import engine as evaluate
-    from alem_eval.scoring.crossplay import GAP_METRICS, CrossplayStore, run_crossplay
+    from alem_eval.scoring.crossplay import GAP_METRICS, run_crossplay
+    from alem_eval.scoring.crossplay_store import CrossplayStore
     from alem_eval.hub.sources import open_source
 
     calls: list[list[tuple[int, ...]]] = []
@@ -388,7 +390,8 @@ def test_cli_cell_that_cannot_be_loaded_is_one_line_and_keeps_stored_teams(score
 
 def test_command_choices_are_what_the_library_accepts():
     from alem_eval.cli.commands.crossplay import CrossRuns, Scheme
-    from alem_eval.scoring.crossplay import RUNS_MODES, SCHEMES
+    from alem_eval.scoring.crossplay import RUNS_MODES
+    from alem_eval.scoring.teams import SCHEMES
 
     assert tuple(m.value for m in Scheme) == SCHEMES
     assert tuple(m.value for m in CrossRuns) == RUNS_MODES

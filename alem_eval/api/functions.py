@@ -441,7 +441,9 @@ def crossplay(
     """
     _before_compiling()
     from alem_eval.core.progress import err_console
-    from alem_eval.scoring.crossplay import CrossplayStore, run_crossplay, write_outputs
+    from alem_eval.scoring.crossplay import run_crossplay
+    from alem_eval.scoring.crossplay_outputs import write_outputs
+    from alem_eval.scoring.crossplay_store import CrossplayStore
 
     src, chosen = _resolve(cells, source, repo, revision, cache_dir)
     show = err_console.is_terminal if progress is None else progress
