@@ -33,7 +33,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from alem_eval.algorithms.registry import get_algorithm
-from alem_eval.algorithms.config import RunConfig, TrainConfig
+from alem_eval.algorithms.config import RunConfig
+from alem_eval.algorithms.train_config import TrainConfig
 from alem_eval.core.errors import ConfigError
 from alem_eval.hub.released import write_released_cell
 from alem_eval.trainers.planning import (
