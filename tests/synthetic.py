@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from alem_eval.analysis.results import ResultKey, ResultsStore, build_rows
+from alem_eval.analysis.results import ResultsStore
+from alem_eval.analysis.result_keys import ResultKey, build_rows
 from alem_eval.analysis.metrics import HEADLINE_METRICS
 
 BUDGETS = ("100M", "1B")

@@ -243,7 +243,8 @@ def score(
     _before_compiling()  # first: ScoreOptions imports JAX
     import pandas as pd
 
-    from alem_eval.analysis.results import ID_COLUMNS, PROVENANCE_COLUMNS, ResultKey, open_store
+    from alem_eval.analysis.results import open_store
+    from alem_eval.analysis.result_keys import ID_COLUMNS, PROVENANCE_COLUMNS, ResultKey
     from alem_eval.scoring.score import ScoreOptions, score_cells
 
     options = ScoreOptions(
