@@ -176,7 +176,7 @@ def run(args, info: dict, when: dict) -> None:
     """``synthetic_release.py --at-cap``: the god-mode check, then a slice of each
     difficulty's call at the release's layout, and the projection (JSON to ``--json``)."""
     from alem_eval.evaluate import engine as ev
-    from alem_eval.algorithms.config import training_run_config
+    from alem_eval.algorithms.train_config import training_run_config
     from cold_call import machine
     from synthetic_release import RELEASED_ENV, synthetic_stack, synthetic_weights
 

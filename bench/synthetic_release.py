@@ -59,7 +59,7 @@ def synthetic_weights(budgets: int, seeds: int) -> dict:
     import jax
 
     from alem_eval.algorithms.registry import all_algorithms
-    from alem_eval.algorithms.config import training_run_config
+    from alem_eval.algorithms.train_config import training_run_config
     from alem_eval.model.networks import build_network
 
     out = {}
@@ -78,7 +78,7 @@ def synthetic_weights(budgets: int, seeds: int) -> dict:
 
 def synthetic_stack(difficulty: str, weights: dict):
     """Configs and weights of one difficulty's synthetic cells (budget, algorithm, seed)."""
-    from alem_eval.algorithms.config import training_run_config
+    from alem_eval.algorithms.train_config import training_run_config
 
     cfgs = [
         training_run_config(algo, difficulty=difficulty, seed=s, overrides=RELEASED_ENV)

@@ -37,7 +37,7 @@ def measure(
     import jax
     import numpy as np
 
-    from alem_eval.algorithms.config import build_train_config, training_run_config
+    from alem_eval.algorithms.train_config import build_train_config, training_run_config
     from alem_eval.trainers.common import trainer_for
     from alem_eval.trainers.devices import seed_key
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from alem_eval.analysis.results import ResultKey, ResultsStore, build_rows
+from alem_eval.analysis.results import ResultsStore
+from alem_eval.analysis.result_keys import ResultKey, build_rows
 from alem_eval.analysis.metrics import HEADLINE_METRICS
 
 BUDGETS = ("100M", "1B")
@@ -180,7 +181,7 @@ def crossplay_sim(
     their mean weighted by each team's chance of a finite (team, world) value."""
     from types import SimpleNamespace
 
-    from alem_eval.scoring.crossplay import compositions
+    from alem_eval.scoring.teams import compositions
 
     rng = np.random.default_rng(seed)
     cells = [SimpleNamespace(id=str(c), algorithm="sim") for c in range(num_cells)]

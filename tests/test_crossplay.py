@@ -8,14 +8,15 @@ import io
 import itertools
 import json
 import shutil
-import sys
 import warnings
 from collections import Counter
 
 import numpy as np
 import pytest
 
-from alem_eval.scoring.crossplay import Team, compositions, pair_matrix
+from alem_eval.scoring import crossplay as crossplay_module
+from alem_eval.scoring.crossplay import pair_matrix
+from alem_eval.scoring.teams import Team, compositions
 from alem_eval.hub.demo_cells import (
     demo_root,
 )
@@ -184,8 +185,7 @@ def test_cli_difficulty_selects_the_cells_and_eval_difficulty_the_worlds(tmp_pat
         seen.update(cells=[c.id for c in cells], eval_difficulty=eval_difficulty)
         raise Stop
 
-    # The module: `alem_eval.scoring.crossplay` is the public function (alem_eval/__init__.py).
-    monkeypatch.setattr(sys.modules["alem_eval.scoring.crossplay"], "run_crossplay", run_crossplay)
+    monkeypatch.setattr(crossplay_module, "run_crossplay", run_crossplay)
     monkeypatch.setattr(runtime, "enable_compilation_cache", lambda *a, **k: None)
     _register()
     args = ["crossplay", "tiny/ippo-rnn", "--source", str(FIXTURES), "--difficulty", "easy"]
@@ -205,7 +205,8 @@ def test_a_selector_matching_nothing_is_a_one_line_error(tmp_path):
 
 def test_a_team_is_stored_when_its_episodes_end_so_a_kill_mid_run_keeps_it(tmp_path, monkeypatch):
     from alem_eval.evaluate import engine as evaluate
-    from alem_eval.scoring.crossplay import GAP_METRICS, CrossplayStore, run_crossplay
+    from alem_eval.scoring.crossplay import GAP_METRICS, run_crossplay
+    from alem_eval.scoring.crossplay_store import CrossplayStore
     from alem_eval.hub.sources import open_source
 
     calls: list[list[tuple[int, ...]]] = []
@@ -389,7 +390,8 @@ def test_cli_cell_that_cannot_be_loaded_is_one_line_and_keeps_stored_teams(score
 def test_command_choices_are_what_the_library_accepts():
     from alem_eval.cli.commands.crossplay import Scheme
     from alem_eval.cli.options import TeamRuns
-    from alem_eval.scoring.crossplay import RUNS_MODES, SCHEMES
+    from alem_eval.scoring.crossplay import RUNS_MODES
+    from alem_eval.scoring.teams import SCHEMES
 
     assert tuple(m.value for m in Scheme) == SCHEMES
     assert tuple(m.value for m in TeamRuns) == RUNS_MODES

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from alem_eval.scoring.crossplay import Team, compositions
+from alem_eval.scoring.teams import Team, compositions
 from alem_eval.analysis.crossplay_stats import (
     RUNS_MODES,
     crossplay_gap,

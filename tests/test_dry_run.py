@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from alem_eval.cli.app import main
-from alem_eval.scoring.crossplay import compositions
+from alem_eval.scoring.teams import compositions
 from alem_eval.core.errors import SourceError
 from alem_eval.hub.manifest import Cell
 from alem_eval.scoring.plan import plan_crossplay, plan_pull, plan_score

@@ -16,7 +16,8 @@ from alem_eval.analysis.interop import (
     merge_results,
     to_marl_eval,
 )
-from alem_eval.analysis.results import ResultKey, ResultsStore, build_rows
+from alem_eval.analysis.results import ResultsStore
+from alem_eval.analysis.result_keys import ResultKey, build_rows
 
 from .synthetic import fill_store, key_for, synthetic_records
 

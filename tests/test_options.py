@@ -23,7 +23,8 @@ from alem_eval.cli.app import COMMAND_MODULES, _register, app, main
 from alem_eval.cli.console import OutputFormat
 from alem_eval.core.errors import UsageError
 from alem_eval.analysis.interop import merge_results
-from alem_eval.analysis.results import ResultsError, ResultsStore
+from alem_eval.analysis.results import ResultsStore
+from alem_eval.analysis.result_keys import ResultsError
 
 
 def _declarations():

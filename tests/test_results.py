@@ -13,21 +13,21 @@ import pytest
 
 from alem_eval.analysis import results as R
 from alem_eval.core.errors import AlemEvalError, SelectorError
-from alem_eval.analysis.results import (
+from alem_eval.analysis.results import ResultsStore, ResultsWarning, collect_warnings
+from alem_eval.analysis.result_keys import (
     NON_METRIC_COLUMNS,
     ResultKey,
     ResultsError,
-    ResultsStore,
-    ResultsWarning,
     build_rows,
-    collect_warnings,
+    metric_columns,
+    parse_cell_id,
 )
 
 from .synthetic import fill_store, key_for, synthetic_records
 
 
 def _rows(key: ResultKey, n: int | None = None):
-    b, a, d, s = R.parse_cell_id(key.cell)
+    b, a, d, s = parse_cell_id(key.cell)
     return build_rows(key, synthetic_records(b, a, d, s, num_episodes=n or key.num_episodes))
 
 
@@ -155,7 +155,7 @@ def test_load_selects_filters_and_reads_only_requested_metrics(tmp_path):
     )
     df = store.load(["1B/ippo/hard"], metrics=["Team/reward_pct_of_max"])
     assert set(df["cell"]) == {"1B/ippo-rnn/hard/seed0", "1B/ippo-rnn/hard/seed1"}
-    assert R.metric_columns(df) == ["Team/reward_pct_of_max"]
+    assert metric_columns(df) == ["Team/reward_pct_of_max"]
     assert len(store.load(["*/pqn-vdn-rnn", "100M/ippo-rnn/easy/seed1"])) == 2 * 2 * 2 * 2 + 2
     with pytest.raises(SelectorError, match="1B"):
         store.load(["1b0"])

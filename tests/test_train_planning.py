@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from alem_eval.algorithms.config import build_train_config, training_run_config
+from alem_eval.algorithms.train_config import build_train_config, training_run_config
 from alem_eval.core.errors import ConfigError, SelectorError, UsageError
 from alem_eval.hub.manifest import Cell
 from alem_eval.hub.selectors import parse_shard, shard_cells

@@ -10,7 +10,7 @@ import pytest
 import jax
 import jax.numpy as jnp
 
-from alem_eval.algorithms.config import (
+from alem_eval.algorithms.train_config import (
     PPOTrainConfig,
     PQNTrainConfig,
     build_train_config,

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from alem_eval.model.checkpoint import read_tree_metadata
-from alem_eval.algorithms.config import build_train_config, training_run_config
+from alem_eval.algorithms.train_config import build_train_config, training_run_config
 from alem_eval.model.loader import load_cell
 from alem_eval.model.networks import build_network
 

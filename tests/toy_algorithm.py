@@ -23,7 +23,7 @@ import optax
 
 from alem_eval.envs.spaces import num_actions, obs_dim
 from alem_eval.algorithms.registry import Algorithm, Ref
-from alem_eval.algorithms.config import TrainConfig, common_train_fields
+from alem_eval.algorithms.train_config import TrainConfig, common_train_fields
 from alem_eval.algorithms.keyspec import TrainFamily, to_int
 from alem_eval.model.networks import NetworkSpec, build_network, gru_carry
 from alem_eval.trainers import common as tc

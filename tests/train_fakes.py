@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import jax
 import jax.numpy as jnp
 
-from alem_eval.algorithms.config import build_train_config, training_run_config
+from alem_eval.algorithms.train_config import build_train_config, training_run_config
 from alem_eval.trainers.common import RunnerState, Trainer
 
 ALGO = "ippo-rnn"

@@ -1,1 +1,1 @@
-"""The algorithm registry (one record per algorithm), the config key tables and the typed run config read from a cell's config.json."""
+"""The algorithm registry (one record per algorithm), the config key tables and the typed run config read from a cell's config.json (``config``), and the typed training hyperparameters built from it (``train_config``)."""

@@ -116,10 +116,11 @@ class NetworkConfig(Protocol):
 class TrainFamily:
     """How one trainer family types and checks its hyperparameters (a registry field).
 
-    ``build(run, family, where)`` returns the typed :class:`~alem_eval.algorithms.config.TrainConfig`
-    (a subclass of it for the family's own fields), raising ``ConfigError`` for values its
-    trainer cannot run with; ``alem_eval.algorithms.config.common_train_fields`` gives the fields every
-    trainer reads, validated.
+    ``build(run, family, where)`` returns the typed
+    :class:`~alem_eval.algorithms.train_config.TrainConfig` (a subclass of it for the family's
+    own fields), raising ``ConfigError`` for values its trainer cannot run with;
+    ``alem_eval.algorithms.train_config.common_train_fields`` gives the fields every trainer
+    reads, validated.
     """
 
     epochs_key: str  # PPO's UPDATE_EPOCHS, PQN's NUM_EPOCHS

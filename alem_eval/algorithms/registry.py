@@ -224,12 +224,12 @@ def pqn_network_config(v: Mapping[str, Any]) -> PQNNetConfig:
 
 
 PPO_TRAINING = TrainFamily(
-    "UPDATE_EPOCHS", "ANNEAL_LR", Ref("alem_eval.algorithms.config:ppo_train_config")
+    "UPDATE_EPOCHS", "ANNEAL_LR", Ref("alem_eval.algorithms.train_config:ppo_train_config")
 )
 # TOTAL_TIMESTEPS_DECAY is the yaml's 1e9 unless a released config.json or --set says
-# otherwise (see config.training_run_config): it does not follow the budget.
+# otherwise (see train_config.training_run_config): it does not follow the budget.
 PQN_TRAINING = TrainFamily(
-    "NUM_EPOCHS", "LR_LINEAR_DECAY", Ref("alem_eval.algorithms.config:pqn_train_config")
+    "NUM_EPOCHS", "LR_LINEAR_DECAY", Ref("alem_eval.algorithms.train_config:pqn_train_config")
 )
 
 # ----------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from alem_eval.algorithms.config import DIFFICULTIES
 from alem_eval.core.errors import UsageError
 from alem_eval.hub.layout import budget_sort_key, budget_steps  # noqa: F401 (budget_steps re-exported)
 from alem_eval.analysis.metrics import MetricInfo, metric_info, resolve_metric
-from alem_eval.analysis.results import ResultsError
+from alem_eval.analysis.result_keys import ResultsError
 
 
 # ----------------------------------------------------------------------------------------

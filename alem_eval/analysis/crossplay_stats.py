@@ -240,7 +240,7 @@ def crossplay_gap(
     """``{team: per-episode values (E,)}`` of one metric, the members' self-play teams
     included -> the cross-play gap (self - cross) with its world bootstrap interval.
 
-    A team is a :class:`~alem_eval.scoring.crossplay.Team` or a tuple of cell ids (one per slot);
+    A team is a :class:`~alem_eval.scoring.teams.Team` or a tuple of cell ids (one per slot);
     episode i of every team is world i, so every team needs the same number of episodes.
     """
     check_runs(runs)

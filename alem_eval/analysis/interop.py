@@ -44,14 +44,8 @@ import pandas as pd
 
 from alem_eval.core.errors import UsageError
 from alem_eval.core.fsutil import write_text_atomic
-from alem_eval.analysis.results import (
-    NON_METRIC_COLUMNS,
-    ResultKey,
-    ResultsError,
-    ResultsStore,
-    StoreEntry,
-    collect_warnings,
-)
+from alem_eval.analysis.results import ResultsStore, StoreEntry, collect_warnings
+from alem_eval.analysis.result_keys import NON_METRIC_COLUMNS, ResultKey, ResultsError
 from alem_eval.analysis.aggregate import PreparedResults, budget_steps, prepare
 from alem_eval.analysis.metrics import HEADLINE_METRICS, metric_info
 

@@ -248,7 +248,8 @@ def score(
     _before_compiling()  # first: ScoreOptions imports JAX
     import pandas as pd
 
-    from alem_eval.analysis.results import ID_COLUMNS, PROVENANCE_COLUMNS, ResultKey, open_store
+    from alem_eval.analysis.results import open_store
+    from alem_eval.analysis.result_keys import ID_COLUMNS, PROVENANCE_COLUMNS, ResultKey
     from alem_eval.scoring.score import ScoreOptions, score_cells
 
     options = ScoreOptions(
@@ -446,7 +447,9 @@ def crossplay(
     ``.matrix`` (DataFrames), ``.to_json()``.
     """
     _before_compiling()
-    from alem_eval.scoring.crossplay import CrossplayStore, run_crossplay, write_outputs
+    from alem_eval.scoring.crossplay import run_crossplay
+    from alem_eval.scoring.crossplay_outputs import write_outputs
+    from alem_eval.scoring.crossplay_store import CrossplayStore
 
     src, chosen = _resolve(cells, source, repo, revision, cache_dir)
     with _progress("crossplay", progress) as bar:

@@ -131,7 +131,7 @@ def score_source(
     from alem_eval.evaluate import engine as evaluate
     from alem_eval.model.checkpoint import checkpoint_hash
     from alem_eval.model.loader import cell_checkpoint_dir, load_cell, resolve_cell
-    from alem_eval.analysis.results import ResultKey, build_rows, episode_records
+    from alem_eval.analysis.result_keys import ResultKey, build_rows, episode_records
 
     src, cells = selected or select_source(spec, selectors)
     name = resolve_compare_metric(metric, src, cells)

@@ -1,21 +1,14 @@
 """Cross-play: checkpoints trained apart, put in one team, against their own self-play.
 
-A team is a tuple of cell ids, one per agent slot (:class:`Team`). :func:`compositions`
-draws the teams of a scheme from the selected cells, always with each cell's self-play
-team (all slots the same cell):
-
-* ``pairs``: every ordered pair (A, B), A != B, as "A in all slots but one, B in the
-  remaining one", for every position of B: ``n (n - 1) S`` teams for n cells and S slots;
-* ``distinct``: ordered teams of S different cells, a seeded sample of ``max_teams``
-  (all of them when there are no more than that);
-* ``mixed``: the ``distinct`` teams that span more than one algorithm (sampled alike);
-* ``all``: the three together (each team once).
+The teams (:class:`~alem_eval.scoring.teams.Team`) and the schemes that draw them
+(:func:`~alem_eval.scoring.teams.compositions`) are :mod:`alem_eval.scoring.teams`'.
 
 :func:`run_crossplay` scores every team in ONE :func:`alem_eval.evaluate.engine.run_teams` call
 (protocol ``fast``: episode i is world ``PRNGKey(9999 + i)`` for every team, so teams
 are compared on the same worlds) and keeps the rows in a cross-play store of its own
-(:class:`CrossplayStore`, ``<results>/crossplay/``), which a rerun reads back instead of
-recomputing and which ``report`` / ``leaderboard`` never read.
+(:class:`~alem_eval.scoring.crossplay_store.CrossplayStore`, ``<results>/crossplay/``),
+which a rerun reads back instead of recomputing and which ``report`` / ``leaderboard``
+never read.
 
 The statistics (no JAX):
 
@@ -30,15 +23,14 @@ The statistics (no JAX):
   is a seeded bootstrap over the worlds: a replicate draws one multiset of episode indices
   and applies it to every team and to the self-play references alike
   (:mod:`alem_eval.analysis.crossplay_stats`).
+
+The outputs (``crossplay.json``, ``teams.csv``, the heatmap) are
+:mod:`alem_eval.scoring.crossplay_outputs`'.
 """
 
 from __future__ import annotations
 
-import hashlib
-import itertools
-import json
 import math
-import warnings
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -56,157 +48,20 @@ from alem_eval.analysis.crossplay_stats import (
     check_runs,
     crossplay_gap,
 )
-from alem_eval.core.errors import EvaluationError, UsageError, brief
+from alem_eval.core.errors import EvaluationError, UsageError
 from alem_eval.analysis.metrics import BASE, COORD, TOTAL, metric_info
+from alem_eval.scoring.crossplay_store import CellKey, CrossplayStore, store_rows, team_key
+from alem_eval.scoring.teams import (
+    DEFAULT_MAX_TEAMS,
+    PROTOCOL,
+    Team,
+    _check_int,
+    _check_scheme,
+    compositions,
+)
 
-SCHEMES: tuple[str, ...] = ("pairs", "distinct", "mixed", "all")
 GAP_METRICS: tuple[str, ...] = (TOTAL, BASE, COORD)  # Total%, Base%, Coord%
 MATRIX_METRIC = TOTAL
-PROTOCOL = "fast"  # the only protocol that takes mixed teams
-DEFAULT_MAX_TEAMS = 64
-_GRID_LIMIT = 20_000_000  # n ** slots candidate rows enumerated for distinct / mixed
-
-
-# ----------------------------------------------------------------------------------------
-# Compositions
-# ----------------------------------------------------------------------------------------
-@dataclass(frozen=True, order=True)
-class Team:
-    """Which cell drives each agent slot: ``slots[s]`` is a cell id."""
-
-    slots: tuple[str, ...]
-
-    @property
-    def members(self) -> tuple[str, ...]:
-        """The distinct cells, in slot order."""
-        return tuple(dict.fromkeys(self.slots))
-
-    @property
-    def is_self_play(self) -> bool:
-        return len(self.members) == 1
-
-    @property
-    def anchor(self) -> str:
-        """The cell in most slots (A for AAB); on ties the first in slot order."""
-        return max(self.members, key=self.slots.count)  # max keeps the first of equals
-
-    @property
-    def pair(self) -> tuple[str, str, int] | None:
-        """``(A, B, position of B)`` for a team "A in all slots but one, B in one"; else None."""
-        if len(self.members) != 2 or len(self.slots) < 3:
-            return None
-        a = self.anchor
-        (b,) = [m for m in self.members if m != a]
-        if self.slots.count(b) != 1:
-            return None
-        return a, b, self.slots.index(b)
-
-    @property
-    def shape(self) -> str:
-        """``self`` | ``pair`` | ``distinct`` | ``other``."""
-        if self.is_self_play:
-            return "self"
-        if self.pair is not None:
-            return "pair"
-        return "distinct" if len(self.members) == len(self.slots) else "other"
-
-    def label(self) -> str:
-        return " | ".join(self.slots)
-
-
-def compositions(
-    cells: Sequence[Any],
-    scheme: str = "pairs",
-    max_teams: int = DEFAULT_MAX_TEAMS,
-    seed: int = 0,
-    *,
-    num_slots: int = 3,
-) -> list[Team]:
-    """The teams of ``scheme`` over ``cells`` (objects with ``.id`` and ``.algorithm``,
-    e.g. manifest cells): each cell's self-play team first (in the given order), then the
-    scheme's teams, each team once. ``max_teams`` caps the sampled schemes (``distinct``,
-    ``mixed``; ``pairs`` is always complete); the same ``seed`` gives the same sample.
-    Raises :class:`UsageError` when the cells cannot form a cross-play team of the scheme."""
-    _check_scheme(scheme)
-    _check_int("--max-teams", max_teams, 1)
-    _check_int("--seed", seed, 0)
-    _check_int("number of slots", num_slots, 2)
-    cells = list({c.id: c for c in cells}.values())
-    ids = [c.id for c in cells]
-    if len(ids) < 2:
-        raise UsageError(f"cross-play needs at least two cells, the selection has {len(ids)}")
-    teams = [Team((c,) * num_slots) for c in ids]
-    if scheme in ("pairs", "all"):
-        teams += _pairs(ids, num_slots)
-    for kind in ("distinct", "mixed"):
-        if scheme in (kind, "all"):
-            algorithms = [c.algorithm for c in cells]
-            teams += _sample_distinct(
-                ids,
-                algorithms,
-                num_slots,
-                max_teams,
-                _rng(seed, "compositions", kind),
-                mixed=kind == "mixed",
-                required=scheme == kind,
-            )
-    return list(dict.fromkeys(teams))
-
-
-def _pairs(ids: Sequence[str], num_slots: int) -> list[Team]:
-    teams = []
-    for a, b in itertools.permutations(ids, 2):
-        for pos in range(num_slots):
-            slots = [a] * num_slots
-            slots[pos] = b
-            teams.append(Team(tuple(slots)))
-    return teams
-
-
-def _sample_distinct(
-    ids: Sequence[str],
-    algorithms: Sequence[str],
-    num_slots: int,
-    max_teams: int,
-    rng: np.random.Generator,
-    *,
-    mixed: bool,
-    required: bool,
-) -> list[Team]:
-    """Ordered teams of ``num_slots`` different cells (spanning more than one algorithm when
-    ``mixed``): all of them when at most ``max_teams``, else a uniform sample without
-    replacement, kept in lexicographic order of the cells' positions."""
-    n = len(ids)
-    name = "mixed" if mixed else "distinct"
-    if n < num_slots:
-        if not required:
-            return []
-        raise UsageError(
-            f"scheme {name} needs at least {num_slots} cells (one per slot), the selection has {n}"
-        )
-    if n**num_slots > _GRID_LIMIT:
-        raise UsageError(
-            f"scheme {name}: {n} cells are too many to draw {num_slots}-slot "
-            "teams from; select fewer cells"
-        )
-    grid = np.indices((n,) * num_slots, dtype=np.int32).reshape(num_slots, -1).T
-    keep = np.ones(len(grid), bool)
-    for i, j in itertools.combinations(range(num_slots), 2):
-        keep &= grid[:, i] != grid[:, j]
-    if mixed:
-        codes = np.unique(np.asarray(algorithms), return_inverse=True)[1].reshape(-1)[grid]
-        keep &= (codes != codes[:, :1]).any(axis=1)
-    candidates = grid[keep]
-    if len(candidates) == 0:
-        if not required:
-            return []
-        raise UsageError(
-            f"scheme {name} needs cells of at least two algorithms; the "
-            f"selection has only {algorithms[0]}"
-        )
-    if len(candidates) > max_teams:
-        candidates = candidates[np.sort(rng.choice(len(candidates), max_teams, replace=False))]
-    return [Team(tuple(ids[k] for k in row)) for row in candidates]
 
 
 # ----------------------------------------------------------------------------------------
@@ -257,179 +112,6 @@ def pair_matrix(
         if finite:
             values[i, j] = float(np.mean(finite))
     return PairMatrix(metric, tuple(cells), values)
-
-
-# ----------------------------------------------------------------------------------------
-# The cross-play store: <results>/crossplay/<eval_difficulty>/<digest>.pq
-# ----------------------------------------------------------------------------------------
-class CrossplayStore:
-    """Scored cross-play episodes as Parquet, one row per (team, episode).
-
-    Columns: ``team_key`` (digest of the team's provenance, see :func:`team_key`),
-    ``num_slots``, ``slot0 .. slot<S-1>`` (the cell id driving each agent slot),
-    ``eval_difficulty, protocol, num_episodes, max_steps, episode, env_version,
-    jax_version, alem_eval_version``, then every record key verbatim (``Team/*``,
-    ``episode_return``, ...). Files end in ``.pq``, not ``.parquet``: the results store
-    (``report``, ``leaderboard``) globs ``*.parquet`` and never sees them. Writes are
-    atomic; unreadable files and incomplete teams are skipped with a warning.
-    """
-
-    SUFFIX = ".pq"
-
-    def __init__(self, root: str | Path):
-        self.root = Path(root)
-
-    @classmethod
-    def for_results(cls, results: str | Path | None = None) -> CrossplayStore:
-        """The cross-play store beside the results store (``--results``, else the default)."""
-        from alem_eval.analysis.results import default_results_dir
-
-        base = Path(results).expanduser() if results else default_results_dir()
-        return cls(base / "crossplay")
-
-    def load(self, eval_difficulty: str) -> dict[str, list[dict[str, float]]]:
-        """``{team_key: [episode records]}`` of every complete team stored for the difficulty."""
-        import pandas as pd
-        import pyarrow as pa
-
-        from alem_eval.core.fsutil import TMP_PREFIX
-        from alem_eval.analysis.results import ResultsWarning
-
-        out: dict[str, list[dict[str, float]]] = {}
-        folder = self.root / eval_difficulty
-        if not folder.is_dir():
-            return out
-        for path in sorted(folder.glob("*" + self.SUFFIX)):
-            if path.name.startswith(TMP_PREFIX):
-                continue
-            try:
-                df = pd.read_parquet(path)
-                metrics = [c for c in df.columns if not _is_id_column(c)]
-                for key, rows in df.groupby("team_key", sort=False):
-                    rows = rows.sort_values("episode")
-                    n = int(rows["num_episodes"].iloc[0])
-                    if key in out or rows["episode"].tolist() != list(range(n)):
-                        continue
-                    out[str(key)] = [
-                        {c: float(r[c]) for c in metrics if pd.notna(r[c])}
-                        for _, r in rows.iterrows()
-                    ]
-            except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as exc:
-                warnings.warn(
-                    f"skipping unreadable cross-play file {path}: {brief(exc, 400)}",
-                    ResultsWarning,
-                    stacklevel=2,
-                )
-        return out
-
-    def write(self, rows: Sequence[Mapping[str, Any]], eval_difficulty: str) -> Path:
-        """Store ``rows`` (see :func:`store_rows`) as one new file, atomically."""
-        import pandas as pd
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        from alem_eval.core.fsutil import TMP_PREFIX, atomic_write
-
-        keys = sorted({str(r["team_key"]) for r in rows})
-        digest = hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]
-        table = pa.Table.from_pandas(pd.DataFrame(list(rows)), preserve_index=False)
-        dest = self.root / eval_difficulty / f"{PROTOCOL}-{digest}{self.SUFFIX}"
-        return atomic_write(
-            dest,
-            lambda fh: pq.write_table(table, fh, compression="zstd"),
-            prefix=TMP_PREFIX,
-            suffix=self.SUFFIX,
-        )
-
-
-_ID_COLUMNS = frozenset(
-    {
-        "team_key",
-        "num_slots",
-        "eval_difficulty",
-        "protocol",
-        "num_episodes",
-        "max_steps",
-        "episode",
-        "env_version",
-        "jax_version",
-        "alem_eval_version",
-    }
-)
-
-
-def _is_id_column(name: str) -> bool:
-    return name in _ID_COLUMNS or (name.startswith("slot") and name[4:].isdigit())
-
-
-@dataclass(frozen=True)
-class CellKey:
-    """What identifies a cell's play: its id and the provenance of its weights and config."""
-
-    cell: str
-    checkpoint_hash: str
-    config_hash: str
-    env_version: str | None
-
-
-def team_key(
-    team: Team,
-    cells: Mapping[str, CellKey],
-    *,
-    eval_difficulty: str,
-    num_episodes: int,
-    max_steps: int,
-) -> str:
-    """16-hex-digit digest of everything that decides a team's records."""
-    doc = {
-        "slots": [
-            [cells[c].cell, cells[c].checkpoint_hash, cells[c].config_hash, cells[c].env_version]
-            for c in team.slots
-        ],
-        "eval_difficulty": eval_difficulty,
-        "protocol": PROTOCOL,
-        "num_episodes": num_episodes,
-        "max_steps": max_steps,
-    }
-    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def store_rows(
-    team: Team,
-    key: str,
-    episodes: Sequence[Mapping[str, float]],
-    *,
-    eval_difficulty: str,
-    num_episodes: int,
-    max_steps: int,
-    env_version: str | None,
-) -> list[dict[str, Any]]:
-    """The store rows of one scored team (one per episode)."""
-    base = {
-        "team_key": key,
-        "num_slots": len(team.slots),
-        **{f"slot{s}": c for s, c in enumerate(team.slots)},
-        "eval_difficulty": eval_difficulty,
-        "protocol": PROTOCOL,
-        "num_episodes": num_episodes,
-        "max_steps": max_steps,
-        "env_version": env_version,
-        "jax_version": _version("jax"),
-        "alem_eval_version": _version("alem-eval"),
-    }
-    return [
-        {**base, "episode": i, **{k: float(v) for k, v in ep.items()}}
-        for i, ep in enumerate(episodes)
-    ]
-
-
-def _version(dist: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return None
 
 
 # ----------------------------------------------------------------------------------------
@@ -790,129 +472,3 @@ def _score(
         on_progress=on_episodes,
     )
     return {t: list(recs) for t, recs in zip(teams, result.records, strict=True)}
-
-
-# ----------------------------------------------------------------------------------------
-# Outputs: crossplay.json, teams.csv, pair_matrix.{png,pdf}
-# ----------------------------------------------------------------------------------------
-FIGURE_FORMATS: tuple[str, ...] = ("png", "pdf")
-
-
-def write_outputs(result: CrossplayResult, out_dir: str | Path) -> list[Path]:
-    """Write the heatmap of the pair matrix (PNG + PDF), ``teams.csv`` (one row per team)
-    and ``crossplay.json`` (:meth:`CrossplayResult.as_json` plus ``outputs``); returns the
-    paths written, the JSON last."""
-    import csv
-    import io
-
-    from alem_eval.core.fsutil import write_text_atomic
-    from alem_eval.core.jsonout import json_text
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = save_figure(plot_pair_matrix(result), out / "pair_matrix")
-    rows = result.team_rows()
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
-    writer.writeheader()
-    writer.writerows(rows)
-    paths.append(write_text_atomic(out / "teams.csv", buf.getvalue()))
-    doc = {**result.as_json(), "outputs": [str(p) for p in paths]}
-    paths.append(write_text_atomic(out / "crossplay.json", json_text(doc) + "\n"))
-    return paths
-
-
-def plot_pair_matrix(result: CrossplayResult):
-    """Heatmap of the pair matrix on the display scale (a :class:`matplotlib.figure.Figure`
-    on an Agg canvas); missing entries are grey."""
-    import matplotlib
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    m = result.matrix
-    info = metric_info(m.metric)
-    n = len(m.cells)
-    prefix, labels = _short_labels(m.cells)
-    size = min(14.0, 2.5 + 0.55 * n)
-    fig = Figure(figsize=(size + 1.5, size), layout="constrained")
-    FigureCanvasAgg(fig)
-    ax = fig.subplots()
-    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#d9d9d9")
-    data = np.ma.masked_invalid(m.values * info.scale)
-    im = ax.imshow(data, cmap=cmap, aspect="equal")
-    fig.colorbar(im, ax=ax, label=info.label, shrink=0.8)
-    ax.set_xticks(range(n), labels, rotation=60, ha="right", fontsize=8)
-    ax.set_yticks(range(n), labels, fontsize=8)
-    ax.set_xlabel("newcomer B (1 agent)")
-    ax.set_ylabel(f"partner A ({_num_slots(result) - 1} agents)")
-    ax.set_title(
-        f"Cross-play {info.label} on {result.eval_difficulty} (diagonal: self-play)"
-        + (f"\ncells {prefix}/..." if prefix else ""),
-        fontsize=10,
-    )
-    if n <= 16:
-        finite = data.compressed()
-        mid = float(finite.mean()) if finite.size else 0.0
-        for i in range(n):
-            for j in range(n):
-                if not np.ma.is_masked(data[i, j]):
-                    ax.text(
-                        j,
-                        i,
-                        f"{data[i, j]:.3g}",
-                        ha="center",
-                        va="center",
-                        fontsize=7,
-                        color="black" if data[i, j] > mid else "white",
-                    )
-    return fig
-
-
-def save_figure(fig, base: Path, formats: Sequence[str] = FIGURE_FORMATS) -> list[Path]:
-    """``base.<fmt>`` for each format (PDFs without a creation date: reproducible bytes)."""
-    out = []
-    for fmt in formats:
-        path = base.with_suffix(f".{fmt}")
-        fig.savefig(
-            path,
-            format=fmt,
-            bbox_inches="tight",
-            dpi=150,
-            metadata={"CreationDate": None} if fmt == "pdf" else {},
-        )
-        out.append(path)
-    return out
-
-
-def _num_slots(result: CrossplayResult) -> int:
-    return len(result.teams[0].team.slots) if result.teams else 3
-
-
-def _short_labels(ids: Sequence[str]) -> tuple[str, list[str]]:
-    """Drop the leading id components every cell shares: ``("tiny/ippo-rnn", ["easy/seed0",
-    ...])``."""
-    parts = [i.split("/") for i in ids]
-    k = 0
-    while all(len(p) > k + 1 and p[k] == parts[0][k] for p in parts):
-        k += 1
-    return "/".join(parts[0][:k]), ["/".join(p[k:]) for p in parts]
-
-
-# ----------------------------------------------------------------------------------------
-# Validation and seeding
-# ----------------------------------------------------------------------------------------
-def _check_scheme(scheme: str) -> None:
-    if scheme not in SCHEMES:
-        raise UsageError(f"unknown scheme {scheme!r}: --scheme must be one of {', '.join(SCHEMES)}")
-
-
-def _check_int(name: str, value: Any, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise UsageError(f"{name} must be an integer of at least {minimum}, got {value!r}")
-
-
-def _rng(seed: int, *stream: Any) -> np.random.Generator:
-    """A generator for ``(seed, stream)``: independent streams from one user seed."""
-    from alem_eval.analysis.bootstrap import stream_rng
-
-    return stream_rng(seed, stream)

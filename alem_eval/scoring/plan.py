@@ -175,15 +175,10 @@ def plan_crossplay(
     seed: int = 0,
 ) -> RunPlan:
     """What :func:`alem_eval.scoring.crossplay.run_crossplay` would download and play: the
-    scheme's teams (:func:`alem_eval.scoring.crossplay.compositions`), each for ``num_episodes``
+    scheme's teams (:func:`alem_eval.scoring.teams.compositions`), each for ``num_episodes``
     episodes of at most ``max_steps`` steps, with its checks of the options."""
-    from alem_eval.scoring.crossplay import (
-        DEFAULT_MAX_TEAMS,
-        PROTOCOL,
-        _check_scheme,
-        _shared_difficulty,
-        compositions,
-    )
+    from alem_eval.scoring.crossplay import _shared_difficulty
+    from alem_eval.scoring.teams import DEFAULT_MAX_TEAMS, PROTOCOL, _check_scheme, compositions
     from alem_eval.evaluate.engine import FAST_MAX_STEPS, FAST_NUM_EPISODES, _validate_request
 
     _check_scheme(scheme)

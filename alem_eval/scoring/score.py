@@ -216,7 +216,7 @@ def score_cells(
     from alem_eval.model import checkpoint as ckpt
     from alem_eval.evaluate.engine import RecordTo, RolloutProgress, check_env_version, run_stack
     from alem_eval.model.loader import cell_checkpoint_dir, load_cell
-    from alem_eval.analysis.results import ResultKey, build_rows
+    from alem_eval.analysis.result_keys import ResultKey, build_rows
 
     jobs = _plan(source, cells, options)
     total = len(jobs)
@@ -472,7 +472,7 @@ def _provenance(key) -> dict[str, Any]:
 
 
 def _from_frame(job: _Job, frame, protocol: str) -> CellScore:
-    from alem_eval.analysis.results import episode_records
+    from alem_eval.analysis.result_keys import episode_records
 
     return CellScore(
         job.cell,

@@ -26,7 +26,8 @@ import numpy as np
 import optax
 
 from alem_eval.algorithms.registry import get_algorithm
-from alem_eval.algorithms.config import PPOTrainConfig, RunConfig, TrainConfig
+from alem_eval.algorithms.config import RunConfig
+from alem_eval.algorithms.train_config import PPOTrainConfig, TrainConfig
 from alem_eval.model.policies import MASK_PENALTY
 from alem_eval.trainers.planning import EPISODE_KEYS
 

@@ -29,13 +29,15 @@ from __future__ import annotations
 # ========================================================================================
 import sys
 
-from alem_eval.algorithms.config import PPOTrainConfig, RunConfig
+from alem_eval.algorithms.config import RunConfig
+from alem_eval.algorithms.train_config import PPOTrainConfig
 
 from alem_eval.trainers.common import Trainer, cached_trainer, gae, ppo_actor_loss, ppo_value_loss
 
 ALGORITHM = "hypermarl-rnn"
-# Hyperparameters: alem_eval.algorithms.config.PPOTrainConfig, built by build_train_config() from the
-# resolved run config (upstream hypermarl_rnn.yaml defaults, spec §5).
+# Hyperparameters: alem_eval.algorithms.train_config.PPOTrainConfig, built by
+# build_train_config() from the resolved run config (upstream hypermarl_rnn.yaml defaults,
+# spec §5).
 
 # ========================================================================================
 # 2. Maths: IPPO's (gae, ppo_actor_loss, ppo_value_loss and the shared PPO loss)

@@ -30,7 +30,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from alem_eval.algorithms.config import PPOTrainConfig, RunConfig
+from alem_eval.algorithms.config import RunConfig
+from alem_eval.algorithms.train_config import PPOTrainConfig
 from alem_eval.model.networks import build_network
 
 from alem_eval.trainers.common import (
@@ -60,8 +61,8 @@ from alem_eval.trainers.common import (
 )
 
 ALGORITHM = "ippo-rnn"
-# Hyperparameters: alem_eval.algorithms.config.PPOTrainConfig, built by build_train_config() from the
-# resolved run config (upstream yaml defaults, spec §5).
+# Hyperparameters: alem_eval.algorithms.train_config.PPOTrainConfig, built by
+# build_train_config() from the resolved run config (upstream yaml defaults, spec §5).
 
 # ========================================================================================
 # 2. Maths: gae, ppo_actor_loss, ppo_value_loss (alem_eval.trainers.common), and the PPO loss

@@ -10,7 +10,7 @@ registry (``Algorithm.trainer()``: ``make_train(run, tcfg) -> Trainer``, whose
 Hyperparameters of a regenerated cell (:func:`cell_run_config`): when the cell's released
 ``config.json`` is at hand (``--from-config FILE``, or ``--source`` holding the cell), every
 hyperparameter comes from it (its ``config``, then its ``reload_overrides``); otherwise the
-upstream yaml defaults apply (plus ``config.REGENERATION_DEFAULTS``). ``--set`` and
+upstream yaml defaults apply (plus ``train_config.REGENERATION_DEFAULTS``). ``--set`` and
 ``--total-timesteps`` win over both. The difference matters for PQN: the yaml fixes
 TOTAL_TIMESTEPS_DECAY at 1e9 whatever the budget, so a 100M cell regenerated without its
 config.json reaches its epsilon floor after EPS_DECAY x 1e9 = 1e8 env steps (the end of its
@@ -32,13 +32,8 @@ from typing import Any
 from collections.abc import Mapping, Sequence
 
 from alem_eval.algorithms.registry import algorithm_names, get_algorithm
-from alem_eval.algorithms.config import (
-    DIFFICULTIES,
-    RunConfig,
-    TrainConfig,
-    build_train_config,
-    training_run_config,
-)
+from alem_eval.algorithms.config import DIFFICULTIES, RunConfig
+from alem_eval.algorithms.train_config import TrainConfig, build_train_config, training_run_config
 from alem_eval.hub.layout import checkpoint_path, config_path
 from alem_eval.hub.selectors import shard_cells
 from alem_eval.core.errors import ConfigError, UsageError

@@ -46,7 +46,8 @@ import jax.numpy as jnp
 import optax
 
 from alem_eval.algorithms.registry import PQNNetConfig
-from alem_eval.algorithms.config import PQNTrainConfig, RunConfig
+from alem_eval.algorithms.config import RunConfig
+from alem_eval.algorithms.train_config import PQNTrainConfig
 from alem_eval.model.networks import QNetwork, build_network
 
 from alem_eval.trainers.common import (
@@ -70,7 +71,8 @@ from alem_eval.trainers.common import (
 )
 
 ALGORITHM = "pqn-vdn-rnn"
-# Hyperparameters: alem_eval.algorithms.config.PQNTrainConfig (upstream pqn_vdn_rnn.yaml, spec §5).
+# Hyperparameters: alem_eval.algorithms.train_config.PQNTrainConfig (upstream
+# pqn_vdn_rnn.yaml, spec §5).
 LR_END = 1e-20  # upstream's linear LR schedule ends here, not at 0
 
 # ========================================================================================

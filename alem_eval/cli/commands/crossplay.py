@@ -1,7 +1,7 @@
 """``alem-eval crossplay``: mixed teams of the selected cells against their self-play.
 
 Parses, calls :func:`alem_eval.scoring.crossplay.run_crossplay`, writes its figure and files
-(:func:`alem_eval.scoring.crossplay.write_outputs`) and prints the result.
+(:func:`alem_eval.scoring.crossplay_outputs.write_outputs`) and prints the result.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import typer
 
 from alem_eval.cli.app import app
 from alem_eval.cli.console import EpisodeBar, OutputFormat, emit_json, emit_records, err_console
-from alem_eval.scoring.crossplay import DEFAULT_MAX_TEAMS, DEFAULT_REPS
+from alem_eval.scoring.crossplay import DEFAULT_REPS
+from alem_eval.scoring.teams import DEFAULT_MAX_TEAMS
 from alem_eval.cli.options import (
     CacheDirOpt,
     DryRunOpt,
@@ -42,7 +43,7 @@ from alem_eval.cli.options import (
 
 
 class Scheme(StrEnum):
-    """``alem_eval.scoring.crossplay.SCHEMES``."""
+    """``alem_eval.scoring.teams.SCHEMES``."""
 
     pairs = "pairs"
     distinct = "distinct"
@@ -117,7 +118,9 @@ def crossplay(
       alem-eval crossplay 'demo/*' --source demo --episodes 2 --max-steps 100 \\
           --out xplay/
     """
-    from alem_eval.scoring.crossplay import CrossplayStore, run_crossplay, write_outputs
+    from alem_eval.scoring.crossplay import run_crossplay
+    from alem_eval.scoring.crossplay_outputs import write_outputs
+    from alem_eval.scoring.crossplay_store import CrossplayStore
     from alem_eval.analysis.results import collect_warnings
     from alem_eval.core.runtime import enable_compilation_cache
     from alem_eval.hub.selectors import require_selection
