@@ -27,7 +27,7 @@ def test_episode_bar_in_a_batch_log_prints_throttled_lines_with_rates_after_the_
     final state once; env-steps/s and the ETA count from the first report (whose call
     also compiled), not from the start."""
     from alem_eval.cli.console import EpisodeBar, err_console
-    from alem_eval.evaluate.engine import RolloutProgress
+    from alem_eval.evaluate.rollout import RolloutProgress
 
     reports = [
         RolloutProgress(0, 10, 100, 60.0),  # first call: 60 s of compile

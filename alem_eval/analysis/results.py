@@ -252,7 +252,7 @@ def build_rows(
 ) -> list[dict[str, Any]]:
     """Rows for :meth:`ResultsStore.write` from one checkpoint's per-episode records.
 
-    ``episodes[i]`` is episode ``i``'s record as ``evaluate.score_stack`` returns it
+    ``episodes[i]`` is episode ``i``'s record as ``evaluate.rollout.score_stack`` returns it
     (metric name -> float). The versions default to the installed jax / alem-eval.
     """
     from alem_eval.core.version import __version__

@@ -17,7 +17,7 @@ err_console = Console(stderr=True)
 
 class EpisodeBar:
     """A live progress bar of evaluated episodes on stderr: episodes done / total, live
-    env-steps/s and ETA. ``update`` takes :class:`alem_eval.evaluate.engine.RolloutProgress`
+    env-steps/s and ETA. ``update`` takes :class:`alem_eval.evaluate.rollout.RolloutProgress`
     (anything with ``episodes_done``, ``episodes_total``, ``live_steps``, ``elapsed_s``).
 
     Rates and the ETA count from the first report (the first call also compiles). On a
