@@ -174,3 +174,28 @@ def test_a_new_process_reuses_the_traced_program_and_scores_identically():
     assert other["counts"].get("reset:traced", 0) == 0  # world generation: loaded too
     assert other["counts"].get("score:traced", 0) == 0
     assert other["records"] == here.records
+
+
+def test_the_warm_start_key_hashes_every_module_of_the_play_core(monkeypatch):
+    """An exported program is reused only by the code that traced it: the key's source hash
+    reads every module of ``alem_eval.evaluate`` (subpackages too) and the model and env
+    code the programs close over."""
+    from pathlib import Path
+
+    from alem_eval.evaluate import programs
+
+    read: set[Path] = set()
+    original = Path.read_bytes
+
+    def spy(self):
+        read.add(self.resolve())
+        return original(self)
+
+    monkeypatch.setattr(Path, "read_bytes", spy)
+    programs._code_identity.__wrapped__()
+    package = Path(programs.__file__).resolve().parents[1]  # alem_eval
+    expected = {p.resolve() for p in (package / "evaluate").rglob("*.py")} | {
+        (package / name).resolve()
+        for name in ("model/policies.py", "model/networks.py", "envs/eval_env.py")
+    }
+    assert len(expected) > 3 and expected <= read, sorted(map(str, expected - read))
