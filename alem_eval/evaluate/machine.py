@@ -28,8 +28,8 @@ from alem_eval.evaluate.settings import SLOTS_PER_PORT
 from alem_eval.evaluate.teams import TeamClass, init_team_carries, team_actions
 from alem_eval.model.policies import GreedyPolicy
 
-# Diagnostics: how often each program kind traced its rollout (also counted by
-# programs._Compiled: traced or loaded).
+# Diagnostics: traces of the rollout (``Machine.advance``: "rollout") and, per program kind,
+# traces and loads of exported programs (``programs._Compiled``: "<kind>:traced"/":loaded").
 TRACE_COUNTS: collections.Counter[str] = collections.Counter()
 
 
