@@ -57,9 +57,9 @@ def god_mode_check(cfg, difficulty: str, *, batch: int, steps: int, repeats: int
     import jax.numpy as jnp
 
     from alem_eval.envs.eval_env import EvalEnv
-    from alem_eval.evaluate import engine as ev
+    from alem_eval.evaluate.settings import eval_statics, fast_keys
 
-    world = ev.eval_statics(cfg).world
+    world = eval_statics(cfg).world
     runs = {}
     for name, god in (("normal", False), ("god mode", True)):
         env = EvalEnv(world)  # its own jitted step: its own trace
@@ -67,7 +67,7 @@ def god_mode_check(cfg, difficulty: str, *, batch: int, steps: int, repeats: int
         for e in (env, mask_env):  # (whatever keep_agents_alive has done)
             e._template = e._template.replace(god_mode=god)
         dyn = env.difficulty_params(difficulty)
-        worlds, _ = ev.fast_keys(batch)
+        worlds, _ = fast_keys(batch)
         _, state = jax.vmap(env.reset, (0, None))(worlds, dyn)
 
         def scan(state, key, env=env, mask_env=mask_env, dyn=dyn):
@@ -112,7 +112,7 @@ def measure_slice(cfgs, weights, difficulty: str, *, episodes, max_steps, batch,
     first call's report and the last (every slot live: no episode ends before the cap)."""
     import jax
 
-    from alem_eval.evaluate import engine as ev
+    from alem_eval.evaluate.settings import slots_per_team
     from synthetic_release import release_call
 
     marks: list[tuple[float, int, int]] = []  # (time, live steps, episodes done)
@@ -135,7 +135,7 @@ def measure_slice(cfgs, weights, difficulty: str, *, episodes, max_steps, batch,
             tb = tb.tb_next
         del stop
     (ta, la, _), (tb_, lb, done) = marks[0], marks[-1]
-    per_team = ev.slots_per_team(len(cfgs), episodes, batch)
+    per_team = slots_per_team(len(cfgs), episodes, batch)
     return dict(
         difficulty=difficulty,
         first_report_s=ta - t0,  # compile (first difficulty), resets, start, one call
@@ -175,7 +175,8 @@ def project(rows: list[dict], *, difficulties: int, cells: int, episodes: int, m
 def run(args, info: dict, when: dict) -> None:
     """``synthetic_release.py --at-cap``: the god-mode check, then a slice of each
     difficulty's call at the release's layout, and the projection (JSON to ``--json``)."""
-    from alem_eval.evaluate import engine as ev
+    from alem_eval.evaluate.programs import COMPILE_STATS
+    from alem_eval.evaluate.settings import CHUNK
     from alem_eval.algorithms.train_config import training_run_config
     from cold_call import machine
     from synthetic_release import RELEASED_ENV, synthetic_stack, synthetic_weights
@@ -194,13 +195,13 @@ def run(args, info: dict, when: dict) -> None:
     stacks = {d: synthetic_stack(d, weights) for d in difficulties}
     info.update(cells=len(weights) * 3, cells_per_difficulty=len(weights))
     info.update(build_s=time.perf_counter() - t, episodes=args.episodes)
-    info.update(max_steps=args.max_steps, chunk=ev.CHUNK, load_before=os.getloadavg()[0])
+    info.update(max_steps=args.max_steps, chunk=CHUNK, load_before=os.getloadavg()[0])
     info["machine"] = f"{machine()}, jax {info['jax']} ({info['backend']})"
     layout = args.batches.split(",")[0]  # the first layout only
     batch = None if layout == "default" else int(layout)
     rows = []
     for d, (cfgs, ws) in stacks.items():
-        n = len(ev.COMPILE_STATS)
+        n = len(COMPILE_STATS)
         row = measure_slice(
             cfgs,
             ws,
@@ -210,7 +211,7 @@ def run(args, info: dict, when: dict) -> None:
             batch=batch,
             chunks=args.slice_chunks,
         )
-        row["compile_s"] = sum(c.trace_s + c.compile_s for c in ev.COMPILE_STATS[n:])
+        row["compile_s"] = sum(c.trace_s + c.compile_s for c in COMPILE_STATS[n:])
         rows.append(row)
         print(json.dumps(row), flush=True)
     info["load_after"] = os.getloadavg()[0]

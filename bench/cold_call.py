@@ -12,7 +12,7 @@ counted once), into:
   first; compiles that happen while importing count as eager dispatch);
 * per compiled program of the evaluator (reset, score, start, advance): its Python trace
   (with the lowering and the ``jax.export`` serialisation: everything before the XLA
-  compile) and its XLA compile (``evaluate.COMPILE_STATS``);
+  compile) and its XLA compile (``programs.COMPILE_STATS``);
 * eager dispatch: every other XLA compile (eager operations and small jitted helpers
   compiled on first use), counted and timed through JAX's monitoring events
   (``/jax/core/compile/{jaxpr_trace,jaxpr_to_mlir_module,backend_compile}_duration``),
@@ -55,7 +55,7 @@ PRE_IMPORTS = (
     "alem_eval.cli.app",
     "alem_eval.cli.commands.score",
     "alem_eval.scoring.score",
-    "alem_eval.evaluate.engine",
+    "alem_eval.evaluate.rollout",
     "alem_eval.model.loader",
     "alem_eval.model.checkpoint",
     "alem_eval.core.hashmemo",
@@ -74,14 +74,16 @@ PRE_IMPORTS = (
 PHASES = {  # (module, attribute) wrapped in the child -> the part its time goes to
     ("alem_eval.model.loader", "load_cell"): "weight staging",
     ("alem_eval.model.checkpoint", "checkpoint_hash"): "weight staging",
-    ("alem_eval.evaluate.engine", "_stack"): "weight staging",
+    ("alem_eval.evaluate.group", "_stack"): "weight staging",
     ("alem_eval.model.checkpoint", "validate"): "shape checks",
-    ("alem_eval.evaluate.engine", "_policy_variables"): "shape checks",
-    ("alem_eval.evaluate.engine", "_check_team"): "shape checks",
-    ("alem_eval.evaluate.engine", "check_env_version"): "shape checks",
-    ("alem_eval.evaluate.engine", "_resets"): "run: resets",
-    ("alem_eval.evaluate.engine", "_drive"): "run: rollout",
-    ("alem_eval.evaluate.engine", "_team_records"): "run: scores and records",
+    ("alem_eval.evaluate.rollout", "_policy_variables"): "shape checks",
+    ("alem_eval.evaluate.rollout", "check_team"): "shape checks",
+    # scoring imports check_env_version from settings at call time; run_teams its own name.
+    ("alem_eval.evaluate.settings", "check_env_version"): "shape checks",
+    ("alem_eval.evaluate.rollout", "check_env_version"): "shape checks",
+    ("alem_eval.evaluate.group", "_resets"): "run: resets",
+    ("alem_eval.evaluate.group", "_drive"): "run: rollout",
+    ("alem_eval.evaluate.group", "team_records"): "run: scores and records",
 }
 PRIORITY = {"program": 3, "eager": 2, "phase": 1}
 
@@ -206,7 +208,8 @@ def child(args) -> int:
     t_imports = tl.stamp()
     n_import_compiles = len(tl.compiles)
 
-    from alem_eval.evaluate import engine as ev
+    from alem_eval.evaluate import programs
+    from alem_eval.evaluate.programs import COMPILE_STATS
 
     for (mod, attr), part in PHASES.items():
         m = importlib.import_module(mod)
@@ -215,16 +218,16 @@ def child(args) -> int:
 
     ResultsStore.write = tl.wrap(ResultsStore.write, "phase", "results store")
     builds: list[dict] = []
-    orig_build = ev._Compiled._build
+    orig_build = programs._Compiled._build
 
     def build(self, *a):
-        n = len(ev.COMPILE_STATS)
+        n = len(COMPILE_STATS)
         out = tl.wrap(orig_build, "program", f"program:{self.label}")(self, *a)
-        for st in ev.COMPILE_STATS[n:]:
+        for st in COMPILE_STATS[n:]:
             builds.append(dict(program=st.program, trace_s=st.trace_s, compile_s=st.compile_s))
         return out
 
-    ev._Compiled._build = build  # type: ignore[method-assign]
+    programs._Compiled._build = build  # type: ignore[method-assign]
 
     from alem_eval.cli.app import main as cli_main
 

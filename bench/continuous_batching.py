@@ -54,20 +54,20 @@ def captured_run():
     import jax
     import jax.numpy as jnp
 
-    from alem_eval.evaluate import engine as ev
+    from alem_eval.evaluate import group
 
     seen: dict = {}
-    drive = ev._drive
+    drive = group._drive
 
     def spy(prog, loop, call_args, on_status, on_log=None):
         seen.update(prog=prog, loop=jax.tree_util.tree_map(jnp.copy, loop), args=call_args)
         return drive(prog, loop, call_args, on_status, on_log)
 
-    ev._drive = spy
+    group._drive = spy
     try:
         yield seen
     finally:
-        ev._drive = drive
+        group._drive = drive
 
 
 def best_of(fns: dict, repeats: int) -> tuple[dict[str, float], dict]:
@@ -94,7 +94,7 @@ def part_steps(seen: dict):
     import jax
     import jax.numpy as jnp
 
-    from alem_eval.evaluate.engine import team_actions
+    from alem_eval.evaluate.teams import team_actions
 
     prog, slots = seen["prog"], seen["loop"].slots
     m = prog.machine
@@ -172,7 +172,8 @@ def main() -> None:
     ap.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
     args = ap.parse_args()
 
-    from alem_eval.evaluate import engine as ev
+    from alem_eval.evaluate.rollout import run_stack
+    from alem_eval.evaluate.settings import CHUNK, slots_per_team
     from alem_eval.model.loader import load_cell
     from alem_eval.core.runtime import enable_compilation_cache
 
@@ -186,7 +187,7 @@ def main() -> None:
     rows: list[dict] = []
     reference = natural = None
     for spec in args.runs.split(","):
-        batch, chunk = (int(x) for x in (spec + f":{ev.CHUNK}").split(":")[:2])
+        batch, chunk = (int(x) for x in (spec + f":{CHUNK}").split(":")[:2])
         kw = dict(
             protocol="fast",
             eval_difficulty=difficulty,
@@ -197,17 +198,17 @@ def main() -> None:
         )
         stack = ([cell.cfg] * k, [cell.weights] * k)
         with captured_run() as seen:
-            ev.run_stack(*stack, **kw)  # compile
-        ev.run_stack(*stack, **kw, episode_caps=caps)  # compile the ragged caps' call
+            run_stack(*stack, **kw)  # compile
+        run_stack(*stack, **kw, episode_caps=caps)  # compile the ragged caps' call
         fns = {
             **part_callables(seen),
-            "natural": functools.partial(ev.run_stack, *stack, **kw),
-            "ragged": functools.partial(ev.run_stack, *stack, **kw, episode_caps=caps),
+            "natural": functools.partial(run_stack, *stack, **kw),
+            "ragged": functools.partial(run_stack, *stack, **kw, episode_caps=caps),
         }
         walls, out = best_of(fns, args.repeats)
         reference = reference or out["natural"].records
         natural = np.array([[r["episode_length"] for r in recs] for recs in reference], np.int32)
-        n_slots = ev.slots_per_team(k, e, batch) * k
+        n_slots = slots_per_team(k, e, batch) * k
         rate_env = PART_STEPS * n_slots / walls["env"]
         rate_pol = PART_STEPS * n_slots / walls["policy"]
         limit = 1.0 / (1.0 / rate_env + 1.0 / rate_pol)
@@ -261,7 +262,7 @@ def main() -> None:
         of {args.repeats}, all runs of a layout alternating in one process. The limit is the
         env with random legal actions and the run's policy step (stacked weights), each
         timed alone over the same slots, added up. `alem-eval score`'s default layout
-        for this stack on this machine: {ev.slots_per_team(k, e, None) * k} slots.
+        for this stack on this machine: {slots_per_team(k, e, None) * k} slots.
 
         """)
         + "\n".join(table)

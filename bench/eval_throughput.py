@@ -4,7 +4,7 @@ Measures, at the same batch B = checkpoints x episodes (default 5 x 20 = 100):
 
   (a) env only: ``step_env`` + action mask with random legal actions, B envs vmapped,
       a jitted ``lax.scan`` of --steps steps;
-  (b) the evaluator: ``alem_eval.evaluate.engine.run_stack(protocol="fast")`` on a stack of
+  (b) the evaluator: ``alem_eval.evaluate.rollout.run_stack(protocol="fast")`` on a stack of
       --checkpoints copies of the cell, --episodes episodes each, capped at --steps
       (end to end, and its rollout program alone);
   (c) an upstream-style loop: a Python loop over one jitted step (mask + policy +
@@ -236,15 +236,16 @@ def _setup(cell, difficulty: str, k: int, e: int) -> dict:
     import jax.numpy as jnp
 
     from alem_eval.envs.eval_env import get_eval_env
-    from alem_eval.evaluate import engine as ev
+    from alem_eval.evaluate.group import _resets
+    from alem_eval.evaluate.settings import eval_statics, fast_keys
     from alem_eval.model.policies import make_policy
 
     cfg, spec = cell.cfg, cell.spec
-    env = get_eval_env(ev.eval_statics(cfg))
+    env = get_eval_env(eval_statics(cfg))
     dyn = env.difficulty_params(difficulty)
     variables = spec.policy_variables(cell.weights)
-    worlds, chains = ev.fast_keys(e)
-    obs0, state0 = ev._resets(env.statics.world, dyn, list(worlds))
+    worlds, chains = fast_keys(e)
+    obs0, state0 = _resets(env.statics.world, dyn, list(worlds))
     tile = lambda x: jnp.concatenate([x] * k)
     obs_b, state_b, keys_b = jax.tree_util.tree_map(tile, (obs0, state0, chains))
     return dict(
@@ -278,14 +279,15 @@ class _EvaluatorRunner:
         self.runs: list[dict] = []
 
     def __call__(self):
-        from alem_eval.evaluate import engine as ev
+        from alem_eval.evaluate.group import LAST_TIMINGS
+        from alem_eval.evaluate.rollout import run_stack
 
-        res = ev.run_stack(*self.args, **self.kw)
+        res = run_stack(*self.args, **self.kw)
         self.runs.append(
             dict(
                 steps=int(sum(r["episode_length"] for row in res.records for r in row)),
                 slot_steps=int(res.slot_steps),
-                timing=dict(ev.LAST_TIMINGS),
+                timing=dict(LAST_TIMINGS),
                 digest=_records_digest(res.records),
             )
         )

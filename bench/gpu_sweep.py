@@ -34,7 +34,7 @@ from synthetic_release import (
 
 
 def one_call(stack, *, difficulty: str, episodes: int, max_steps: int, batch: int) -> dict:
-    from alem_eval.evaluate import engine as ev
+    from alem_eval.evaluate.group import LAST_TIMINGS
 
     cfgs, weights = stack
     t, before = time.perf_counter(), dict(COMPILES)
@@ -52,7 +52,7 @@ def one_call(stack, *, difficulty: str, episodes: int, max_steps: int, batch: in
         episodes=len(lengths),
         mean_len=sum(lengths) / len(lengths),
         max_len=max(lengths),
-        **{k: ev.LAST_TIMINGS[k] for k in ("resets_s", "rollout_s", "records_s")},
+        **{k: LAST_TIMINGS[k] for k in ("resets_s", "rollout_s", "records_s")},
     )
 
 

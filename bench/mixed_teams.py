@@ -37,7 +37,9 @@ _CHILD = textwrap.dedent("""
     sys.path.insert(0, {repo!r})
     from alem_eval.core.runtime import enable_compilation_cache
     enable_compilation_cache({cache!r})
-    from alem_eval.evaluate import engine as ev
+    from alem_eval.evaluate.machine import TRACE_COUNTS
+    from alem_eval.evaluate.programs import COMPILE_STATS
+    from alem_eval.evaluate.rollout import run_stack, run_teams
     from alem_eval.hub.demo_cells import ensure_demo_source
     from alem_eval.model.loader import load_cell
     root = ensure_demo_source()
@@ -48,28 +50,28 @@ _CHILD = textwrap.dedent("""
     kw = dict(protocol="fast", eval_difficulty="easy", num_episodes=e, max_steps=steps)
     if mode == "separate":
         for l in loaded:
-            ev.run_stack([l.cfg], [l.weights], **kw)
+            run_stack([l.cfg], [l.weights], **kw)
     elif mode == "mixed-throughput":
         n = len(loaded)
         teams = [tuple((i + s) % n for s in range(3)) for i in range(n)]
         cfgs, ws = [l.cfg for l in loaded], [l.weights for l in loaded]
         out = {{}}
         for name, tm in (("self", [(i, i, i) for i in range(n)]), ("mixed", teams)):
-            ev.run_teams(cfgs, ws, tm, **kw)  # compile
+            run_teams(cfgs, ws, tm, **kw)  # compile
             t = time.perf_counter()
-            res = ev.run_teams(cfgs, ws, tm, **kw)
+            res = run_teams(cfgs, ws, tm, **kw)
             wall = time.perf_counter() - t
             live = sum(r["episode_length"] for recs in res.records for r in recs)
             out[name] = {{"wall_s": wall, "live_steps": live}}
         print("RESULT" + json.dumps(out))
         sys.exit(0)
     else:
-        ev.run_stack([l.cfg for l in loaded], [l.weights for l in loaded], **kw)
+        run_stack([l.cfg for l in loaded], [l.weights for l in loaded], **kw)
     t_end = time.perf_counter()
     stats = [dict(program=c.program, trace_s=c.trace_s, compile_s=c.compile_s)
-             for c in ev.COMPILE_STATS]
+             for c in COMPILE_STATS]
     print("RESULT" + json.dumps({{"wall_s": t_end - t0, "score_s": t_end - t_ready,
-                                  "counts": dict(ev.TRACE_COUNTS), "stats": stats}}))
+                                  "counts": dict(TRACE_COUNTS), "stats": stats}}))
 """)
 
 

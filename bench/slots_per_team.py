@@ -29,7 +29,8 @@ def main() -> None:
     ap.add_argument("--slots", default="2,4,8", help="slots per team, comma-separated")
     args = ap.parse_args()
 
-    from alem_eval.evaluate import engine as ev
+    from alem_eval.evaluate.rollout import run_stack
+    from alem_eval.evaluate.settings import slots_per_team
     from alem_eval.model.loader import load_cell
     from alem_eval.core.runtime import enable_compilation_cache
 
@@ -46,9 +47,9 @@ def main() -> None:
     )
     rows = []
     for s in (int(x) for x in args.slots.split(",")):
-        ev.run_stack(*stack, **kw, batch=k * s)  # compile
+        run_stack(*stack, **kw, batch=k * s)  # compile
         t0 = time.perf_counter()
-        res = ev.run_stack(*stack, **kw, batch=k * s)
+        res = run_stack(*stack, **kw, batch=k * s)
         wall = time.perf_counter() - t0
         rows.append((s, res.utilisation, res.live_steps / wall))
         print(f"  {s} slots per team: {rows[-1][2]:.0f} live env-steps/s", flush=True)
@@ -58,7 +59,7 @@ def main() -> None:
     print("|---:|---:|---:|---:|---:|")
     for s, util, rate in rows:
         print(f"| {s} | {s * k} | {util:.3f} | {rate:.0f} | {rate / best:.2f} |")
-    print(f"default without --batch: {ev.slots_per_team(k, e, None)} slots per team")
+    print(f"default without --batch: {slots_per_team(k, e, None)} slots per team")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     print(f"peak resident memory of the process: {peak:.2f} GiB")
 

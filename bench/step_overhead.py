@@ -50,13 +50,13 @@ def variant_runner(prog, loop, args, variant: str, steps: int):
     """A jitted ``steps``-step scan of the loop's step in the given variant."""
     import jax
 
-    from alem_eval.evaluate import engine as ev
+    from alem_eval.evaluate.machine import Machine
 
     base = prog.machine
     machine = dataclasses.replace(base, cond_refill=variant == "cond")
     if variant == "bare":
 
-        class Bare(ev.Machine):
+        class Bare(Machine):
             def _refill(self, lp, world, *, ports):
                 return lp if ports < self.num_slots else super()._refill(lp, world, ports=ports)
 
@@ -163,7 +163,8 @@ def main() -> None:
     import jax
     import jax.numpy as jnp
 
-    from alem_eval.evaluate import engine as ev
+    from alem_eval.evaluate.rollout import run_stack
+    from alem_eval.evaluate.settings import CHUNK
     from alem_eval.model.loader import load_cell
     from alem_eval.core.runtime import enable_compilation_cache
 
@@ -171,7 +172,7 @@ def main() -> None:
     cell = load_cell(DEFAULT_CELL, policy_only=True)
     stack = ([cell.cfg] * args.checkpoints, [cell.weights] * args.checkpoints)
     with captured_run() as seen:
-        ev.run_stack(
+        run_stack(
             *stack,
             protocol="fast",
             eval_difficulty=cell.cfg.env.training_difficulty,
@@ -185,7 +186,7 @@ def main() -> None:
         for v in ("cond", "uncond", "bare")
     }
     prog, loop = seen["prog"], seen["loop"]
-    if args.steps == ev.CHUNK:  # one call runs CHUNK steps while every slot stays live
+    if args.steps == CHUNK:  # one call runs CHUNK steps while every slot stays live
 
         def call():
             fresh = jax.tree_util.tree_map(jnp.copy, loop)  # the call donates its loop

@@ -103,9 +103,9 @@ def count_compiles() -> None:
 
 def release_call(cfgs, weights, difficulty: str, episodes: int, max_steps: int, batch, **kw):
     """One difficulty's call, as ``score`` makes it: ``run_stack``, fast protocol."""
-    from alem_eval.evaluate import engine as ev
+    from alem_eval.evaluate.rollout import run_stack
 
-    return ev.run_stack(
+    return run_stack(
         cfgs,
         weights,
         protocol="fast",
@@ -119,7 +119,8 @@ def release_call(cfgs, weights, difficulty: str, episodes: int, max_steps: int, 
 
 def score_release(stacks, *, episodes: int, max_steps: int, batch: int | None) -> dict:
     """One pass over the release: a ``run_stack`` call per difficulty."""
-    from alem_eval.evaluate import engine as ev
+    from alem_eval.evaluate.group import LAST_TIMINGS
+    from alem_eval.evaluate.settings import slots_per_team
 
     t = time.perf_counter()
     live = slot_steps = 0
@@ -130,18 +131,18 @@ def score_release(stacks, *, episodes: int, max_steps: int, batch: int | None) -
         t_call, before = time.perf_counter(), dict(COMPILES)
         res = release_call(cfgs, weights, difficulty, episodes, max_steps, batch)
         for k in parts:  # the evaluator's own split of its last group
-            parts[k] += ev.LAST_TIMINGS[k]
+            parts[k] += LAST_TIMINGS[k]
         call = dict(
             difficulty=difficulty,
             wall_s=time.perf_counter() - t_call,
             xla_compiles=COMPILES["n"] - before["n"],
             xla_compile_s=COMPILES["s"] - before["s"],
         )
-        print(json.dumps({**call, **ev.LAST_TIMINGS}), flush=True)  # a cut run keeps these
+        print(json.dumps({**call, **LAST_TIMINGS}), flush=True)  # a cut run keeps these
         live += res.live_steps
         slot_steps += res.slot_steps
         lengths += [int(r["episode_length"]) for recs in res.records for r in recs]
-        slots = max(slots, ev.slots_per_team(len(cfgs), episodes, batch) * len(cfgs))
+        slots = max(slots, slots_per_team(len(cfgs), episodes, batch) * len(cfgs))
     wall = time.perf_counter() - t
     return dict(
         wall_s=wall,
@@ -268,7 +269,8 @@ def main() -> None:
     # The PRNG mode the release was made with (jax 0.4.38's default; newer jax, as on a
     # device image that cannot take the pinned wheels, defaults to the other one).
     jax.config.update("jax_threefry_partitionable", False)
-    from alem_eval.evaluate import engine as ev
+    from alem_eval.evaluate.programs import COMPILE_STATS
+    from alem_eval.evaluate.settings import default_batch
 
     dev = jax.devices()[0]
     info = dict(
@@ -278,7 +280,7 @@ def main() -> None:
         python=platform.python_version(),
         cpu=platform.processor() or platform.machine(),
         cores=os.cpu_count(),
-        default_batch=ev.default_batch(),
+        default_batch=default_batch(),
     )
     when = dict(date=str(date.today()), commit=commit())
     print(json.dumps(info), flush=True)
@@ -298,9 +300,9 @@ def main() -> None:
     rows = []
     for spec in args.batches.split(","):
         batch = None if spec == "default" else int(spec)
-        n_stats = len(ev.COMPILE_STATS)
+        n_stats = len(COMPILE_STATS)
         cold = score_release(stacks, episodes=args.episodes, max_steps=args.max_steps, batch=batch)
-        stats = ev.COMPILE_STATS[n_stats:]
+        stats = COMPILE_STATS[n_stats:]
         warm = score_release(stacks, episodes=args.episodes, max_steps=args.max_steps, batch=batch)
         row = dict(
             layout=spec,

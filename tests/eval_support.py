@@ -120,6 +120,6 @@ def diff_records(got: dict, expected: dict) -> list[str]:
 def programs_made() -> int:
     """Rollout programs this process obtained: traced, or loaded from a ``jax.export``
     file another process of the test run wrote (the warm start skips the trace)."""
-    from alem_eval.evaluate import engine as ev
+    from alem_eval.evaluate.machine import TRACE_COUNTS
 
-    return ev.TRACE_COUNTS["rollout"] + ev.TRACE_COUNTS["rollout:loaded"]
+    return TRACE_COUNTS["rollout"] + TRACE_COUNTS["rollout:loaded"]

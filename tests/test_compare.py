@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from alem_eval.evaluate import engine as evaluate
+from alem_eval.evaluate import rollout
+from alem_eval.evaluate.rollout import RolloutProgress
 from alem_eval.scoring.compare import compare_scores, compare_sources
 from alem_eval.core.errors import UsageError
 
@@ -45,7 +46,7 @@ def two_sources(tmp_path, fixtures_root, monkeypatch):
     ):
         calls.append((len(cfgs), eval_difficulty, num_episodes, max_steps))
         if on_progress is not None:
-            on_progress(evaluate.RolloutProgress(num_episodes, num_episodes, 10, 1.0))
+            on_progress(RolloutProgress(num_episodes, num_episodes, 10, 1.0))
         base = 0.5 if len(calls) <= make.groups_per_source else 0.1
         # the first episode's return is not finite: its record has no such column
         return [
@@ -57,7 +58,7 @@ def two_sources(tmp_path, fixtures_root, monkeypatch):
             for _ in cfgs
         ]
 
-    monkeypatch.setattr(evaluate, "score_stack", score_stack)
+    monkeypatch.setattr(rollout, "score_stack", score_stack)
     make.calls = calls
     make.groups_per_source = 1
     return make
@@ -167,18 +168,18 @@ def test_an_interrupted_compare_keeps_what_it_scored(two_sources, tmp_path, monk
     a, b = two_sources(cell)
     (tmp_path / "B" / cell / "checkpoint" / "RETRAINED").write_text("another checkpoint")
     store = ResultsStore(tmp_path / "store")
-    stub = evaluate.score_stack
+    stub = rollout.score_stack
 
     def interrupted(*args, **kw):
         if len(two_sources.calls) == 1:  # source B's evaluation: Ctrl-C
             raise KeyboardInterrupt
         return stub(*args, **kw)
 
-    monkeypatch.setattr(evaluate, "score_stack", interrupted)
+    monkeypatch.setattr(rollout, "score_stack", interrupted)
     with pytest.raises(KeyboardInterrupt):
         compare_sources([a, b], [cell], episodes=6, reps=500, store=store)
     assert [e.key.cell for e in store.entries()] == [cell]  # source A's scores are kept
-    monkeypatch.setattr(evaluate, "score_stack", stub)
+    monkeypatch.setattr(rollout, "score_stack", stub)
     [row] = compare_sources([a, b], [cell], episodes=6, reps=500, store=store)
     assert len(two_sources.calls) == 2  # only B was evaluated again
     assert row["verdict"] == "A better"

@@ -27,7 +27,7 @@ def test_episode_bar_in_a_batch_log_prints_throttled_lines_with_rates_after_the_
     final state once; env-steps/s and the ETA count from the first report (whose call
     also compiled), not from the start."""
     from alem_eval.cli.console import EpisodeBar, err_console
-    from alem_eval.evaluate.engine import RolloutProgress
+    from alem_eval.evaluate.rollout import RolloutProgress
 
     reports = [
         RolloutProgress(0, 10, 100, 60.0),  # first call: 60 s of compile
@@ -140,7 +140,7 @@ def test_reporter_live_draws_rich_bars_on_the_one_console():
     """Live (a terminal, or Jupyter where rich renders the same Progress as a widget) the
     tasks are rich bars on the stderr console, the batch lines not printed."""
     from alem_eval.core.progress import EpisodeBar, Reporter, err_console
-    from alem_eval.evaluate.engine import RolloutProgress
+    from alem_eval.evaluate.rollout import RolloutProgress
 
     with err_console.capture() as cap:
         with Reporter(live=True) as r:

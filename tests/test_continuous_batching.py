@@ -8,7 +8,17 @@ import math
 
 import pytest
 
-from alem_eval.evaluate import engine as ev
+from alem_eval.evaluate.machine import EpisodeResult, Loop, Machine, Schedule, SlotCarry
+from alem_eval.evaluate.records import _row_pick
+from alem_eval.evaluate.rollout import RolloutProgress, run_stack, run_teams
+from alem_eval.evaluate.settings import (
+    CHUNK,
+    FLOOR_MAX_SLOTS,
+    MIN_SLOTS_PER_TEAM,
+    default_batch,
+    slots_per_team,
+)
+from alem_eval.evaluate.teams import TeamClass
 from alem_eval.core.errors import UsageError
 from tests.eval_support import (
     EVALUATOR_GROUP,
@@ -29,9 +39,9 @@ STEPS = 1000  # the cap of the shared fast-protocol tests: these near-untrained 
 PAIR, TEAMS = PAIR_BATCH, PAIR_TEAMS
 
 
-def _run(cell_ids, teams, batch, on_progress=None, episode_caps=None, on_team=None, chunk=ev.CHUNK):
+def _run(cell_ids, teams, batch, on_progress=None, episode_caps=None, on_team=None, chunk=CHUNK):
     cells = [load(c) for c in cell_ids]
-    return ev.run_teams(
+    return run_teams(
         [c.cfg for c in cells],
         [c.weights for c in cells],
         teams,
@@ -50,7 +60,7 @@ def _run(cell_ids, teams, batch, on_progress=None, episode_caps=None, on_team=No
 def test_finished_episodes_are_reported_as_they_finish():
     """Four slots, eight episodes: the host hears of episodes while others still run, and
     the last report counts every episode and every live env step."""
-    seen: list[ev.RolloutProgress] = []
+    seen: list[RolloutProgress] = []
     res = _run([IPPO, PQN], TEAMS, **PAIR, on_progress=seen.append)
     done = [p.episodes_done for p in seen]
     assert done == sorted(done) and done[-1] == 2 * FAST_EPISODES
@@ -93,25 +103,25 @@ def test_a_team_is_handed_over_after_the_call_its_last_episode_ends_in_while_oth
 
 
 def test_slots_per_team_shares_the_batch_and_never_exceeds_the_episodes():
-    assert ev.slots_per_team(1, 20, 5) == 5
-    assert ev.slots_per_team(3, 20, 8) == 3  # ceil(8 / 3)
-    assert ev.slots_per_team(2, 4, 1000) == 4  # at most every episode at once
-    assert ev.slots_per_team(200, 20, 16) == 1  # at least one slot per team
-    shared = math.ceil(ev.default_batch() / 5)
-    assert ev.slots_per_team(5, 20, None) == min(20, max(ev.MIN_SLOTS_PER_TEAM, shared))
+    assert slots_per_team(1, 20, 5) == 5
+    assert slots_per_team(3, 20, 8) == 3  # ceil(8 / 3)
+    assert slots_per_team(2, 4, 1000) == 4  # at most every episode at once
+    assert slots_per_team(200, 20, 16) == 1  # at least one slot per team
+    shared = math.ceil(default_batch() / 5)
+    assert slots_per_team(5, 20, None) == min(20, max(MIN_SLOTS_PER_TEAM, shared))
 
 
 def test_without_a_batch_every_team_gets_enough_slots_to_amortise_its_weights():
     """The default shares out default_batch(), but many teams each still get
     MIN_SLOTS_PER_TEAM slots (or all their episodes) up to FLOOR_MAX_SLOTS in all; an
     explicit batch is taken as is."""
-    most = max(ev.default_batch(), ev.FLOOR_MAX_SLOTS)
-    many = most // ev.MIN_SLOTS_PER_TEAM
-    assert ev.slots_per_team(many, 20, None) == ev.MIN_SLOTS_PER_TEAM
-    assert ev.slots_per_team(many, 3, None) == 3
-    assert ev.slots_per_team(many, 20, many) == 1
-    assert ev.slots_per_team(2 * many, 20, None) == ev.MIN_SLOTS_PER_TEAM // 2
-    assert ev.slots_per_team(10 * most, 20, None) == 1
+    most = max(default_batch(), FLOOR_MAX_SLOTS)
+    many = most // MIN_SLOTS_PER_TEAM
+    assert slots_per_team(many, 20, None) == MIN_SLOTS_PER_TEAM
+    assert slots_per_team(many, 3, None) == 3
+    assert slots_per_team(many, 20, many) == 1
+    assert slots_per_team(2 * many, 20, None) == MIN_SLOTS_PER_TEAM // 2
+    assert slots_per_team(10 * most, 20, None) == 1
 
 
 def test_handed_over_rows_are_padded_so_few_gather_shapes_ever_compile():
@@ -121,7 +131,7 @@ def test_handed_over_rows_are_padded_so_few_gather_shapes_ever_compile():
     lengths = set()
     for n in range(1, 41):
         for rows in (list(range(n)), list(range(40 - n, 40))):
-            pick = ev._row_pick(rows, 40)
+            pick = _row_pick(rows, 40)
             assert list(pick[:n]) == rows and set(pick[n:]) <= {rows[-1]}
             assert len(pick) < 2 * n
             lengths.add(len(pick))
@@ -190,7 +200,7 @@ def queue_starts(lengths: list[int], *, slots: int, ports: int) -> list[int]:
 def test_batch_must_be_a_positive_count():
     c = load(IPPO)
     with pytest.raises(UsageError, match="--batch"):
-        ev.run_stack(
+        run_stack(
             [c.cfg],
             [c.weights],
             protocol="fast",
@@ -206,11 +216,11 @@ def _two_team_loop(alive: list[bool], next_episode: list[int], *, steps: int = 5
     episode ``e``'s world is ``x = 10 e``, its key ``[e, e]``."""
     import jax.numpy as jnp
 
-    m = ev.Machine(
+    m = Machine(
         env=None,
         mask_env=None,
         policies=(),
-        classes=(ev.TeamClass((), 2),),
+        classes=(TeamClass((), 2),),
         slots=3,
         chunk=1,
         capacity=4,
@@ -223,7 +233,7 @@ def _two_team_loop(alive: list[bool], next_episode: list[int], *, steps: int = 5
         jnp.stack([jnp.full((2,), i, jnp.uint32) for i in range(e)]),  # keys
     )
     n, te = 6, (2, e)
-    slots = ev.SlotCarry(
+    slots = SlotCarry(
         episode=jnp.where(jnp.array(alive), 0, e).astype(jnp.int32),
         t=jnp.full((n,), 7, jnp.int32),
         alive=jnp.array(alive),
@@ -233,7 +243,7 @@ def _two_team_loop(alive: list[bool], next_episode: list[int], *, steps: int = 5
         policy_carry=((),),
         dones=jnp.ones((n, 1), bool),
     )
-    done = ev.EpisodeResult(
+    done = EpisodeResult(
         length=jnp.zeros(te, jnp.int32),
         terminated=jnp.zeros(te, bool),
         start=jnp.full(te, -1, jnp.int32),
@@ -242,13 +252,13 @@ def _two_team_loop(alive: list[bool], next_episode: list[int], *, steps: int = 5
         key=jnp.zeros(te + (2,), jnp.uint32),
     )
     zero = jnp.zeros((), jnp.int32)
-    sched = ev.Schedule(
+    sched = Schedule(
         jnp.int32(steps),
         jnp.array(next_episode, jnp.int32),
         jnp.zeros(len(next_episode), jnp.int32),
         zero,
     )
-    return m, ev.Loop(slots, done, sched), world
+    return m, Loop(slots, done, sched), world
 
 
 @pytest.mark.parametrize("ports", [1, 3])

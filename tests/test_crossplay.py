@@ -204,7 +204,9 @@ def test_a_selector_matching_nothing_is_a_one_line_error(tmp_path):
 
 
 def test_a_team_is_stored_when_its_episodes_end_so_a_kill_mid_run_keeps_it(tmp_path, monkeypatch):
-    from alem_eval.evaluate import engine as evaluate
+    from alem_eval.evaluate import rollout
+    from alem_eval.evaluate.rollout import StackResult
+    from alem_eval.evaluate.settings import CHUNK
     from alem_eval.scoring.crossplay import GAP_METRICS, run_crossplay
     from alem_eval.scoring.crossplay_store import CrossplayStore
     from alem_eval.hub.sources import open_source
@@ -224,9 +226,9 @@ def test_a_team_is_stored_when_its_episodes_end_so_a_kill_mid_run_keeps_it(tmp_p
             on_team(i, recs)
             if kill_after[0] == i:
                 raise KeyboardInterrupt
-        return evaluate.StackResult(records, [], "fast", "hard", evaluate.CHUNK)
+        return StackResult(records, [], "fast", "hard", CHUNK)
 
-    monkeypatch.setattr(evaluate, "run_teams", run_teams)
+    monkeypatch.setattr(rollout, "run_teams", run_teams)
     source = open_source(str(FIXTURES))
     store = CrossplayStore(tmp_path / "crossplay")
 

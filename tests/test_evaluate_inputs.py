@@ -12,7 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from alem_eval.evaluate import engine as ev
+from alem_eval.evaluate.rollout import run_stack, score_stack
+from alem_eval.evaluate.settings import EnvVersionWarning, check_env_version
 from alem_eval.core.errors import EvaluationError, UsageError
 from tests.conftest import REPO
 from tests.eval_support import EVALUATOR_GROUP, load, with_eval
@@ -27,7 +28,7 @@ def _score(**kw):
     cell = load(CELL)
     args = dict(protocol="fast", eval_difficulty="easy")
     args.update(kw)
-    return ev.score_stack([cell.cfg], [cell.weights], **args)
+    return score_stack([cell.cfg], [cell.weights], **args)
 
 
 @pytest.mark.parametrize(
@@ -54,25 +55,23 @@ def test_stack_errors():
     # Algorithms may share a stack (one program scores them, tests/test_teams.py); each
     # checkpoint's weights are still checked against its own config, before compiling.
     with pytest.raises(EvaluationError, match="checkpoint 1: weights lack the policy"):
-        ev.score_stack(
-            [a.cfg, m.cfg], [a.weights, a.weights], protocol="fast", eval_difficulty="easy"
-        )
+        score_stack([a.cfg, m.cfg], [a.weights, a.weights], protocol="fast", eval_difficulty="easy")
     with pytest.raises(EvaluationError, match="empty"):
-        ev.score_stack([], [], protocol="fast", eval_difficulty="easy")
+        score_stack([], [], protocol="fast", eval_difficulty="easy")
     with pytest.raises(EvaluationError, match="1 configs but 2"):
-        ev.score_stack([a.cfg], [a.weights, a.weights], protocol="fast", eval_difficulty="easy")
+        score_stack([a.cfg], [a.weights, a.weights], protocol="fast", eval_difficulty="easy")
     with pytest.raises(EvaluationError, match="lack the policy parameters"):
-        ev.score_stack([a.cfg], [m.weights], protocol="fast", eval_difficulty="easy")
+        score_stack([a.cfg], [m.weights], protocol="fast", eval_difficulty="easy")
     h = load(HYPERMARL)
     with pytest.raises(EvaluationError, match="do not match the configured network"):
-        ev.score_stack([a.cfg], [h.weights], protocol="fast", eval_difficulty="easy")
+        score_stack([a.cfg], [h.weights], protocol="fast", eval_difficulty="easy")
 
 
 def test_padding_names_some_but_not_all_of_the_teams():
     a = load(CELL)
     for padding in ([0], [1], [-1]):
         with pytest.raises(UsageError, match=r"padding \[.*\] must name some, not all, of"):
-            ev.run_stack([a.cfg], [a.weights], eval_difficulty="easy", padding=padding)
+            run_stack([a.cfg], [a.weights], eval_difficulty="easy", padding=padding)
 
 
 def test_reference_needs_an_evaluated_difficulty():
@@ -84,30 +83,30 @@ def test_env_version_mismatch_error_or_warn():
     cell = load(CELL)
     other = dataclasses.replace(cell.cfg, env_version="v0.2.1")
     with pytest.raises(EvaluationError, match=r"trained on .*v0\.2\.1.*--on-env-mismatch warn"):
-        ev.score_stack([other], [cell.weights], protocol="fast", eval_difficulty="easy")
-    with pytest.warns(ev.EnvVersionWarning, match="installed alem"):
-        msg = ev.check_env_version(other, on_mismatch="warn", where="x")
+        score_stack([other], [cell.weights], protocol="fast", eval_difficulty="easy")
+    with pytest.warns(EnvVersionWarning, match="installed alem"):
+        msg = check_env_version(other, on_mismatch="warn", where="x")
     assert msg and msg.startswith("x: ")
     assert "install alem-env" not in msg  # 0.1.0, the paper's, is what is installed
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert ev.check_env_version(other, on_mismatch="ignore") is not None
-        assert ev.check_env_version(cell.cfg) is None  # fixture matches the installed 0.1.0
+        assert check_env_version(other, on_mismatch="ignore") is not None
+        assert check_env_version(cell.cfg) is None  # fixture matches the installed 0.1.0
     with pytest.raises(UsageError, match="env-version policy"):
-        ev.check_env_version(other, on_mismatch="maybe")
+        check_env_version(other, on_mismatch="maybe")
 
 
 def test_hypermarl_without_agent_id_is_refused():
     cell = load(HYPERMARL)
     cfg = with_eval(cell.cfg, append_agent_id=False)
     with pytest.raises(EvaluationError, match="APPEND_AGENT_ID"):
-        ev.score_stack([cfg], [cell.weights], protocol="fast", eval_difficulty="hard")
+        score_stack([cfg], [cell.weights], protocol="fast", eval_difficulty="hard")
 
 
 def test_eval_env_matches_upstream_construction():
     from alem_eval.envs.eval_env import EnvStatics, get_eval_env
 
-    from alem_eval.evaluate.engine import eval_statics
+    from alem_eval.evaluate.settings import eval_statics
 
     cfg = load(CELL).cfg
     statics = eval_statics(cfg)

@@ -13,7 +13,9 @@ import jax
 import numpy as np
 import pytest
 
-from alem_eval.evaluate import engine as ev
+from alem_eval.evaluate.records import upstream_view
+from alem_eval.evaluate.rollout import score_stack
+from alem_eval.evaluate.settings import reference_key
 from tests.eval_support import REFERENCE_GROUP, diff_records, load, programs_made, with_eval
 
 pytestmark = pytest.mark.xdist_group(REFERENCE_GROUP)
@@ -31,7 +33,7 @@ CELLS = DEFAULT_CELLS + [pytest.param("full/ippo-rnn/hard/seed1", marks=pytest.m
 def _assert_matches_upstream(records, expected_rows, where):
     assert len(records) == len(expected_rows), where
     for i, (rec, exp) in enumerate(zip(records, expected_rows)):
-        got = ev.upstream_view(rec, i)
+        got = upstream_view(rec, i)
         diffs = diff_records(got, exp)
         assert not diffs, f"{where} episode {i}: {len(diffs)} keys differ: {diffs[:6]}"
 
@@ -39,7 +41,7 @@ def _assert_matches_upstream(records, expected_rows, where):
 @pytest.mark.parametrize("cell_id", CELLS)
 def test_reference_reproduces_upstream_exactly(cell_id):
     cell = load(cell_id)
-    records = ev.score_stack(
+    records = score_stack(
         [cell.cfg], [cell.weights], protocol="reference", eval_difficulty=cell.difficulty
     )
     assert len(records) == 1
@@ -56,20 +58,20 @@ def test_reference_key_depends_on_position_in_eval_difficulties():
     cell = load("tiny/ippo-rnn/hard/seed2")
     first = with_eval(cell.cfg, eval_difficulties=("hard", "easy"))
     second = with_eval(cell.cfg, eval_difficulties=("easy", "hard"))
-    k_first = np.asarray(ev.reference_key(first, "hard"))
-    k_second = np.asarray(ev.reference_key(second, "hard"))
+    k_first = np.asarray(reference_key(first, "hard"))
+    k_second = np.asarray(reference_key(second, "hard"))
     # Independent derivation of the chain (SEED=2, VISUALIZE=False).
     root, eval_key = jax.random.split(jax.random.PRNGKey(2))
     chain, d0 = jax.random.split(eval_key)
     _, d1 = jax.random.split(chain)
     assert np.array_equal(k_first, np.asarray(d0))
     assert np.array_equal(k_second, np.asarray(d1))
-    assert np.array_equal(np.asarray(ev.reference_key(cell.cfg, "hard")), k_first)
+    assert np.array_equal(np.asarray(reference_key(cell.cfg, "hard")), k_first)
     assert not np.array_equal(k_first, k_second)
 
     # Position first: upstream's numbers; position second: a different chain, other numbers.
     recs = [
-        ev.score_stack([c], [cell.weights], protocol="reference", eval_difficulty="hard")[0]
+        score_stack([c], [cell.weights], protocol="reference", eval_difficulty="hard")[0]
         for c in (first, second)
     ]
     _assert_matches_upstream(recs[0], cell.upstream_episodes(), "hard first")
@@ -81,8 +83,8 @@ def test_reference_key_depends_on_position_in_eval_difficulties():
 
 def test_visualize_consumes_one_split():
     cell = load("tiny/ippo-rnn/easy/seed0")
-    off = ev.reference_key(cell.cfg, "easy")
-    on = ev.reference_key(with_eval(cell.cfg, visualize=True), "easy")
+    off = reference_key(cell.cfg, "easy")
+    on = reference_key(with_eval(cell.cfg, visualize=True), "easy")
     root, _ = jax.random.split(jax.random.PRNGKey(0))
     _, eval_key = jax.random.split(root)
     _, d0 = jax.random.split(eval_key)
@@ -108,13 +110,13 @@ def test_reference_stack_equals_each_alone_and_traces_once():
     # Alone, each member is the tiny-IPPO parity program (3 episodes, one capacity bucket).
     kw = dict(protocol="reference", eval_difficulty="hard", num_episodes=3, max_steps=100)
     before = programs_made()
-    stacked = ev.score_stack(cfgs, weights, **kw)
+    stacked = score_stack(cfgs, weights, **kw)
     assert programs_made() - before == 1  # one trace/compile for the whole stack
-    again = ev.score_stack(cfgs, weights, **kw)
+    again = score_stack(cfgs, weights, **kw)
     assert programs_made() - before == 1  # and none for a repeat
     assert again == stacked
     for k, (cfg, w) in enumerate(members):
-        alone = ev.score_stack([cfg], [w], **kw)[0]
+        alone = score_stack([cfg], [w], **kw)[0]
         for i, (a, b) in enumerate(zip(stacked[k], alone)):
             assert not diff_records(a, b), f"checkpoint {k} episode {i}: {diff_records(a, b)[:5]}"
     # The members really differ (weights or key chain), so the test is not vacuous.

@@ -10,7 +10,16 @@ import textwrap
 
 import pytest
 
-from alem_eval.evaluate import engine as ev
+from alem_eval.evaluate.records import upstream_view
+from alem_eval.evaluate.rollout import run_stack
+from alem_eval.evaluate.settings import (
+    EPISODE_COLUMNS,
+    FAST_MAX_STEPS,
+    FAST_NUM_EPISODES,
+    FAST_WORLD_SEED,
+    fast_keys,
+    record_columns,
+)
 from tests.conftest import REPO
 from tests.eval_support import (
     EVALUATOR_GROUP,
@@ -27,7 +36,7 @@ FAST_STEPS = 1000
 
 
 def _fast(cell, difficulty):
-    return ev.run_stack(
+    return run_stack(
         [cell.cfg],
         [cell.weights],
         protocol="fast",
@@ -56,9 +65,9 @@ def test_fast_protocol_is_deterministic_and_exits_early():
     assert first.slot_steps == max(lengths) * FAST_EPISODES
     # Every record column is known before any episode is played (what compare checks a
     # metric name against), and nothing is missing from it.
-    columns = ev.record_columns(cell.cfg)
+    columns = record_columns(cell.cfg)
     assert {k for rec in first.records[0] for k in rec} <= set(columns)
-    assert {"Team/achievement_pct", "Agent2/xp", *ev.EPISODE_COLUMNS} <= set(columns)
+    assert {"Team/achievement_pct", "Agent2/xp", *EPISODE_COLUMNS} <= set(columns)
     # Another difficulty reuses the same compiled program (difficulty is a traced value).
     hard = _fast(cell, "hard")
     assert programs_made() == before
@@ -66,8 +75,8 @@ def test_fast_protocol_is_deterministic_and_exits_early():
 
 
 def test_fast_defaults_follow_the_spec():
-    assert (ev.FAST_NUM_EPISODES, ev.FAST_MAX_STEPS, ev.FAST_WORLD_SEED) == (20, 10_000, 9999)
-    worlds, chains = ev.fast_keys(3)
+    assert (FAST_NUM_EPISODES, FAST_MAX_STEPS, FAST_WORLD_SEED) == (20, 10_000, 9999)
+    worlds, chains = fast_keys(3)
     import jax
     import numpy as np
 
@@ -82,17 +91,18 @@ _SHARDED_SCRIPT = textwrap.dedent("""
     import json, sys
     sys.path.insert(0, {repo!r})
     import jax
-    from alem_eval.evaluate import engine as ev
+    from alem_eval.evaluate.programs import _PROGRAMS
+    from alem_eval.evaluate.rollout import score_stack
     from tests.eval_support import load
     from alem_eval.core.runtime import enable_compilation_cache
     enable_compilation_cache()  # the session's cache ($ALEM_EVAL_JAX_CACHE)
     assert jax.local_device_count() == 4, jax.devices()
     cell = load({cell!r})
-    ref = ev.score_stack([cell.cfg, cell.cfg], [cell.weights, cell.weights],
-                         protocol="reference", eval_difficulty="easy")
-    fast = ev.score_stack([cell.cfg], [cell.weights], protocol="fast", eval_difficulty="easy",
-                          num_episodes={episodes}, max_steps={steps})
-    devices = sorted({{k.num_devices for k in ev._PROGRAMS}})
+    ref = score_stack([cell.cfg, cell.cfg], [cell.weights, cell.weights],
+                      protocol="reference", eval_difficulty="easy")
+    fast = score_stack([cell.cfg], [cell.weights], protocol="fast", eval_difficulty="easy",
+                       num_episodes={episodes}, max_steps={steps})
+    devices = sorted({{k.num_devices for k in _PROGRAMS}})
     print("RESULT" + json.dumps({{"ref": ref, "fast": fast, "devices": devices}}))
 """)
 
@@ -122,7 +132,7 @@ def test_sharded_over_four_cpu_devices_matches_single_device():
     expected = cell.upstream_episodes()
     for recs in out["ref"]:
         for i, (rec, exp) in enumerate(zip(recs, expected)):
-            assert not diff_records(ev.upstream_view(rec, i), exp)
+            assert not diff_records(upstream_view(rec, i), exp)
     single = _fast(cell, "easy").records
     assert out["fast"] == single
 
@@ -131,15 +141,16 @@ _WARM_SCRIPT = textwrap.dedent("""
     import json, sys, time
     sys.path.insert(0, {repo!r})
     t0 = time.perf_counter()
-    from alem_eval.evaluate import engine as ev
+    from alem_eval.evaluate.machine import TRACE_COUNTS
+    from alem_eval.evaluate.rollout import run_stack
     from tests.eval_support import load
     from alem_eval.core.runtime import enable_compilation_cache
     enable_compilation_cache()  # the session's cache ($ALEM_EVAL_JAX_CACHE)
     cell = load({cell!r})
-    res = ev.run_stack([cell.cfg], [cell.weights], protocol="fast", eval_difficulty="easy",
-                       num_episodes={episodes}, max_steps={steps})
-    print("RESULT" + json.dumps({{"records": res.records, "counts": dict(ev.TRACE_COUNTS),
-                                  "wall_s": time.perf_counter() - t0}}))
+    res = run_stack([cell.cfg], [cell.weights], protocol="fast", eval_difficulty="easy",
+                    num_episodes={episodes}, max_steps={steps})
+    print("RESULT" + json.dumps({{"records": res.records, "counts": dict(TRACE_COUNTS),
+                               "wall_s": time.perf_counter() - t0}}))
 """)
 
 
@@ -163,3 +174,28 @@ def test_a_new_process_reuses_the_traced_program_and_scores_identically():
     assert other["counts"].get("reset:traced", 0) == 0  # world generation: loaded too
     assert other["counts"].get("score:traced", 0) == 0
     assert other["records"] == here.records
+
+
+def test_the_warm_start_key_hashes_every_module_of_the_play_core(monkeypatch):
+    """An exported program is reused only by the code that traced it: the key's source hash
+    reads every module of ``alem_eval.evaluate`` (subpackages too) and the model and env
+    code the programs close over."""
+    from pathlib import Path
+
+    from alem_eval.evaluate import programs
+
+    read: set[Path] = set()
+    original = Path.read_bytes
+
+    def spy(self):
+        read.add(self.resolve())
+        return original(self)
+
+    monkeypatch.setattr(Path, "read_bytes", spy)
+    programs._code_identity.__wrapped__()
+    package = Path(programs.__file__).resolve().parents[1]  # alem_eval
+    expected = {p.resolve() for p in (package / "evaluate").rglob("*.py")} | {
+        (package / name).resolve()
+        for name in ("model/policies.py", "model/networks.py", "envs/eval_env.py")
+    }
+    assert len(expected) > 3 and expected <= read, sorted(map(str, expected - read))

@@ -14,7 +14,7 @@ from alem_eval.analysis import bootstrap
 from alem_eval.datasets import vault as datasets
 from alem_eval.scoring import crossplay
 
-from alem_eval.evaluate import engine as evaluate
+from alem_eval.evaluate.settings import ENV_MISMATCH_POLICIES, PROTOCOLS
 
 from alem_eval.cli import options
 from alem_eval.algorithms.config import DIFFICULTIES
@@ -101,8 +101,8 @@ def _values(enum) -> tuple[str, ...]:
 
 
 def test_choices_are_what_the_library_accepts(tmp_path):
-    assert _values(options.Protocol) == evaluate.PROTOCOLS
-    assert set(_values(options.EnvMismatch)) <= set(evaluate.ENV_MISMATCH_POLICIES)
+    assert _values(options.Protocol) == PROTOCOLS
+    assert set(_values(options.EnvMismatch)) <= set(ENV_MISMATCH_POLICIES)
     assert _values(options.Runs) == bootstrap.RUNS_MODES
     assert _values(options.LeaderboardFormat) == LEADERBOARD_FORMATS
     assert _values(options.Difficulty) == DIFFICULTIES

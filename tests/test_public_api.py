@@ -209,7 +209,9 @@ def test_a_policy_checks_the_shapes_it_is_given():
 def test_crossplay_returns_teams_gaps_and_the_matrix_as_frames(tmp_path, monkeypatch):
     """The library's cross-play with the evaluator stubbed (no compile): one row per team,
     one gap row per metric, the pair matrix over the cells."""
-    from alem_eval.evaluate import engine as evaluate
+    from alem_eval.evaluate import rollout
+    from alem_eval.evaluate.rollout import StackResult
+    from alem_eval.evaluate.settings import CHUNK
     from alem_eval.scoring.crossplay import GAP_METRICS
 
     def run_teams(cfgs, weights, teams, *, num_episodes, on_team=None, **_):
@@ -219,9 +221,9 @@ def test_crossplay_returns_teams_gaps_and_the_matrix_as_frames(tmp_path, monkeyp
         ]
         for i, recs in enumerate(records):
             on_team(i, recs)
-        return evaluate.StackResult(records, [], "fast", "hard", evaluate.CHUNK)
+        return StackResult(records, [], "fast", "hard", CHUNK)
 
-    monkeypatch.setattr(evaluate, "run_teams", run_teams)
+    monkeypatch.setattr(rollout, "run_teams", run_teams)
     result = alem_eval.crossplay(
         "tiny/ippo-rnn",
         source=str(FIXTURES),

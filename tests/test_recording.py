@@ -14,7 +14,9 @@ import jax
 import numpy as np
 import pytest
 
-from alem_eval.evaluate import engine as ev
+from alem_eval.evaluate.records import RecordTo
+from alem_eval.evaluate.rollout import run_teams
+from alem_eval.evaluate.settings import eval_statics
 from alem_eval.core.errors import DatasetError
 from tests.conftest import FIXTURES
 from tests.eval_support import EVALUATOR_GROUP, MIXED_CELLS, MIXED_RUN, MIXED_TEAMS, load
@@ -60,12 +62,12 @@ class MemoryRecorder:
 def recorded():
     cells = [load(c) for c in MIXED_CELLS]
     rec = MemoryRecorder()
-    res = ev.run_teams(
+    res = run_teams(
         [c.cfg for c in cells],
         [c.weights for c in cells],
         MIXED_TEAMS,
         **MIXED_RUN,
-        record=ev.RecordTo(rec, list(MIXED_CELLS)),
+        record=RecordTo(rec, list(MIXED_CELLS)),
     )
     return res, rec, cells, MIXED_TEAMS
 
@@ -90,7 +92,7 @@ def test_every_step_of_every_episode_is_recorded_once_and_matches_the_scores(rec
 
 def test_recording_does_not_change_the_scores(recorded):
     res, _, cells, teams = recorded
-    plain = ev.run_teams([c.cfg for c in cells], [c.weights for c in cells], teams, **MIXED_RUN)
+    plain = run_teams([c.cfg for c in cells], [c.weights for c in cells], teams, **MIXED_RUN)
     assert plain.records == res.records
 
 
@@ -102,7 +104,7 @@ def test_recorded_actions_replayed_from_the_recorded_keys_reproduce_the_episode(
     res, rec, cells, teams = recorded
     names = tuple(MIXED_CELLS[m] for m in (3, 0, 1))  # PQN, IPPO, MAPPO
     assert (3, 0, 1) in teams
-    env = get_eval_env(ev.eval_statics(cells[0].cfg).world)
+    env = get_eval_env(eval_statics(cells[0].cfg).world)
     dyn = env.difficulty_params("easy")
     for e in (0, EPISODES - 1):
         steps, meta = rec.episode(names, e), rec.meta[(names, e)]
@@ -158,12 +160,12 @@ def _padded(arrays, length, fill):
 def test_a_failing_recorder_stops_the_recording_not_the_scores(recorded):
     res, _, cells, teams = recorded
     broken = MemoryRecorder(fail_after=1)
-    out = ev.run_teams(
+    out = run_teams(
         [c.cfg for c in cells],
         [c.weights for c in cells],
         teams,
         **MIXED_RUN,
-        record=ev.RecordTo(broken, list(MIXED_CELLS)),
+        record=RecordTo(broken, list(MIXED_CELLS)),
     )
     assert out.record_error == "disk full (test)"
     assert out.records == res.records

@@ -13,7 +13,8 @@ import shutil
 
 import pytest
 
-from alem_eval.evaluate import engine as ev
+from alem_eval.evaluate.rollout import RolloutProgress
+from alem_eval.evaluate.settings import RECORD_CHUNK
 from alem_eval.datasets.reader import open_recording
 from alem_eval.analysis.results import ResultsStore
 from alem_eval.scoring.score import ScoreOptions, score_cells
@@ -59,7 +60,7 @@ def assert_each_episode_recorded_once(record_dir, scores) -> None:
         assert ep.length == want[key]["episode_length"]
         assert ep.meta["episode_return"] == want[key]["episode_return"]
     # Longer than one recording call: a copy beside its cell would interleave.
-    assert max(ep.length for ep in rec.complete) > ev.RECORD_CHUNK
+    assert max(ep.length for ep in rec.complete) > RECORD_CHUNK
 
 
 def test_seven_cells_of_one_algorithm_record_each_episode_once_and_a_rerun_reuses_them(
@@ -68,7 +69,7 @@ def test_seven_cells_of_one_algorithm_record_each_episode_once_and_a_rerun_reuse
     """Stacks of 5: the second holds 2 cells and 3 padding copies of the last."""
     cells = source.select(["tiny/ippo-rnn/*"])
     assert len(cells) == 7
-    seen: list[ev.RolloutProgress] = []
+    seen: list[RolloutProgress] = []
     scores = score(source, cells, tmp_path, seen)
     assert [s.cell.id for s in scores] == [c.id for c in cells]
     assert_each_episode_recorded_once(tmp_path / "rec", scores)

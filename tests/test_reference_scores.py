@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from alem_eval.envs.eval_env import EnvStatics, get_eval_env
-from alem_eval.evaluate import engine as ev
+from alem_eval.evaluate.records import _scores, _scores_eager
+from alem_eval.evaluate.rollout import run_stack
 from tests.eval_support import REFERENCE_GROUP
 
 pytestmark = pytest.mark.xdist_group(REFERENCE_GROUP)  # shares the world programs
@@ -47,8 +48,8 @@ def test_reference_scores_equal_eager_compute_score_where_compiled_ones_do_not()
     snapshot = tuple(jnp.asarray(leaves[i])[None, None] for i in idx)  # [K=1, E=1, ...]
     with jax.disable_jit():
         upstream = np.asarray(env._score_impl(state)[METRIC])  # upstream: eager
-    reference = ev._scores_eager(WORLD, snapshot, state, 1, 1)[METRIC][0, 0]
-    compiled = ev._scores(WORLD, snapshot, state, 1, 1)[METRIC][0, 0]
+    reference = _scores_eager(WORLD, snapshot, state, 1, 1)[METRIC][0, 0]
+    compiled = _scores(WORLD, snapshot, state, 1, 1)[METRIC][0, 0]
     np.testing.assert_array_equal(reference, upstream)
     assert not np.array_equal(compiled, upstream)  # what reference used to report
 
@@ -63,7 +64,7 @@ def test_both_protocols_refuse_another_prng_mode_or_precision():
         try:
             for protocol in ("fast", "reference"):
                 with pytest.raises(EvaluationError, match="jax_threefry_partitionable=False"):
-                    ev.run_stack(
+                    run_stack(
                         [cell.cfg],
                         [cell.weights],
                         protocol=protocol,

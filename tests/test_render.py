@@ -16,7 +16,10 @@ import types
 import numpy as np
 import pytest
 
-from alem_eval.evaluate import engine as ev
+from alem_eval.evaluate.group import _resets
+from alem_eval.evaluate.records import RecordTo
+from alem_eval.evaluate.rollout import run_teams
+from alem_eval.evaluate.settings import eval_statics, fast_keys
 from alem_eval.render import episode as R, frames as F, player as P, writers as W
 from alem_eval.core.errors import EvaluationError, UsageError
 from tests.clitools import assert_one_line_error, cli_env, closed_port_url, run_cli
@@ -57,10 +60,10 @@ def reset_views(episode: int) -> np.ndarray:
     import jax
     from alem_eval.envs.eval_env import get_eval_env
 
-    world = ev.eval_statics(load(IPPO).cfg).world
+    world = eval_statics(load(IPPO).cfg).world
     env = get_eval_env(world)
-    key = ev.fast_keys(episode + 1)[0][episode]
-    _, state = ev._resets(world, env.difficulty_params("easy"), [key])
+    key = fast_keys(episode + 1)[0][episode]
+    _, state = _resets(world, env.difficulty_params("easy"), [key])
     return views_of(jax.tree_util.tree_map(lambda x: x[0], state), world)
 
 
@@ -104,7 +107,7 @@ def rendered(tmp_path_factory):
 def evaluator():
     cells = [load(IPPO), load(PQN)]
     rec = StepsRecorder()
-    res = ev.run_teams(
+    res = run_teams(
         [c.cfg for c in cells],
         [c.weights for c in cells],
         [(0, 1, 0)],
@@ -112,7 +115,7 @@ def evaluator():
         eval_difficulty="easy",
         num_episodes=1,
         max_steps=STEPS,
-        record=ev.RecordTo(rec, [IPPO, PQN]),
+        record=RecordTo(rec, [IPPO, PQN]),
     )
     return res.records[0][0], rec
 
@@ -146,7 +149,7 @@ def test_the_gif_has_a_frame_per_state_and_they_are_the_renderers_views(rendered
 
     # Frame 0 is the reset world PRNGKey(9999 + 0), the last frame the last state; both
     # are the renderer's views above the caption strip of that step.
-    world = ev.eval_statics(load(IPPO).cfg).world
+    world = eval_statics(load(IPPO).cfg).world
     for t, views in ((0, reset_views(0)), (result.steps, views_of(frames[-1][0].state, world))):
         step, frame = frames[t]
         assert_views_in_frame(frame, views)

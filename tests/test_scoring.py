@@ -10,7 +10,14 @@ import warnings
 import pytest
 
 from alem_eval.model import checkpoint as ckpt
-from alem_eval.evaluate import engine as evaluate
+from alem_eval.evaluate import rollout
+from alem_eval.evaluate.rollout import StackResult
+from alem_eval.evaluate.settings import (
+    CHUNK,
+    EnvVersionWarning,
+    check_env_version,
+    validate_request,
+)
 from alem_eval.model import loader
 from alem_eval.core.errors import EvaluationError, UsageError
 from alem_eval.hub.manifest import Cell
@@ -28,7 +35,7 @@ class _Calls(list):
 
 @pytest.fixture
 def fake_evaluator(monkeypatch):
-    """``evaluate.run_stack`` without the compile: it checks the env version of every
+    """``evaluate.rollout.run_stack`` without the compile: it checks the env version of every
     config under the policy it is given, as the real one does before compiling anything.
     Checkpoint k's episodes end k-th (``on_team``); ``calls.kill_after = k`` kills the
     call right after that. Episodes last ``max_steps`` (synthetic steps when recording);
@@ -54,7 +61,7 @@ def fake_evaluator(monkeypatch):
         padding=(),
     ):
         for i, cfg in enumerate(cfgs):
-            evaluate.check_env_version(cfg, on_mismatch=on_env_mismatch, where=f"checkpoint {i}")
+            check_env_version(cfg, on_mismatch=on_env_mismatch, where=f"checkpoint {i}")
         calls.append(dict(n=len(cfgs), protocol=protocol, eval_difficulty=eval_difficulty))
         calls.paddings.append(sorted(padding))
         records = [
@@ -77,15 +84,15 @@ def fake_evaluator(monkeypatch):
                 on_team(k, recs)
             if calls.kill_after == k:
                 raise KeyboardInterrupt  # the run is killed while the next ones still run
-        return evaluate.StackResult(
+        return StackResult(
             records=records,
             starts=[],
             protocol=protocol,
             eval_difficulty=eval_difficulty,
-            chunk=evaluate.CHUNK,
+            chunk=CHUNK,
         )
 
-    monkeypatch.setattr(evaluate, "run_stack", run_stack)
+    monkeypatch.setattr(rollout, "run_stack", run_stack)
     return calls
 
 
@@ -110,7 +117,7 @@ def test_env_mismatch_warn_scores_with_one_warning(cell_copy, fake_evaluator, ot
     src, _ = _source(cell_copy)
     cells = src.select([CELL])
     options = ScoreOptions(num_episodes=2, max_steps=4, on_env_mismatch="warn")
-    with pytest.warns(evaluate.EnvVersionWarning) as caught:
+    with pytest.warns(EnvVersionWarning) as caught:
         scores = score_cells(src, cells, options=options)
     assert [str(w.message).split(":")[0] for w in caught] == [CELL]  # once, named by the cell
     assert "'v-other'" in str(caught[0].message)
@@ -130,7 +137,7 @@ def test_env_mismatch_error_stops_before_the_evaluator(
 def test_matching_env_version_scores_without_a_warning(cell_copy, fake_evaluator):
     src, _ = _source(cell_copy)
     with warnings.catch_warnings():
-        warnings.simplefilter("error", evaluate.EnvVersionWarning)
+        warnings.simplefilter("error", EnvVersionWarning)
         scores = score_cells(src, src.select([CELL]), options=ScoreOptions(num_episodes=1))
     assert len(scores) == 1 and fake_evaluator[0]["n"] == 1
 
@@ -302,7 +309,7 @@ def test_score_options_fail_with_the_evaluators_words(kw, request_args):
     with pytest.raises(UsageError) as ours:
         ScoreOptions(**kw)
     with pytest.raises(UsageError) as theirs:
-        evaluate._validate_request(*request_args)
+        validate_request(*request_args)
     assert str(ours.value) == str(theirs.value)
 
 
@@ -463,7 +470,7 @@ def test_score_options_reject_an_unknown_eval_difficulty_in_the_evaluators_words
     with pytest.raises(UsageError) as ours:
         ScoreOptions(eval_difficulty="extreme")
     with pytest.raises(UsageError) as theirs:
-        evaluate._validate_request("fast", "extreme", None, None)
+        validate_request("fast", "extreme", None, None)
     assert str(ours.value) == str(theirs.value)
 
 

@@ -7,7 +7,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from alem_eval.evaluate import engine as ev
+from alem_eval.evaluate.programs import _PROGRAMS
+from alem_eval.evaluate.rollout import _policy_variables, run_stack, run_teams
+from alem_eval.evaluate.teams import (
+    Role,
+    TeamClass,
+    batch_structure,
+    init_team_carries,
+    team_actions,
+    team_roles,
+)
 from alem_eval.algorithms.registry import all_algorithms
 from alem_eval.core.errors import EvaluationError
 from alem_eval.model.networks import build_network
@@ -37,25 +46,25 @@ def _members(*cell_ids):
 
 
 def test_team_roles_lists_members_in_order_with_their_slots():
-    assert ev.team_roles((4, 4, 7)) == ((4, 7), ((0, 1), (2,)))
-    assert ev.team_roles((2, 5, 2)) == ((2, 5), ((0, 2), (1,)))
-    assert ev.team_roles((1, 1, 1)) == ((1,), ((0, 1, 2),))
+    assert team_roles((4, 4, 7)) == ((4, 7), ((0, 1), (2,)))
+    assert team_roles((2, 5, 2)) == ((2, 5), ((0, 2), (1,)))
+    assert team_roles((1, 1, 1)) == ((1,), ((0, 1, 2),))
 
 
 def test_every_algorithm_is_scored_by_one_program_and_identical_teams_equal_self_play():
     cfgs, weights = _members(*MIXED_CELLS)
     teams = MIXED_TEAMS
-    made, programs = programs_made(), len(ev._PROGRAMS)
-    mixed = ev.run_teams(cfgs, weights, teams, **MIXED_RUN)
+    made, programs = programs_made(), len(_PROGRAMS)
+    mixed = run_teams(cfgs, weights, teams, **MIXED_RUN)
     # One program, one trace of the rollout (hence of the Alem step), for the four
     # algorithms' seven teams. (test_recording, in the same worker, may have made it
     # already: its unrecorded run is this batch.)
-    assert programs_made() - made <= 1 and len(ev._PROGRAMS) - programs <= 1
-    networks, _, classes, _ = ev._batch_structure(teams, cfgs, [None] * len(cfgs))
+    assert programs_made() - made <= 1 and len(_PROGRAMS) - programs <= 1
+    networks, _, classes, _ = batch_structure(teams, cfgs, [None] * len(cfgs))
     released = {a.name for a in all_algorithms() if a.release is not None}  # fixture cells
     assert {c.algorithm for c in cfgs} == released and len(networks) >= len(released)
     assert sum(c.size for c in classes) == len(teams)
-    same = [k for k in ev._PROGRAMS if (k.network_keys, k.classes) == (networks, classes)]
+    same = [k for k in _PROGRAMS if (k.network_keys, k.classes) == (networks, classes)]
     assert len([k for k in same if not k.record]) == 1
     assert all(len(r) == MIXED_RUN["num_episodes"] for r in mixed.records)
     # A team whose three slots are one checkpoint gives exactly that cell's self-play
@@ -64,9 +73,9 @@ def test_every_algorithm_is_scored_by_one_program_and_identical_teams_equal_self
     # against IPPO alone).
     assert (IPPO, PQN) == PAIR_CELLS
     ippo = load(IPPO)
-    pair = ev.run_teams(*_members(*PAIR_CELLS), PAIR_TEAMS, **{**MIXED_RUN, **PAIR_BATCH})
+    pair = run_teams(*_members(*PAIR_CELLS), PAIR_TEAMS, **{**MIXED_RUN, **PAIR_BATCH})
     selfplay = {
-        (0, 0, 0): ev.run_stack([ippo.cfg], [ippo.weights], **MIXED_RUN).records[0],
+        (0, 0, 0): run_stack([ippo.cfg], [ippo.weights], **MIXED_RUN).records[0],
         (3, 3, 3): pair.records[PAIR_TEAMS.index((1, 1, 1))],
     }
     for team, alone in selfplay.items():
@@ -84,11 +93,11 @@ def test_each_slot_acts_as_its_own_policy_would_alone():
     specs = [build_network(c) for c in cfgs]
     policies = [make_policy(s) for s in specs]
     classes = (
-        ev.TeamClass((ev.Role(0, (0,)), ev.Role(1, (1,)), ev.Role(2, (2,))), 1),
-        ev.TeamClass((ev.Role(3, (0, 1)), ev.Role(0, (2,))), 1),
+        TeamClass((Role(0, (0,)), Role(1, (1,)), Role(2, (2,))), 1),
+        TeamClass((Role(3, (0, 1)), Role(0, (2,))), 1),
     )
     member_of = [(0, 1, 2), (3, 0)]
-    variables = [ev._policy_variables(s, w, "test") for s, w in zip(specs, weights, strict=True)]
+    variables = [_policy_variables(s, w, "test") for s, w in zip(specs, weights, strict=True)]
     params = tuple(
         tuple(
             jax.tree_util.tree_map(lambda x: x[None], policies[m].prepare(variables[m])) for m in ms
@@ -101,12 +110,12 @@ def test_each_slot_acts_as_its_own_policy_would_alone():
     raw = jnp.asarray(rng.random((2, p, d), np.float32))  # N = 2 teams x 1 episode
     dones = jnp.zeros((2, p), bool)
     mask = jnp.asarray(rng.random((2, p, a)) < 0.7).at[:, :, 0].set(True)
-    carries = ev.init_team_carries(policies, classes, 1)
+    carries = init_team_carries(policies, classes, 1)
     # Perturb the carries so that a slot's own recurrent state matters.
     carries = jax.tree_util.tree_map(
         lambda x: x + 0.1 * jnp.arange(x.size).reshape(x.shape) / x.size, carries
     )
-    new, actions = ev.team_actions(
+    new, actions = team_actions(
         policies, classes, params, use_mask, carries, raw, dones, mask, episodes=1, num_actions=a
     )
     for c, cls in enumerate(classes):
@@ -134,7 +143,7 @@ def test_team_of_cells_needing_different_envs_is_a_clear_error():
 
     other = dataclasses.replace(other, env=dataclasses.replace(other.env, num_comm_channels=0))
     with pytest.raises(EvaluationError, match=r"different env configurations.*num_comm_channels"):
-        ev.run_teams(
+        run_teams(
             [cfgs[0], other],
             weights,
             [(0, 0, 1)],
@@ -155,7 +164,7 @@ def test_team_of_cells_needing_different_envs_is_a_clear_error():
 def test_team_naming_a_missing_slot_or_cell_is_a_clear_error(teams, message):
     cfgs, weights = _members(IPPO, PQN)
     with pytest.raises(EvaluationError, match=message):
-        ev.run_teams(
+        run_teams(
             cfgs,
             weights,
             teams,
@@ -169,7 +178,7 @@ def test_team_naming_a_missing_slot_or_cell_is_a_clear_error(teams, message):
 def test_reference_protocol_refuses_mixed_teams():
     cfgs, weights = _members(IPPO, IPPO_2)
     with pytest.raises(EvaluationError, match="self-play"):
-        ev.run_teams(
+        run_teams(
             cfgs,
             weights,
             [(0, 1, 1)],

@@ -95,7 +95,7 @@ class Policy:
 
 @jax.jit
 def _act(policy: Policy, carry: Any, obs: jax.Array, mask: jax.Array) -> tuple[Any, jax.Array]:
-    """The evaluator's step of one role (``evaluate.team_actions``): the policy on all P
+    """The evaluator's step of one role (``evaluate.teams.team_actions``): the policy on all P
     agents of each episode, reset flags all False (an Alem episode ends for every agent
     at once, so no agent is done before the end)."""
     greedy = policy._static.greedy
@@ -124,7 +124,7 @@ def load_policy(
     (carry, actions)``.
     """
     from alem_eval.api.functions import _resolve
-    from alem_eval.evaluate.engine import _policy_variables
+    from alem_eval.evaluate.rollout import _policy_variables
     from alem_eval.model.loader import load_cell
     from alem_eval.model.policies import make_policy
 
@@ -200,7 +200,7 @@ def make_env(difficulty: str, num_comm_channels: int = 4) -> Env:
     as the evaluator builds it. Returns :class:`Env`."""
     from alem_eval.envs.eval_env import EnvStatics, get_eval_env
 
-    from alem_eval.evaluate.engine import check_eval_difficulty
+    from alem_eval.evaluate.settings import check_eval_difficulty
 
     check_eval_difficulty(difficulty)
     if isinstance(num_comm_channels, bool) or not isinstance(num_comm_channels, (int, np.integer)):

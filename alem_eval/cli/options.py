@@ -39,7 +39,7 @@ from alem_eval.core.errors import UsageError
 # Choices
 # ----------------------------------------------------------------------------------------
 class Protocol(StrEnum):
-    """``alem_eval.evaluate.engine.PROTOCOLS``."""
+    """``alem_eval.evaluate.settings.PROTOCOLS``."""
 
     fast = "fast"
     reference = "reference"

@@ -168,7 +168,7 @@ class Reporter:
 class EpisodeBar:
     """Evaluated episodes on a :class:`Reporter`: episodes done / total, live env-steps/s
     and ETA. ``update`` is an ``on_episodes``: it takes
-    :class:`alem_eval.evaluate.engine.RolloutProgress` (anything with ``episodes_done``,
+    :class:`alem_eval.evaluate.rollout.RolloutProgress` (anything with ``episodes_done``,
     ``episodes_total``, ``live_steps``, ``elapsed_s``); ``cell_done`` is an
     ``on_progress(message, done, total)``; ``note`` an ``on_progress(message)``.
 

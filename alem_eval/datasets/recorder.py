@@ -79,7 +79,7 @@ class _OpenEpisode:
 
 class Recorder:
     """Writes the recording of one protocol and eval difficulty under ``root`` as the
-    evaluator hands over steps (:class:`alem_eval.evaluate.engine.RecordTo`).
+    evaluator hands over steps (:class:`alem_eval.evaluate.records.RecordTo`).
 
     ``add_steps`` buffers at most one part (``part_steps`` steps, observations held in
     their compact exact form) per open episode and writes each full part atomically;

@@ -1,1 +1,32 @@
-"""The play core: teams of policies in compiled, batched rollouts of the Alem env."""
+"""The play core: teams of policies in compiled, batched rollouts of the Alem env.
+
+Greedy episodes of teams of checkpoints, any algorithms mixed, in one compiled call per
+env configuration (gymnax / PureJaxRL style: everything pure and jitted once). What is
+where, from the calls down:
+
+* :mod:`~alem_eval.evaluate.rollout` -- the evaluation calls: ``run_teams`` (any
+  checkpoint in any agent slot), ``run_stack`` and ``score_stack`` (self-play), their
+  ``StackResult`` and ``RolloutProgress``; a request's checks and its grouping by world.
+* :mod:`~alem_eval.evaluate.group` -- one group of teams in one program: batch sizing,
+  staging the weights, resets, and the host loop that drives the program (``_drive``).
+* :mod:`~alem_eval.evaluate.records` -- per-episode records and scores from the output
+  buffer, ``upstream_view``, and the recording of every step (``RecordTo``).
+* :mod:`~alem_eval.evaluate.programs` -- the compiled programs (``Program``, cached per
+  ``ProgramKey``; the world's reset and score programs), their sharding over devices, and
+  the ``jax.export`` warm start (``_code_identity``: the source hash it is valid for);
+  ``COMPILE_STATS``.
+* :mod:`~alem_eval.evaluate.machine` -- the continuous-batching rollout (``Machine``:
+  pure ``start`` / ``advance``), the loop state it carries, ``Status`` and ``StepLog``;
+  ``TRACE_COUNTS``.
+* :mod:`~alem_eval.evaluate.teams` -- team structure (``Role``, ``TeamClass``,
+  ``team_roles``, ``batch_structure``, ``check_team``) and one policy step of every
+  team (``init_team_carries``, ``team_actions``).
+* :mod:`~alem_eval.evaluate.settings` -- protocols and their constants, the request
+  checks (``check_settings``, ``check_env_version``, ``check_eval_difficulty``), the eval
+  env of a config (``eval_statics``, ``record_columns``), the keys (``reference_key``,
+  ``fast_keys``), batch sizing (``default_batch``, ``slots_per_team``) and
+  ``episode_settings``.
+
+Each module imports only those listed below it (``rollout`` -> ``group`` -> ``records``
+-> ``programs`` -> ``machine`` -> ``teams`` -> ``settings``).
+"""

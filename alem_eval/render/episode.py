@@ -254,7 +254,7 @@ def render_episode(
     difficulty (which they must then share); ``out`` defaults to :func:`default_out`.
     Options are checked before anything is loaded."""
     from alem_eval.scoring.crossplay import _shared_difficulty
-    from alem_eval.evaluate.engine import check_eval_difficulty
+    from alem_eval.evaluate.settings import check_eval_difficulty
     from alem_eval.model.loader import load_cell
 
     check_episode(episode)

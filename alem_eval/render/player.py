@@ -3,7 +3,7 @@
 The episode is exactly the one ``score --protocol fast`` plays as episode ``i``: world
 ``PRNGKey(9999 + i)``, step keys threaded from ``fold_in(PRNGKey(9999 + i), 1)`` with the
 evaluator's 3-way split per step (key, act key unused, env key), the greedy actions of
-:func:`alem_eval.evaluate.engine.team_actions` (action masking as each member's config says) and
+:func:`alem_eval.evaluate.teams.team_actions` (action masking as each member's config says) and
 the eval env's ``step``, all on a batch of one slot -- the shapes ``run_teams`` uses for a
 single episode, so its actions, length and return are those of
 ``run_teams(..., num_episodes=1)`` bit for bit (with more episodes in the batch, float
@@ -62,7 +62,7 @@ class EpisodePlayer:
     ``cfgs[k]`` / ``weights[k]`` describe checkpoint ``k``; ``team[s]`` is the checkpoint
     driving agent slot ``s``. Iterating yields :class:`EpisodeStep` s for ``t = 0 ..
     length``; each step is one call of a jitted function (the policies of every role and
-    one env step, on a batch of one slot, as :class:`alem_eval.evaluate.engine.Machine` steps).
+    one env step, on a batch of one slot, as :class:`alem_eval.evaluate.machine.Machine` steps).
     """
 
     def __init__(
@@ -78,12 +78,20 @@ class EpisodePlayer:
     ):
         import jax
 
-        from alem_eval.evaluate import engine as ev
+        from alem_eval.evaluate.group import _stack
+        from alem_eval.evaluate.rollout import _policy_variables
+        from alem_eval.evaluate.settings import (
+            FAST_MAX_STEPS,
+            check_env_version,
+            check_settings,
+            eval_statics,
+        )
+        from alem_eval.evaluate.teams import batch_structure, check_team, team_roles
         from alem_eval.model.networks import build_network
         from alem_eval.model.policies import make_policy
 
         check_episode(episode)
-        ev.check_settings("fast", None, max_steps)
+        check_settings("fast", None, max_steps)
         if eval_difficulty not in DIFFICULTIES:
             raise UsageError(
                 f"unknown eval difficulty {eval_difficulty!r} "
@@ -95,11 +103,11 @@ class EpisodePlayer:
                 "(the PRNG mode and precision of the fast protocol's worlds and keys)"
             )
         team = tuple(int(m) for m in team)
-        statics = [ev.eval_statics(c) for c in cfgs]
+        statics = [eval_statics(c) for c in cfgs]
         specs = [build_network(c) for c in cfgs]
         for k, cfg in enumerate(cfgs):
-            ev.check_env_version(cfg, on_mismatch=on_env_mismatch, where=f"checkpoint {k}")
-        ev._check_team(0, team, cfgs, statics, "fast")
+            check_env_version(cfg, on_mismatch=on_env_mismatch, where=f"checkpoint {k}")
+        check_team(0, team, cfgs, statics, "fast")
         for m in set(team):
             if statics[m].input_dim != specs[m].input_dim:
                 raise EvaluationError(
@@ -109,39 +117,41 @@ class EpisodePlayer:
         self.team = team
         self.eval_difficulty = eval_difficulty
         self.episode = int(episode)
-        self.max_steps = int(max_steps or ev.FAST_MAX_STEPS)
+        self.max_steps = int(max_steps or FAST_MAX_STEPS)
         self.world = statics[team[0]].world
         self.num_agents = self.world.num_agents
         self.num_comm_channels = self.world.num_comm_channels
-        keys, group_specs, classes, _ = ev._batch_structure([team], cfgs, specs)
-        members, _slots = ev.team_roles(team)
+        keys, group_specs, classes, _ = batch_structure([team], cfgs, specs)
+        members, _slots = team_roles(team)
         masking = any(cfgs[m].env.action_masking for m in team)
         self._step = _step_program(
             keys, classes, self.world, masking, tuple(make_policy(s) for s in group_specs)
         )
         variables = tuple(
-            ev._policy_variables(specs[m], weights[m], f"checkpoint {m}") for m in members
+            _policy_variables(specs[m], weights[m], f"checkpoint {m}") for m in members
         )
         # Per class (one), per role: the member's variables with a leading team axis of one.
-        self._variables = (tuple(ev._stack([v]) for v in variables),)
+        self._variables = (tuple(_stack([v]) for v in variables),)
         self._use_mask = (tuple(np.array([cfgs[m].env.action_masking]) for m in members),)
         self._classes = classes
 
     def __iter__(self) -> Iterator[EpisodeStep]:
         import jax
 
-        from alem_eval.evaluate import engine as ev
+        from alem_eval.evaluate.group import _resets
+        from alem_eval.evaluate.settings import fast_keys
+        from alem_eval.evaluate.teams import init_team_carries
 
         env = self._step.env
         dyn = env.difficulty_params(self.eval_difficulty)
-        worlds, chains = ev.fast_keys(self.episode + 1)
-        obs, state = ev._resets(self.world, dyn, [worlds[self.episode]])  # [1, ...]
+        worlds, chains = fast_keys(self.episode + 1)
+        obs, state = _resets(self.world, dyn, [worlds[self.episode]])  # [1, ...]
         carry = _Carry(
             key=chains[self.episode][None],
             state=state,
             obs=obs,
             dones=np.zeros((1, self.num_agents), bool),
-            policy=ev.init_team_carries(self._step.policies, self._classes, 1),
+            policy=init_team_carries(self._step.policies, self._classes, 1),
         )
         view = jax.tree_util.tree_map(lambda x: x[0], state)
         unlocked = np.asarray(np.asarray(view.achievements).any(axis=0))
@@ -211,7 +221,7 @@ def _step_program(keys, classes, world, masking: bool, policies) -> _StepProgram
 
     from alem_eval.envs.eval_env import get_eval_env
 
-    from alem_eval.evaluate.engine import team_actions
+    from alem_eval.evaluate.teams import team_actions
 
     cache_key = (keys, classes, world, masking)
     found = _STEP_PROGRAMS.get(cache_key)

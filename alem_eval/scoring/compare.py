@@ -1,7 +1,7 @@
 """The same cell(s) from two sources, scored on the same worlds, compared.
 
 :func:`compare_sources` scores the selected cells of each source with
-:func:`alem_eval.evaluate.engine.score_stack` (the same episodes and worlds for both) and states
+:func:`alem_eval.evaluate.rollout.score_stack` (the same episodes and worlds for both) and states
 how likely source A beats source B: the probability of improvement P(A > B) (the chance
 that a random run of A scores higher than a random run of B, ties counted one half) with a
 seeded stratified bootstrap CI, plus the mean difference. Runs are seeds when both sides
@@ -85,9 +85,9 @@ def select_source(
 def resolve_compare_metric(metric: str, src: Any, cells: Sequence[Any]) -> str:
     """The record column ``metric`` names, before anything is scored: a registered metric's
     key, label or alias, else a column the records of the source's first selected cell
-    will carry (:func:`~alem_eval.evaluate.engine.record_columns`, from its config.json only);
+    will carry (:func:`~alem_eval.evaluate.settings.record_columns`, from its config.json only);
     else a UsageError with the closest names."""
-    from alem_eval.evaluate import engine as evaluate
+    from alem_eval.evaluate.settings import record_columns
     from alem_eval.model.loader import resolve_cell
     from alem_eval.analysis.metrics import METRICS, resolve_metric
 
@@ -98,7 +98,7 @@ def resolve_compare_metric(metric: str, src: Any, cells: Sequence[Any]) -> str:
         cfg, _ = resolve_cell(
             src.local_dir(c), algorithm=c.algorithm, difficulty=c.difficulty, seed=c.seed
         )
-        return resolve_metric(metric, evaluate.record_columns(cfg))
+        return resolve_metric(metric, record_columns(cfg))
 
 
 def score_source(
@@ -125,10 +125,11 @@ def score_source(
 
     ``on_progress(message, done, total)`` is called once the read-back cells are known and
     as scored cells are stored; ``on_episodes`` as the evaluator's episodes finish
-    (:class:`~alem_eval.evaluate.engine.RolloutProgress`), as in :func:`~alem_eval.scoring.score.score_cells`.
+    (:class:`~alem_eval.evaluate.rollout.RolloutProgress`), as in :func:`~alem_eval.scoring.score.score_cells`.
     ``selected``: what :func:`select_source` returned for ``spec`` and ``selectors``.
     """
-    from alem_eval.evaluate import engine as evaluate
+    from alem_eval.evaluate.rollout import score_stack
+    from alem_eval.evaluate.settings import episode_settings
     from alem_eval.model.checkpoint import checkpoint_hash
     from alem_eval.model.loader import cell_checkpoint_dir, load_cell, resolve_cell
     from alem_eval.analysis.result_keys import ResultKey, build_rows, episode_records
@@ -143,7 +144,7 @@ def score_source(
         # config.json only: the key needs no weights
         cfg, _ = resolve_cell(cell_dir, algorithm=c.algorithm, difficulty=c.difficulty, seed=c.seed)
         diff = eval_difficulty or c.difficulty
-        n, cap = evaluate.episode_settings(cfg, protocol, episodes, max_steps)
+        n, cap = episode_settings(cfg, protocol, episodes, max_steps)
         key = ResultKey.for_run(
             c.id,
             cfg,
@@ -171,7 +172,7 @@ def score_source(
             f"{spec}: {len(episodes_of)} read back from the store", len(episodes_of), len(cells)
         )
     for (_, diff), members in groups.items():
-        records = evaluate.score_stack(
+        records = score_stack(
             [lc.cfg for _, lc, _ in members],
             [lc.weights for _, lc, _ in members],
             protocol=protocol,
@@ -224,7 +225,7 @@ def compare_sources(
     if len(sources) != 2:
         raise UsageError(f"compare needs exactly two --source options (got {len(sources)})")
     if eval_difficulty is not None:
-        from alem_eval.evaluate.engine import check_eval_difficulty
+        from alem_eval.evaluate.settings import check_eval_difficulty
 
         check_eval_difficulty(eval_difficulty)
     # Both sources and their cells first: a wrong B fails before A is scored.

@@ -3,7 +3,7 @@
 The teams (:class:`~alem_eval.scoring.teams.Team`) and the schemes that draw them
 (:func:`~alem_eval.scoring.teams.compositions`) are :mod:`alem_eval.scoring.teams`'.
 
-:func:`run_crossplay` scores every team in ONE :func:`alem_eval.evaluate.engine.run_teams` call
+:func:`run_crossplay` scores every team in ONE :func:`alem_eval.evaluate.rollout.run_teams` call
 (protocol ``fast``: episode i is world ``PRNGKey(9999 + i)`` for every team, so teams
 are compared on the same worlds) and keeps the rows in a cross-play store of its own
 (:class:`~alem_eval.scoring.crossplay_store.CrossplayStore`, ``<results>/crossplay/``),
@@ -253,7 +253,7 @@ def run_crossplay(
 
     ``eval_difficulty`` defaults to the cells' training difficulty (they must share it).
     Teams already in ``store`` under the same provenance are read back, the others are
-    scored in one :func:`~alem_eval.evaluate.engine.run_teams` call, each written to the store as
+    scored in one :func:`~alem_eval.evaluate.rollout.run_teams` call, each written to the store as
     soon as its last episode ends (a run killed part-way keeps every team that finished),
     before any statistic is computed. Raises :class:`~alem_eval.core.errors.AlemEvalError` s,
     one line each, naming the cell: cells that cannot be resolved or loaded, cells that
@@ -262,13 +262,13 @@ def run_crossplay(
     Progress: ``on_progress(message)`` a line per step (the teams to score, each team
     stored); ``on_episodes(RolloutProgress)`` as the rollout's episodes finish.
     """
-    from alem_eval.evaluate.engine import (
+    from alem_eval.evaluate.rollout import run_teams
+    from alem_eval.evaluate.settings import (
         FAST_MAX_STEPS,
         FAST_NUM_EPISODES,
-        _validate_request,
         check_env_version,
         eval_statics,
-        run_teams,
+        validate_request,
     )
     from alem_eval.model.loader import resolve_cell
 
@@ -279,7 +279,7 @@ def run_crossplay(
     cells = list({c.id: c for c in cells}.values())
     resolved = {c.id: _resolve(source, c, resolve_cell) for c in cells}
     eval_difficulty = eval_difficulty or _shared_difficulty(cells, resolved)
-    _validate_request(PROTOCOL, eval_difficulty, num_episodes, max_steps)
+    validate_request(PROTOCOL, eval_difficulty, num_episodes, max_steps)
     num_episodes = num_episodes or FAST_NUM_EPISODES
     max_steps = max_steps or FAST_MAX_STEPS
     for c in cells:

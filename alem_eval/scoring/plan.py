@@ -179,14 +179,14 @@ def plan_crossplay(
     episodes of at most ``max_steps`` steps, with its checks of the options."""
     from alem_eval.scoring.crossplay import _shared_difficulty
     from alem_eval.scoring.teams import DEFAULT_MAX_TEAMS, PROTOCOL, _check_scheme, compositions
-    from alem_eval.evaluate.engine import FAST_MAX_STEPS, FAST_NUM_EPISODES, _validate_request
+    from alem_eval.evaluate.settings import FAST_MAX_STEPS, FAST_NUM_EPISODES, validate_request
 
     _check_scheme(scheme)
     cells = list({c.id: c for c in cells}.values())
     configs = {c.id: _config(source, c) for c in cells}
     resolved = {cell_id: (None, cfg, None) for cell_id, (cfg, _) in configs.items()}
     eval_difficulty = eval_difficulty or _shared_difficulty(cells, resolved)
-    _validate_request(PROTOCOL, eval_difficulty, num_episodes, max_steps)
+    validate_request(PROTOCOL, eval_difficulty, num_episodes, max_steps)
     num_episodes = num_episodes or FAST_NUM_EPISODES
     max_steps = max_steps or FAST_MAX_STEPS
     slots = configs[cells[0].id][0].env.num_agents

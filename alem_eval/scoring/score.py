@@ -1,8 +1,8 @@
 """Score cells end to end: materialise -> resolve -> group into stacks -> evaluate -> store.
 
 This is the library behind ``alem-eval score``. Cells whose networks share shapes are
-stacked and evaluated in one compiled, batched call (:func:`alem_eval.evaluate.engine.score_stack`);
-every finished cell is written to the results store at once (atomically), so an
+stacked and evaluated in one compiled, batched call
+(:func:`alem_eval.evaluate.rollout.score_stack`); every finished cell is written to the results store at once (atomically), so an
 interrupted run resumes with the cells that are missing, and a cell already scored under
 the same provenance is read back instead of recomputed.
 """
@@ -23,25 +23,25 @@ from alem_eval.core.errors import DatasetError, UsageError
 from alem_eval.analysis.metrics import SUMMARY_METRICS, metric_info
 
 if TYPE_CHECKING:
-    from alem_eval.evaluate.engine import RolloutProgress
+    from alem_eval.evaluate.rollout import RolloutProgress
 
 
 @dataclass(frozen=True)
 class ScoreOptions:
     """How to score: validated with the evaluator's own checks (one wording)."""
 
-    protocol: str = "fast"  # evaluate.PROTOCOLS
+    protocol: str = "fast"  # evaluate.settings.PROTOCOLS
     num_episodes: int | None = None  # None: the protocol's default
     max_steps: int | None = None
     # The worlds every cell plays on; None: each cell's own (fast: its training
     # difficulty; reference: the EVAL_DIFFICULTIES its run evaluated). Part of every key.
     eval_difficulty: str | None = None
     max_stack: int = 5
-    batch: int | None = None  # evaluator batch slots (None: evaluate.slots_per_team's default)
-    on_env_mismatch: str = "error"  # evaluate.ENV_MISMATCH_POLICIES: error | warn | ignore
+    batch: int | None = None  # evaluator batch slots (None: settings.slots_per_team's default)
+    on_env_mismatch: str = "error"  # evaluate.settings.ENV_MISMATCH_POLICIES: error | warn | ignore
 
     def __post_init__(self) -> None:
-        from alem_eval.evaluate.engine import (
+        from alem_eval.evaluate.settings import (
             ENV_MISMATCH_POLICIES,
             check_eval_difficulty,
             check_settings,
@@ -160,7 +160,7 @@ class _Job:
 def score_settings(cfg, opts: ScoreOptions) -> tuple[list[str], int, int]:
     """``(eval difficulties, episodes, step cap)`` a cell of config ``cfg`` is scored
     with (``score`` and its ``--dry-run`` plan alike)."""
-    from alem_eval.evaluate.engine import episode_settings
+    from alem_eval.evaluate.settings import episode_settings
 
     if opts.eval_difficulty is not None:
         diffs = [opts.eval_difficulty]
@@ -214,7 +214,9 @@ def score_cells(
     being evaluated are saved.
     """
     from alem_eval.model import checkpoint as ckpt
-    from alem_eval.evaluate.engine import RecordTo, RolloutProgress, check_env_version, run_stack
+    from alem_eval.evaluate.records import RecordTo
+    from alem_eval.evaluate.rollout import RolloutProgress, run_stack
+    from alem_eval.evaluate.settings import check_env_version
     from alem_eval.model.loader import cell_checkpoint_dir, load_cell
     from alem_eval.analysis.result_keys import ResultKey, build_rows
 
