@@ -65,7 +65,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 import jax
@@ -348,7 +348,10 @@ def init_team_carries(
         tuple(
             jax.tree_util.tree_map(
                 lambda x, s=cls.size: jnp.broadcast_to(x, (s, episodes) + x.shape),
-                policies[role.group].init_carry(),
+                # focal agents (evaluate.agents): a carry for the slots they drive
+                cast(Any, policies[role.group]).init_carry(len(role.slots))
+                if getattr(policies[role.group], "is_agent", False)
+                else policies[role.group].init_carry(),
             )
             for role in cls.roles
         )
@@ -368,6 +371,8 @@ def team_actions(
     *,
     episodes: int,
     num_actions: int,
+    step_keys: jax.Array | None = None,
+    states: Any = None,
 ) -> tuple[Any, jax.Array]:
     """One greedy step of every team in the batch -> (new carries, actions ``[N, P]`` int32).
 
@@ -376,9 +381,17 @@ def team_actions(
     episodes``). Each role's policy runs on all ``P`` slots of its teams -- the batch shape
     upstream's policies use, so a team of one checkpoint computes exactly its self-play
     actions -- and its actions are kept for the slots it drives.
+
+    Focal agents (:mod:`alem_eval.evaluate.agents`, roles whose policy has ``is_agent``)
+    act on the slots they drive only, with a key derived from ``step_keys [N, 2]`` (the
+    slots' step keys, not consumed); host agents' roles are gathered into one callback
+    per agent and step (``states``: the slots' env states, for agents that read them).
     """
+    from alem_eval.evaluate import agents as focal  # focal agents' roles (evaluate.agents)
+
     num_agents = raw_obs.shape[1]
     new_carries, actions, start = [], [], 0
+    host_roles: list[focal.HostRole] = []
     for c, cls in enumerate(classes):
         size = cls.size * episodes
         lo = start
@@ -403,13 +416,25 @@ def team_actions(
 
                 return jax.vmap(one)(cr, o, d, mm)
 
-            cr, a = jax.vmap(per_team)(params[c][r], carries[c][r], obs, done, m)
+            if getattr(policy, "is_agent", False):  # a focal agent (evaluate.agents)
+                cr, a = focal.role_actions(
+                    policy, carries[c][r], obs, m, step_keys, states, block, role, c
+                )
+                if a is None:  # a host agent: its actions come from the callback below
+                    host_roles.append(cr)
+                    role_carries.append(cr.new_carry)
+                    continue
+            else:
+                cr, a = jax.vmap(per_team)(params[c][r], carries[c][r], obs, done, m)
             acts = jnp.where(np.isin(np.arange(num_agents), role.slots), a, acts)
             role_carries.append(cr)
         new_carries.append(tuple(role_carries))
-        actions.append(acts.reshape((size, num_agents)))
+        actions.append(acts)
         start += size
-    return tuple(new_carries), jnp.concatenate(actions)
+    for hr, a in zip(host_roles, focal.host_actions(host_roles), strict=True):
+        on = np.isin(np.arange(num_agents), hr.role.slots)
+        actions[hr.cls] = jnp.where(on, a, actions[hr.cls])
+    return tuple(new_carries), jnp.concatenate([a.reshape((-1, num_agents)) for a in actions])
 
 
 def _select(pred: jax.Array, new: Any, old: Any) -> Any:
@@ -672,6 +697,8 @@ class Machine:
             mask,
             episodes=self.slots,
             num_actions=env.statics.num_actions,
+            step_keys=c.key,  # focal agents derive their keys from it (evaluate.agents)
+            states=c.state,
         )
         out = jax.vmap(env.step, (0, 0, 0, None))(env_key, c.state, actions, dyn)
         live = c.alive
@@ -1033,7 +1060,10 @@ class _Program:
         self.machine = Machine(
             env=env,
             mask_env=mask_env,
-            policies=tuple(make_policy(s) for s in specs),
+            # a focal agent's group is its adapter (evaluate.agents), not a network spec
+            policies=tuple(
+                cast(Any, s) if getattr(s, "is_agent", False) else make_policy(s) for s in specs
+            ),
             classes=self.classes,
             slots=key.slots,
             chunk=key.chunk,
@@ -1048,8 +1078,11 @@ class _Program:
         if key.num_devices > 1:
             start, advance = self._sharded(start, loop_in=False), self._sharded(advance)
         names = "+".join(dict.fromkeys(s.algorithm for s in specs))
-        # Multi-device (shard_map) programs are not exported: they trace every process.
-        ident = repr(key) if key.num_devices == 1 else None
+        # Multi-device (shard_map) programs are not exported: they trace every process;
+        # nor are those with focal agents (their code is not in _code_identity; host
+        # agents' callbacks cannot be serialised).
+        focal = any(getattr(s, "is_agent", False) for s in specs)
+        ident = repr(key) if key.num_devices == 1 and not focal else None
         label = f"{key.protocol}:{names}"
         self.start = _Compiled(start, f"rollout-start:{label}", ident and f"start:{ident}")
         self.advance = _Compiled(advance, f"rollout:{label}", ident, donate=1)
@@ -1301,6 +1334,7 @@ def run_teams(
     episode_caps: Sequence[int] | None = None,
     on_team: Callable[[int, list[dict[str, float]]], None] | None = None,
     padding: Collection[int] = (),
+    agents: Mapping[int, Any] | None = None,
 ) -> StackResult:
     """Evaluate teams whose agent slots are driven by any of the given checkpoints.
 
@@ -1326,7 +1360,13 @@ def run_teams(
     them is reported: their records and starts are empty, ``on_team`` and the recording
     never see them, and progress counts only the other teams' episodes (``live_steps``
     and ``slot_steps`` still count every step the batch ran).
+
+    ``agents``: checkpoint indices driven by a focal agent instead (an
+    :class:`alem_eval.evaluate.agents.AgentGroup`; run them through
+    :func:`alem_eval.evaluate.agents.run_agent_teams`): ``cfgs[k]`` says the env it plays
+    in, ``weights[k]`` is unused.
     """
+    agents = dict(agents or {})
     _validate_request(protocol, eval_difficulty, num_episodes, max_steps)
     if len(cfgs) != len(weights):
         raise EvaluationError(f"{len(cfgs)} configs but {len(weights)} weight trees")
@@ -1370,7 +1410,13 @@ def run_teams(
                 "APPEND_AGENT_ID=true)"
             )
     used = sorted({m for team in teams for m in team})
-    variables = {i: _policy_variables(specs[i], weights[i], f"checkpoint {i}") for i in used}
+    variables = {
+        # a focal agent's members carry a placeholder (evaluate.agents.AgentGroup.prepare)
+        i: np.zeros((1,), np.float32)
+        if i in agents
+        else _policy_variables(specs[i], weights[i], f"checkpoint {i}")
+        for i in used
+    }
 
     def settings(team):
         return episode_settings(cfgs[team[0]], protocol, num_episodes, max_steps)
@@ -1417,6 +1463,7 @@ def run_teams(
             record,
             None if on_team is None else functools.partial(_team_in, on_team, idx),
             {j for j, i in enumerate(idx) if i in padding},
+            agents,
         )
         record_error = record_error or error
         for j, i in enumerate(idx):
@@ -1561,10 +1608,17 @@ def _scores_eager(world, snapshot: tuple, template: Any, k: int, e: int) -> dict
     return {name: np.stack(vs).reshape((k, e) + vs[0].shape) for name, vs in out.items()}
 
 
-def _batch_structure(teams, cfgs, specs):
-    """Network groups, team classes (role structure) and the batch order of the teams."""
-    keys = list(dict.fromkeys(cfgs[m].network_key for team in teams for m in team))
-    group_of = {m: keys.index(cfgs[m].network_key) for team in teams for m in team}
+def _batch_structure(teams, cfgs, specs, agents: Mapping[int, Any] | None = None):
+    """Network groups, team classes (role structure) and the batch order of the teams.
+    ``agents``: members driven by a focal agent (:mod:`alem_eval.evaluate.agents`): their
+    group is the agent's adapter, keyed by its ``key`` instead of a network."""
+    agents = agents or {}
+
+    def net(m):
+        return agents[m].key if m in agents else cfgs[m].network_key
+
+    keys = list(dict.fromkeys(net(m) for team in teams for m in team))
+    group_of = {m: keys.index(net(m)) for team in teams for m in team}
     by_class: dict[tuple[Role, ...], list[int]] = {}
     for i, team in enumerate(teams):
         members, slots = team_roles(team)
@@ -1572,7 +1626,8 @@ def _batch_structure(teams, cfgs, specs):
         by_class.setdefault(sig, []).append(i)
     classes = tuple(TeamClass(sig, len(idx)) for sig, idx in by_class.items())
     order = [i for idx in by_class.values() for i in idx]
-    group_specs = [specs[next(m for m in group_of if group_of[m] == g)] for g in range(len(keys))]
+    first = [next(m for m in group_of if group_of[m] == g) for g in range(len(keys))]
+    group_specs = [agents[m] if m in agents else specs[m] for m in first]
     return tuple(keys), group_specs, classes, order
 
 
@@ -1616,18 +1671,21 @@ def _run_group(
     record: RecordTo | None = None,
     on_team: Callable[[int, list[dict[str, float]]], None] | None = None,
     padding: Collection[int] = (),
+    agents: Mapping[int, Any] | None = None,
 ):
     """Evaluate one group of teams (one world and settings) in one program -> (records,
     starts, slot-steps, live env-steps, recording error), per team in the group's order.
     A team's records are made as soon as its last episode ends (``on_team(i, records)``,
     ``i`` its index in ``teams``), from the same output buffer and score program as at the
     end. The teams in ``padding`` (indices into ``teams``) run unreported (:func:`run_teams`)."""
-    keys, group_specs, classes, order = _batch_structure(teams, cfgs, specs)
+    agents = agents or {}
+    keys, group_specs, classes, order = _batch_structure(teams, cfgs, specs, agents)
     batch_teams = [teams[i] for i in order]  # class by class
     t = len(batch_teams)
     wanted = [j for j in range(t) if order[j] not in padding]  # batch rows to report
     world = statics[batch_teams[0][0]].world
-    masking = any(cfgs[m].env.action_masking for team in batch_teams for m in team)
+    # (focal agents always see the legal actions: evaluate.agents)
+    masking = bool(agents) or any(cfgs[m].env.action_masking for team in batch_teams for m in team)
     capacity = _capacity(int(caps.max()))
     if record is not None:
         chunk = min(chunk, RECORD_CHUNK)  # a short log per call: the last call pads it
@@ -1671,7 +1729,7 @@ def _run_group(
         )
         role_mask.append(
             tuple(
-                np.array([cfgs[m[r]].env.action_masking for m in members])
+                np.array([m[r] in agents or cfgs[m[r]].env.action_masking for m in members])
                 for r in range(len(cls.roles))
             )
         )
