@@ -273,6 +273,27 @@ def test_a_jax_agent_choosing_an_illegal_action_fails_before_the_rollout(play, b
     assert str(err.value) == f"focal {spec}: act chose action 10000, which is not legal"
 
 
+def test_a_host_agent_reads_alems_own_text_view_of_its_rows():
+    import jax
+
+    from alem_eval.envs.eval_env import get_eval_env
+    from alem_eval.evaluate.agents import HostInfo
+    from alem_eval.evaluate.engine import _world_programs, eval_statics
+    from alem_eval.hub.demo_cells import demo_root
+    from alem_eval.model.loader import load_cell
+
+    cfg = load_cell(os.path.join(demo_root(), BACKGROUND), policy_only=True).cfg
+    world = eval_statics(cfg).world
+    reset, _ = _world_programs(world)  # the rollout's own reset program
+    _, state = reset(jax.random.PRNGKey(9999), get_eval_env(world).difficulty_params("easy"))
+    rows = jax.tree_util.tree_map(lambda x: np.stack([np.asarray(x)] * 2), state)
+    info = HostInfo(np.array([0, 2]), np.array([True, True]), rows, "easy", world)
+    text = info.text(1)
+    assert isinstance(text, str) and len(text) > 100
+    with pytest.raises(UsageError, match="wants_state"):
+        HostInfo(np.array([0]), np.array([True])).text(0)
+
+
 # ----------------------------------------------------------------------------------------
 # `alem-eval scenario` end to end
 # ----------------------------------------------------------------------------------------

@@ -81,7 +81,8 @@ class HostInfo:
             raise UsageError("HostInfo.text needs an agent with wants_state = True")
         wrapper = _language_wrapper(self.world, self.difficulty)
         one = jax.tree_util.tree_map(lambda x: x[row], self.state)
-        return str(wrapper.describe_frame(one, int(self.player[row])))
+        text = wrapper.describe_frame(one, int(self.player[row]))
+        return "\n\n".join(map(str, text)) if isinstance(text, tuple) else str(text)
 
 
 def _language_wrapper(world: Any, difficulty: str) -> Any:
@@ -278,10 +279,10 @@ def _check_batch(group: AgentGroup, obs_dim: int, num_actions: int, k: int) -> N
         )
 
 
-def probe_group(group: AgentGroup, world: Any, difficulty: str) -> None:
-    """One concrete step of a JAX agent on the first world of the ``fast`` protocol, all
-    agents' slots at once (with the reset program the rollout uses): an agent whose
-    first actions are illegal fails here, before minutes of compiling."""
+def probe_group(group: AgentGroup, world: Any, difficulty: str, batch: int) -> None:
+    """One concrete step of a JAX agent on the first world of the ``fast`` protocol, on
+    its first ``batch`` agent slots (with the reset program the rollout uses): an agent
+    whose first actions are illegal fails here, before minutes of compiling."""
     import dataclasses
 
     from alem_eval.envs.eval_env import get_eval_env
@@ -294,8 +295,8 @@ def probe_group(group: AgentGroup, world: Any, difficulty: str) -> None:
     dyn: Any = env.difficulty_params(difficulty)
     key = jax.random.PRNGKey(FAST_WORLD_SEED)
     obs, state = reset(key, dyn)
-    mask = env.action_mask(state, dyn)
-    carry = group.init_carry(obs.shape[0])
+    obs, mask = obs[:batch], env.action_mask(state, dyn)[:batch]
+    carry = group.init_carry(batch)
     _, actions = jax.jit(group.jax_step)(carry, obs, mask, jax.random.fold_in(key, FOCAL_SALT))
     legal = np.asarray(_legal(actions, mask, jnp))
     if not legal.all():
@@ -560,16 +561,17 @@ def run_agent_teams(
 
     check_eval_difficulty(kwargs.get("eval_difficulty", ""))
     groups: dict[int, AgentGroup] = {}
+    batches: dict[int, list[int]] = {}
     for k, agent in agents.items():
         st = eval_statics(cfgs[k])
-        batches = {list(team).count(k) for team in teams if k in team} or {1}
-        groups[k] = check_group(make_group(agent), st.obs_dim, st.num_actions, sorted(batches))
+        batches[k] = sorted({list(team).count(k) for team in teams if k in team} or {1})
+        groups[k] = check_group(make_group(agent), st.obs_dim, st.num_actions, batches[k])
     if not groups:
         raise UsageError("run_agent_teams needs at least one agent")
     first = eval_statics(cfgs[next(iter(groups))])
     unique = list({g.key: g for g in groups.values()}.values())
-    for g in unique:
-        probe_group(g, first.world, kwargs["eval_difficulty"])
+    for k, g in groups.items():
+        probe_group(g, first.world, kwargs["eval_difficulty"], batches[k][0])
 
     def guarded(i: int, records: list[dict[str, float]]) -> None:
         raise_failure(unique)
