@@ -113,7 +113,8 @@ def scenario(
 
     Examples:
 
-      alem-eval scenario --focal examples/agents.py:greedy_explorer 'demo/*' --source demo
+      alem-eval scenario --focal examples/agents.py:explorer 'demo/*' \\
+          --source demo --mode both
       alem-eval scenario --focal mypkg.agents:make --focal-arg temperature=0.5 \\
           '1B/ippo-rnn/hard' --mode visitor
     """
