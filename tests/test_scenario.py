@@ -350,14 +350,15 @@ def test_cli_scenario_rerun_reads_every_team_back_and_a_bad_spec_stores_nothing(
     scenario_run, tmp_path
 ):
     root, env, results, first = scenario_run
-    again = run_cli([*ARGS, "--results", str(results), "--format", "json"], env, timeout=600)
+    out = ["--out", str(tmp_path / "out")]  # (the default --out is the working directory's)
+    again = run_cli([*ARGS, *out, "--results", str(results), "--format", "json"], env, timeout=600)
     assert again.returncode == 0, again.stderr
     doc = json.loads(again.stdout)
     assert doc["teams_scored"] == 0 and doc["teams_reused"] == 7
     assert doc["rows"] == json.loads(first.stdout)["rows"]
-    table = run_cli([*ARGS, "--results", str(results)], env, timeout=600)
+    table = run_cli([*ARGS, *out, "--results", str(results)], env, timeout=600)
     assert "focal - self" in table.stdout and "resident" in table.stdout
-    bad = [*ARGS, "--results", str(tmp_path / "r")]
+    bad = [*ARGS, *out, "--results", str(tmp_path / "r")]
     bad[2] = "examples/agents.py:nope"
     proc = run_cli(bad, env, timeout=600)
     assert_one_line_error(proc, "focal examples/agents.py:nope", "has no attribute 'nope'")
