@@ -37,6 +37,7 @@ _EXPORTS: dict[str, str] = {
         "api.functions",
     ),
     **dict.fromkeys(("load_policy", "make_env", "Policy", "Env"), "api.agents"),
+    **dict.fromkeys(("scenario", "Scenario"), "api.scenario"),
     "Leaderboard": "reporting.leaderboard",
     "enable_compilation_cache": "core.runtime",
 }
@@ -51,6 +52,8 @@ __all__ = [
     "report",
     "crossplay",
     "CrossPlay",
+    "scenario",
+    "Scenario",
     "Leaderboard",
     "load_policy",
     "make_env",
@@ -72,6 +75,7 @@ if TYPE_CHECKING:
         select,
         verify,
     )
+    from alem_eval.api.scenario import Scenario, scenario
     from alem_eval.core.runtime import enable_compilation_cache
     from alem_eval.reporting.leaderboard import Leaderboard
 

@@ -61,6 +61,7 @@ COMMAND_MODULES = (
     "train",
     "compare",
     "crossplay",
+    "scenario",
     "render",
     "dataset",
 )

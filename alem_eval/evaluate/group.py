@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 from typing import Any
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -88,18 +88,21 @@ def run_group(
     record: RecordTo | None = None,
     on_team: Callable[[int, list[dict[str, float]]], None] | None = None,
     padding: Collection[int] = (),
+    agents: Mapping[int, Any] | None = None,
 ):
     """Evaluate one group of teams (one world and settings) in one program -> (records,
     starts, slot-steps, live env-steps, recording error), per team in the group's order.
     A team's records are made as soon as its last episode ends (``on_team(i, records)``,
     ``i`` its index in ``teams``), from the same output buffer and score program as at the
     end. The teams in ``padding`` (indices into ``teams``) run unreported (:func:`run_teams`)."""
-    keys, group_specs, classes, order = batch_structure(teams, cfgs, specs)
+    agents = agents or {}
+    keys, group_specs, classes, order = batch_structure(teams, cfgs, specs, agents)
     batch_teams = [teams[i] for i in order]  # class by class
     t = len(batch_teams)
     wanted = [j for j in range(t) if order[j] not in padding]  # batch rows to report
     world = statics[batch_teams[0][0]].world
-    masking = any(cfgs[m].env.action_masking for team in batch_teams for m in team)
+    # (focal agents always see the legal actions: evaluate.agents)
+    masking = bool(agents) or any(cfgs[m].env.action_masking for team in batch_teams for m in team)
     capacity = _capacity(int(caps.max()))
     if record is not None:
         chunk = min(chunk, RECORD_CHUNK)  # a short log per call: the last call pads it
@@ -143,7 +146,7 @@ def run_group(
         )
         role_mask.append(
             tuple(
-                np.array([cfgs[m[r]].env.action_masking for m in members])
+                np.array([m[r] in agents or cfgs[m[r]].env.action_masking for m in members])
                 for r in range(len(cls.roles))
             )
         )

@@ -330,6 +330,8 @@ class Machine:
             mask,
             episodes=self.slots,
             num_actions=env.statics.num_actions,
+            step_keys=c.key,  # focal agents derive their keys from it (evaluate.agents)
+            states=c.state,
         )
         out = jax.vmap(env.step, (0, 0, 0, None))(env_key, c.state, actions, dyn)
         live = c.alive

@@ -23,7 +23,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from collections.abc import Callable, Sequence
 
 import jax
@@ -281,7 +281,10 @@ class Program:
         self.machine = Machine(
             env=env,
             mask_env=mask_env,
-            policies=tuple(make_policy(s) for s in specs),
+            # a focal agent's group is its adapter (evaluate.agents), not a network spec
+            policies=tuple(
+                cast(Any, s) if getattr(s, "is_agent", False) else make_policy(s) for s in specs
+            ),
             classes=self.classes,
             slots=key.slots,
             chunk=key.chunk,
@@ -296,8 +299,11 @@ class Program:
         if key.num_devices > 1:
             start, advance = self._sharded(start, loop_in=False), self._sharded(advance)
         names = "+".join(dict.fromkeys(s.algorithm for s in specs))
-        # Multi-device (shard_map) programs are not exported: they trace every process.
-        ident = repr(key) if key.num_devices == 1 else None
+        # Multi-device (shard_map) programs are not exported: they trace every process;
+        # nor are those with focal agents (their code is not in _code_identity; host
+        # agents' callbacks cannot be serialised).
+        focal = any(getattr(s, "is_agent", False) for s in specs)
+        ident = repr(key) if key.num_devices == 1 and not focal else None
         label = f"{key.protocol}:{names}"
         self.start = _Compiled(start, f"rollout-start:{label}", ident and f"start:{ident}")
         self.advance = _Compiled(advance, f"rollout:{label}", ident, donate=1)

@@ -15,7 +15,7 @@ import functools
 import time
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import jax
 import numpy as np
@@ -159,6 +159,7 @@ def run_teams(
     episode_caps: Sequence[int] | None = None,
     on_team: Callable[[int, list[dict[str, float]]], None] | None = None,
     padding: Collection[int] = (),
+    agents: Mapping[int, Any] | None = None,
 ) -> StackResult:
     """Evaluate teams whose agent slots are driven by any of the given checkpoints.
 
@@ -184,7 +185,13 @@ def run_teams(
     them is reported: their records and starts are empty, ``on_team`` and the recording
     never see them, and progress counts only the other teams' episodes (``live_steps``
     and ``slot_steps`` still count every step the batch ran).
+
+    ``agents``: checkpoint indices driven by a focal agent instead (an
+    :class:`alem_eval.evaluate.agents.AgentGroup`; run them through
+    :func:`alem_eval.evaluate.agent_runs.run_agent_teams`): ``cfgs[k]`` says the env it plays
+    in, ``weights[k]`` is unused.
     """
+    agents = dict(agents or {})
     validate_request(protocol, eval_difficulty, num_episodes, max_steps)
     if len(cfgs) != len(weights):
         raise EvaluationError(f"{len(cfgs)} configs but {len(weights)} weight trees")
@@ -228,7 +235,13 @@ def run_teams(
                 "APPEND_AGENT_ID=true)"
             )
     used = sorted({m for team in teams for m in team})
-    variables = {i: _policy_variables(specs[i], weights[i], f"checkpoint {i}") for i in used}
+    variables = {
+        # a focal agent's members carry a placeholder (evaluate.agents.AgentGroup.prepare)
+        i: np.zeros((1,), np.float32)
+        if i in agents
+        else _policy_variables(specs[i], weights[i], f"checkpoint {i}")
+        for i in used
+    }
 
     def settings(team):
         return episode_settings(cfgs[team[0]], protocol, num_episodes, max_steps)
@@ -275,6 +288,7 @@ def run_teams(
             record,
             None if on_team is None else functools.partial(_team_in, on_team, idx),
             {j for j, i in enumerate(idx) if i in padding},
+            agents,
         )
         record_error = record_error or error
         for j, i in enumerate(idx):

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
-from collections.abc import Sequence
+from typing import Any, cast
+from collections.abc import Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -55,7 +55,10 @@ def init_team_carries(
         tuple(
             jax.tree_util.tree_map(
                 lambda x, s=cls.size: jnp.broadcast_to(x, (s, episodes) + x.shape),
-                policies[role.group].init_carry(),
+                # focal agents (evaluate.agents): a carry for the slots they drive
+                cast(Any, policies[role.group]).init_carry(len(role.slots))
+                if getattr(policies[role.group], "is_agent", False)
+                else policies[role.group].init_carry(),
             )
             for role in cls.roles
         )
@@ -75,6 +78,8 @@ def team_actions(
     *,
     episodes: int,
     num_actions: int,
+    step_keys: jax.Array | None = None,
+    states: Any = None,
 ) -> tuple[Any, jax.Array]:
     """One greedy step of every team in the batch -> (new carries, actions ``[N, P]`` int32).
 
@@ -83,9 +88,17 @@ def team_actions(
     episodes``). Each role's policy runs on all ``P`` slots of its teams -- the batch shape
     upstream's policies use, so a team of one checkpoint computes exactly its self-play
     actions -- and its actions are kept for the slots it drives.
+
+    Focal agents (:mod:`alem_eval.evaluate.agents`, roles whose policy has ``is_agent``)
+    act on the slots they drive only, with a key derived from ``step_keys [N, 2]`` (the
+    slots' step keys, not consumed); host agents' roles are gathered into one callback
+    per agent and step (``states``: the slots' env states, for agents that read them).
     """
+    from alem_eval.evaluate import agents as focal  # focal agents' roles (evaluate.agents)
+
     num_agents = raw_obs.shape[1]
     new_carries, actions, start = [], [], 0
+    host_roles: list[focal.HostRole] = []
     for c, cls in enumerate(classes):
         size = cls.size * episodes
         lo = start
@@ -110,19 +123,38 @@ def team_actions(
 
                 return jax.vmap(one)(cr, o, d, mm)
 
-            cr, a = jax.vmap(per_team)(params[c][r], carries[c][r], obs, done, m)
+            if getattr(policy, "is_agent", False):  # a focal agent (evaluate.agents)
+                cr, a = focal.role_actions(
+                    policy, carries[c][r], obs, m, step_keys, states, block, role, c
+                )
+                if a is None:  # a host agent: its actions come from the callback below
+                    host_roles.append(cr)
+                    role_carries.append(cr.new_carry)
+                    continue
+            else:
+                cr, a = jax.vmap(per_team)(params[c][r], carries[c][r], obs, done, m)
             acts = jnp.where(np.isin(np.arange(num_agents), role.slots), a, acts)
             role_carries.append(cr)
         new_carries.append(tuple(role_carries))
-        actions.append(acts.reshape((size, num_agents)))
+        actions.append(acts)
         start += size
-    return tuple(new_carries), jnp.concatenate(actions)
+    for hr, a in zip(host_roles, focal.host_actions(host_roles), strict=True):
+        on = np.isin(np.arange(num_agents), hr.role.slots)
+        actions[hr.cls] = jnp.where(on, a, actions[hr.cls])
+    return tuple(new_carries), jnp.concatenate([a.reshape((-1, num_agents)) for a in actions])
 
 
-def batch_structure(teams, cfgs, specs):
-    """Network groups, team classes (role structure) and the batch order of the teams."""
-    keys = list(dict.fromkeys(cfgs[m].network_key for team in teams for m in team))
-    group_of = {m: keys.index(cfgs[m].network_key) for team in teams for m in team}
+def batch_structure(teams, cfgs, specs, agents: Mapping[int, Any] | None = None):
+    """Network groups, team classes (role structure) and the batch order of the teams.
+    ``agents``: members driven by a focal agent (:mod:`alem_eval.evaluate.agents`): their
+    group is the agent's adapter, keyed by its ``key`` instead of a network."""
+    agents = agents or {}
+
+    def net(m):
+        return agents[m].key if m in agents else cfgs[m].network_key
+
+    keys = list(dict.fromkeys(net(m) for team in teams for m in team))
+    group_of = {m: keys.index(net(m)) for team in teams for m in team}
     by_class: dict[tuple[Role, ...], list[int]] = {}
     for i, team in enumerate(teams):
         members, slots = team_roles(team)
@@ -130,7 +162,8 @@ def batch_structure(teams, cfgs, specs):
         by_class.setdefault(sig, []).append(i)
     classes = tuple(TeamClass(sig, len(idx)) for sig, idx in by_class.items())
     order = [i for idx in by_class.values() for i in idx]
-    group_specs = [specs[next(m for m in group_of if group_of[m] == g)] for g in range(len(keys))]
+    first = [next(m for m in group_of if group_of[m] == g) for g in range(len(keys))]
+    group_specs = [agents[m] if m in agents else specs[m] for m in first]
     return tuple(keys), group_specs, classes, order
 
 

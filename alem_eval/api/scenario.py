@@ -1,0 +1,117 @@
+"""``alem_eval.scenario``: your agent with the baselines, from Python.
+
+    import alem_eval
+    from alem_eval.evaluate.reference_agents import RandomLegal
+
+    s = alem_eval.scenario(RandomLegal(), "demo/*", source="demo", episodes=4, max_steps=200)
+    s.table   # one row per (population, mode, metric): focal, self_play, cross_play,
+              # focal_minus_self, each with _lo / _hi (raw fractions)
+    s.teams   # one row per team
+
+The focal is an agent object (any JAX or host agent: :mod:`alem_eval.evaluate.agents`)
+or a ``--focal`` SPEC string (``focal_args`` its factory's keyword arguments).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from alem_eval.api.functions import Cells, SourceSpec, _before_compiling, _resolve
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from alem_eval.scoring.scenario import ScenarioResult
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What :func:`scenario` played: ``.result`` is the library's
+    :class:`~alem_eval.scoring.scenario.ScenarioResult`; ``.outputs`` the files written
+    with ``out=``. Values are raw fractions."""
+
+    result: ScenarioResult
+    outputs: tuple[Path, ...] = ()
+
+    @property
+    def table(self) -> pd.DataFrame:
+        """One row per (population, mode, metric): ``focal``, ``self_play``,
+        ``cross_play``, ``focal_minus_self``, each with ``_lo`` / ``_hi`` (the world
+        bootstrap CI), ``n_teams``, ``n_worlds``."""
+        import pandas as pd
+
+        return pd.DataFrame([r.flat() for r in self.result.rows])
+
+    @property
+    def teams(self) -> pd.DataFrame:
+        """One row per team: ``kind`` (focal | self | cross), ``mode``, ``population``,
+        ``background``, ``stranger``, the slots and the metric means."""
+        import pandas as pd
+
+        return pd.DataFrame(self.result.team_rows())
+
+    def to_json(self) -> dict[str, Any]:
+        return self.result.as_json()
+
+
+def scenario(
+    focal: Any,
+    cells: Cells,
+    *,
+    focal_args: Mapping[str, Any] | None = None,
+    mode: str = "both",
+    eval_difficulty: str | None = None,
+    episodes: int | None = None,
+    max_steps: int | None = None,
+    seed: int = 0,
+    reps: int = 10_000,
+    results: str | Path | None = None,
+    out: str | Path | None = None,
+    source: SourceSpec = "hub",
+    repo: str | None = None,
+    revision: str | None = None,
+    cache_dir: str | Path | None = None,
+    progress: bool | None = None,
+) -> Scenario:
+    """``focal`` with the background ``cells``, as ``alem-eval scenario``: ``mode``
+    ``"visitor"`` (1 focal + 2 background agents), ``"resident"`` (2 + 1) or ``"both"``,
+    every slot position, beside the background's self-play and cross-play on the same
+    worlds. Teams are kept under ``<results>/crossplay`` and read back on a rerun.
+    ``out``: also write ``scenario.png`` and ``scenario.json`` there. Returns
+    :class:`Scenario` (``.table``, ``.teams``: DataFrames)."""
+    _before_compiling()
+    from alem_eval.core.progress import err_console
+    from alem_eval.scoring.crossplay_outputs import save_figure
+    from alem_eval.scoring.crossplay_store import CrossplayStore
+    from alem_eval.scoring.scenario import plot_scenario, run_scenario
+
+    src, chosen = _resolve(cells, source, repo, revision, cache_dir)
+    show = err_console.is_terminal if progress is None else progress
+    result = run_scenario(
+        src,
+        chosen,
+        focal,
+        focal_args=focal_args,
+        mode=mode,
+        eval_difficulty=eval_difficulty,
+        num_episodes=episodes,
+        max_steps=max_steps,
+        reps=reps,
+        seed=seed,
+        store=CrossplayStore.for_results(results),
+        on_progress=(lambda m: err_console.print(m, highlight=False)) if show else None,
+    )
+    outputs: tuple[Path, ...] = ()
+    if out is not None:
+        from alem_eval.core.fsutil import write_text_atomic
+        from alem_eval.core.jsonout import json_text
+
+        where = Path(out)
+        where.mkdir(parents=True, exist_ok=True)
+        paths = save_figure(plot_scenario(result), where / "scenario", formats=("png",))
+        paths.append(write_text_atomic(where / "scenario.json", json_text(result.as_json()) + "\n"))
+        outputs = tuple(paths)
+    return Scenario(result, outputs)

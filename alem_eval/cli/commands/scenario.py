@@ -1,0 +1,181 @@
+"""``alem-eval scenario``: your agent with the baselines (ad-hoc teamwork scenarios).
+
+Parses, calls :func:`alem_eval.scoring.scenario.run_scenario`, writes its figure
+(:func:`alem_eval.scoring.scenario.plot_scenario`) and prints the result.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from alem_eval.cli.app import app
+from alem_eval.cli.console import OutputFormat, emit_json, emit_records, err_console
+from alem_eval.cli.options import (
+    CacheDirOpt,
+    DifficultyFilterOpt,
+    EnvMismatch,
+    EnvMismatchOpt,
+    EvalDifficultyOpt,
+    FormatOpt,
+    RepoOpt,
+    RepsOpt,
+    ResultsOpt,
+    RevisionOpt,
+    SeedOpt,
+    SourceOpt,
+    choice,
+    split_commas,
+)
+from alem_eval.scoring.crossplay import DEFAULT_REPS
+
+
+class Mode(StrEnum):
+    """``alem_eval.scoring.scenario.MODE_CHOICES``."""
+
+    visitor = "visitor"
+    resident = "resident"
+    both = "both"
+
+
+@app.command("scenario")
+def scenario(
+    selectors: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="The background cells, e.g. '1B/ippo-rnn/hard' (its seeds: one population); "
+            "default: all of a local --source."
+        ),
+    ] = None,
+    focal: Annotated[
+        str,
+        typer.Option(
+            "--focal",
+            help="Your agent: package.module:factory, path/to/file.py:factory, or a "
+            "reference agent (random-legal, noop, scripted, scripted-host).",
+            metavar="SPEC",
+        ),
+    ] = "random-legal",
+    focal_arg: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--focal-arg",
+            help="KEY=VALUE keyword argument of the factory (repeatable; JSON values).",
+            metavar="KEY=VALUE",
+        ),
+    ] = None,
+    mode: Annotated[
+        Mode,
+        typer.Option(
+            "--mode",
+            help="visitor: 1 focal + 2 background agents; resident: 2 focal + 1 "
+            "background; both. Every slot position is played.",
+            **choice(Mode, "--mode", "mode", metavar="MODE"),
+        ),
+    ] = Mode.both,
+    source: SourceOpt = "hub",
+    repo: RepoOpt = None,
+    revision: RevisionOpt = None,
+    cache_dir: CacheDirOpt = None,
+    difficulty: DifficultyFilterOpt = None,
+    eval_difficulty: EvalDifficultyOpt = None,
+    episodes: Annotated[
+        int | None,
+        typer.Option("--episodes", help="Episodes per team (default 20, the paper protocol)."),
+    ] = None,
+    max_steps: Annotated[
+        int | None, typer.Option("--max-steps", help="Step cap per episode (default 10000).")
+    ] = None,
+    seed: SeedOpt = 0,
+    reps: RepsOpt = DEFAULT_REPS,
+    results: ResultsOpt = None,
+    out: Annotated[
+        Path, typer.Option("--out", help="Output directory (scenario.png, scenario.json).")
+    ] = Path("alem-eval-scenario"),
+    on_env_mismatch: EnvMismatchOpt = EnvMismatch.error,
+    fmt: FormatOpt = OutputFormat.table,
+) -> None:
+    """Your agent with the baselines: how does it do with partners it never trained with?
+
+    The focal agent joins teams of the selected background cells (grouped into
+    populations: the seeds of one budget, algorithm and difficulty) as a visitor (1 focal
+    + 2 background agents) or a resident (2 focal + 1 background), in every slot
+    position, in one compiled rollout. Per population and mode: the focal team's Total% /
+    Base% / Coord%, beside the background's own self-play on the same worlds (what the
+    focal must match) and its cross-play (a trained stranger in the focal's slots: the
+    population's other seeds, or the other selected cells), and focal - self-play, with
+    bootstrap CIs over the worlds. Teams are kept under <results>/crossplay/, keyed by the
+    focal's identity (its name and a digest of its source and parameters), so a rerun
+    scores only what it has not seen.
+
+    Examples:
+
+      alem-eval scenario --focal examples/agents.py:explorer 'demo/*' \\
+          --source demo --mode both
+      alem-eval scenario --focal mypkg.agents:make --focal-arg temperature=0.5 \\
+          '1B/ippo-rnn/hard' --mode visitor
+    """
+    from alem_eval.analysis.results import collect_warnings
+    from alem_eval.core.fsutil import write_text_atomic
+    from alem_eval.core.jsonout import json_text
+    from alem_eval.core.runtime import enable_compilation_cache
+    from alem_eval.evaluate.agent_spec import parse_focal_args
+    from alem_eval.hub.selectors import require_selection
+    from alem_eval.hub.sources import open_source
+    from alem_eval.scoring.crossplay_outputs import save_figure
+    from alem_eval.scoring.crossplay_store import CrossplayStore
+    from alem_eval.scoring.scenario import plot_scenario, run_scenario
+
+    args = parse_focal_args(focal_arg or [])
+    src = open_source(source, repo=repo, revision=revision, cache_dir=cache_dir)
+    require_selection(src, selectors, command="scenario", filters=(difficulty,))
+    cells = src.select(list(selectors or []), difficulties=split_commas(difficulty))
+    enable_compilation_cache()
+
+    def progress(message: str) -> None:
+        err_console.print(message, highlight=False)
+
+    with collect_warnings() as notes:
+        result = run_scenario(
+            src,
+            cells,
+            focal,
+            focal_args=args,
+            mode=mode.value,
+            eval_difficulty=eval_difficulty.value if eval_difficulty else None,
+            num_episodes=episodes,
+            max_steps=max_steps,
+            reps=reps,
+            seed=seed,
+            store=CrossplayStore.for_results(results),
+            on_env_mismatch=on_env_mismatch.value,
+            on_progress=progress,
+        )
+    for note in notes:
+        err_console.print(f"[yellow]warning[/yellow] {note}", highlight=False)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = save_figure(plot_scenario(result), out / "scenario", formats=("png",))
+    doc = {**result.as_json(), "outputs": [str(p) for p in paths]}
+    paths.append(write_text_atomic(out / "scenario.json", json_text(doc) + "\n"))
+    if fmt == OutputFormat.json:
+        emit_json({**doc, "outputs": [str(p) for p in paths]})
+    elif fmt == OutputFormat.csv:
+        rows = [r.flat() for r in result.rows]
+        emit_records(rows, fmt, columns=list(rows[0]))
+    else:
+        emit_records(
+            result.table_rows(),
+            fmt,
+            title=(
+                f"{result.focal} with the baselines on {result.eval_difficulty} "
+                f"({result.bootstrap['confidence']:.0%} CI over the worlds; percent)"
+            ),
+        )
+    err_console.print(
+        f"{len(result.scores)} teams ({result.teams_scored} scored, "
+        f"{len(result.scores) - result.teams_scored} read back); figure in {out}",
+        highlight=False,
+    )

@@ -1,0 +1,515 @@
+"""Any agent in a slot: the focal-agent protocol and its adapter to the play core.
+
+An agent is any object with a ``name`` (str) and two methods:
+
+* ``init(batch) -> carry``: the state of ``batch`` agent slots at the start of an
+  episode (any pytree whose leaves have a leading axis ``batch``, or ``None``);
+* ``act(carry, obs, mask, key) -> (carry, actions)``: one step of those slots. ``obs``
+  float32 ``[batch, obs_dim]`` (each slot's raw observation, as ``make_env`` gives it),
+  ``mask`` bool ``[batch, num_actions]`` (the legal actions; always given, whatever the
+  background's ACTION_MASKING), ``actions`` int32 ``[batch]``, each one legal.
+
+A **JAX agent** (the default) runs inside the one compiled rollout, beside the
+baselines: ``act`` is traced once and vmapped over the episodes; each call sees the
+slots the agent drives in ONE episode (``batch`` = 1 for a visitor, 2 for a resident), in
+slot order, and ``key`` is a ``[2]`` uint32 PRNG key, fresh each step (derived by
+``fold_in(step_key, FOCAL_SALT)`` from the slot's step key, which it does not consume:
+the baselines' key chains, and so their records, stay what they are without a focal).
+
+A **host agent** (``host = True``: PyTorch, scripted, an LLM) gets numpy arrays, once per
+step for ALL of its slots in the batch (one ``jax.experimental.io_callback``): ``obs
+[R, obs_dim]``, ``mask [R, A]``, ``key`` uint32 ``[R, 2]`` (row r's key, as a JAX agent
+of its episode would get), its carry ``init(R)`` with the rows that start an episode
+re-initialised (``init(R)``'s rows for them); it returns ``R`` integer actions. With
+``wants_info = True``, ``act`` also gets ``info=``:class:`HostInfo` (which agent each
+row is, which rows start an episode; with ``wants_state = True`` also each row's env
+state and :meth:`HostInfo.text`, Alem's own language view of a row from ``alem.llm``).
+
+Faults never leave a half-run behind silently: a wrong output shape or dtype and an
+exception in a JAX ``act`` are :class:`EvaluationError` s at trace time; an illegal action
+(JAX or host), an exception in a host ``act`` and a host result of the wrong length are
+recorded as the step runs and raised by :func:`~alem_eval.evaluate.agent_runs.run_agent_teams` before a team's records
+reach its caller. Every message starts with ``focal <label>:``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import inspect
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol, runtime_checkable
+
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from alem_eval.core.errors import EvaluationError, UsageError, brief
+
+FOCAL_SALT = 0xF0CA1  # fold_in(step_key, FOCAL_SALT): a focal's key, the step key untouched
+
+
+@runtime_checkable
+class Agent(Protocol):
+    """The focal-agent protocol (see the module docstring)."""
+
+    name: str
+
+    def init(self, batch: int) -> Any: ...
+
+    def act(self, carry: Any, obs: Any, mask: Any, key: Any) -> tuple[Any, Any]: ...
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    """What a host agent with ``wants_info`` gets besides obs/mask, per row ``[R]``."""
+
+    player: np.ndarray  # int32: the agent slot (0..P-1) the row drives
+    fresh: np.ndarray  # bool: the row's episode starts with this step
+    state: Any = None  # wants_state: the row's env state (numpy pytree, leading axis R)
+    difficulty: str | None = None  # the worlds' difficulty
+    world: Any = None  # alem_eval.envs.eval_env.EnvStatics of the env
+
+    def text(self, row: int) -> str:
+        """Alem's language view of row ``row`` (``alem.llm``'s ``describe_frame``): what an
+        LLM agent reads. Needs ``wants_state``."""
+        if self.state is None or self.difficulty is None:
+            raise UsageError("HostInfo.text needs an agent with wants_state = True")
+        wrapper = _language_wrapper(self.world, self.difficulty)
+        one = jax.tree_util.tree_map(lambda x: x[row], self.state)
+        text = wrapper.describe_frame(one, int(self.player[row]))
+        return "\n\n".join(map(str, text)) if isinstance(text, tuple) else str(text)
+
+
+def _language_wrapper(world: Any, difficulty: str) -> Any:
+    key = (world, difficulty)
+    if key not in _WRAPPERS:
+        from alem.llm.alem_language_wrapper import AlemLanguageWrapper
+
+        from alem_eval.envs.eval_env import get_eval_env
+
+        env = get_eval_env(world)
+        params = env.env_params(difficulty)
+        upstream = env.alem.make_alem_env_from_name(
+            world.env_name, env_params=params, static_env_params=env.static_env_params
+        )
+        _WRAPPERS[key] = AlemLanguageWrapper(upstream, params)
+    return _WRAPPERS[key]
+
+
+_WRAPPERS: dict[Any, Any] = {}
+
+
+# ----------------------------------------------------------------------------------------
+# Identity
+# ----------------------------------------------------------------------------------------
+def _digest(*parts: bytes) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(hashlib.sha256(p).digest())
+    return h.hexdigest()[:16]
+
+
+def params_digest(tree: Any) -> bytes:
+    """The bytes of a pytree of arrays (shapes, dtypes and values), for an identity."""
+    leaves = jax.tree_util.tree_leaves(tree)
+    return b"".join(
+        repr((np.shape(x), str(np.asarray(x).dtype))).encode() + np.asarray(x).tobytes()
+        for x in leaves
+    )
+
+
+def source_digest(agent: Any) -> bytes:
+    """The source file of the agent's class (empty when it has none)."""
+    try:
+        path = inspect.getsourcefile(type(agent))
+        return Path(path).read_bytes() if path else b""
+    except (OSError, TypeError):
+        return b""
+
+
+# ----------------------------------------------------------------------------------------
+# The adapter: an agent as a play-core group
+# ----------------------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class AgentGroup:
+    """An agent as a group of the play core (``engine.team_actions`` treats a policy with
+    ``is_agent`` through :func:`role_actions`). ``label``: how errors name it (the CLI
+    spec); ``identity``: ``name@digest`` (its source file, its parameters, the factory's
+    arguments), what stored results are keyed by."""
+
+    agent: Any
+    label: str
+    identity: str
+    host: bool
+    wants_info: bool = False
+    wants_state: bool = False
+    num_actions: int = 0  # set by run_agent_teams from the env
+    _id: int = field(default=0, repr=False)
+
+    is_agent = True
+
+    @property
+    def name(self) -> str:
+        return str(self.agent.name)
+
+    @property
+    def algorithm(self) -> str:
+        """The program label's name (``engine._Program``)."""
+        return f"focal:{self.name}"
+
+    @property
+    def key(self) -> str:
+        """The group key of the compiled program. Host agents share one program per
+        shape (their callback looks up the agent bound now); a JAX agent's code is traced
+        into its program, so the key names that very object."""
+        if self.host:
+            return f"host-agent:state={self.wants_state}:info={self.wants_info}"
+        return f"agent:{self.identity}:{self._id}"
+
+    def prepare(self, variables: Any) -> Any:
+        return variables  # (a placeholder: the agent holds its own parameters)
+
+    def init_carry(self, k: int) -> Any:
+        """Zero carry of the ``k`` slots of one episode (the engine resets carries to
+        zeros): ``started`` 0 makes the next step start from ``init(k)`` (int32: the
+        engine's reset writes 0 into every leaf)."""
+        started = jnp.zeros((), jnp.int32)
+        if self.host:
+            return started
+        return (jax.tree_util.tree_map(jnp.asarray, self.agent.init(k)), started)
+
+    def jax_step(self, carry: Any, obs: jax.Array, mask: jax.Array, key: jax.Array):
+        """One episode's step of a JAX agent (traced, vmapped over the episodes)."""
+        agent_carry, started = carry
+        k = obs.shape[0]
+        fresh = jax.tree_util.tree_map(jnp.asarray, self.agent.init(k))
+        agent_carry = jax.tree_util.tree_map(
+            lambda a, b: jnp.where(started > 0, a, b), agent_carry, fresh
+        )
+        try:
+            new, actions = self.agent.act(agent_carry, obs, mask, key)
+        except Exception as exc:
+            raise EvaluationError(
+                f"focal {self.label}: act raised {type(exc).__name__}: {brief(exc)}"
+            ) from None
+        _check_actions(self.label, actions, k)
+        return (jax.tree_util.tree_map(jnp.asarray, new), jnp.ones((), jnp.int32)), actions
+
+
+def _check_actions(label: str, actions: Any, k: int) -> None:
+    shape, dtype = np.shape(actions), getattr(actions, "dtype", None)
+    if shape != (k,) or dtype is None or np.dtype(dtype) != np.int32:
+        raise EvaluationError(
+            f"focal {label}: act must return actions int32 [{k}] for {k} slots, got "
+            f"{getattr(dtype, 'name', type(actions).__name__)} {list(shape)}"
+        )
+
+
+def make_group(agent: Any, label: str | None = None, extra: bytes = b"") -> AgentGroup:
+    """Check that ``agent`` follows the protocol (attributes only; shapes are checked by
+    :func:`check_group`) and wrap it. ``extra``: more identity bytes (e.g. the source
+    file and the factory's arguments of a CLI spec)."""
+    if isinstance(agent, AgentGroup):
+        return agent
+    label = label or str(getattr(agent, "name", type(agent).__name__))
+    name = getattr(agent, "name", None)
+    if not isinstance(name, str) or not name:
+        raise UsageError(f"focal {label}: the agent needs a name (a non-empty str attribute)")
+    for method in ("init", "act"):
+        if not callable(getattr(agent, method, None)):
+            raise UsageError(f"focal {label}: the agent has no {method}() method")
+    host = bool(getattr(agent, "host", False))
+    params = getattr(agent, "params", None)
+    digest = _digest(
+        source_digest(agent), params_digest(params) if params is not None else b"", extra
+    )
+    return AgentGroup(
+        agent=agent,
+        label=label,
+        identity=f"{name}@{digest}",
+        host=host,
+        wants_info=bool(getattr(agent, "wants_info", False) or getattr(agent, "wants_state", 0)),
+        wants_state=bool(getattr(agent, "wants_state", False)),
+        _id=id(agent),
+    )
+
+
+def check_group(
+    group: AgentGroup, obs_dim: int, num_actions: int, batches: Sequence[int] = (2,)
+) -> AgentGroup:
+    """A JAX agent's ``init``/``act`` traced on abstract inputs (no compile), for each
+    batch (slots it drives) in ``batches``: the actions are int32 ``[batch]`` and the
+    carry keeps its structure, shapes and dtypes. Returns the group with the env's action
+    count."""
+    import dataclasses
+
+    group = dataclasses.replace(group, num_actions=num_actions)
+    if group.host:
+        return group
+    for k in sorted(set(batches)):
+        _check_batch(group, obs_dim, num_actions, k)
+    return group
+
+
+def _check_batch(group: AgentGroup, obs_dim: int, num_actions: int, k: int) -> None:
+    obs = jax.ShapeDtypeStruct((k, obs_dim), jnp.float32)
+    mask = jax.ShapeDtypeStruct((k, num_actions), jnp.bool_)
+    key = jax.ShapeDtypeStruct((2,), jnp.uint32)
+    try:
+        carry = jax.eval_shape(lambda: group.init_carry(k))
+    except Exception as exc:
+        raise EvaluationError(
+            f"focal {group.label}: init raised {type(exc).__name__}: {brief(exc)}"
+        ) from None
+    out_carry, _ = jax.eval_shape(group.jax_step, carry, obs, mask, key)
+    a = jax.tree_util.tree_structure(carry), [(x.shape, x.dtype) for x in jax.tree.leaves(carry)]
+    b = (
+        jax.tree_util.tree_structure(out_carry),
+        [(x.shape, x.dtype) for x in jax.tree.leaves(out_carry)],
+    )
+    if a != b:
+        raise EvaluationError(
+            f"focal {group.label}: act must return a carry like init's (structure, shapes "
+            "and dtypes)"
+        )
+
+
+# ----------------------------------------------------------------------------------------
+# Inside the rollout (called by engine.team_actions)
+# ----------------------------------------------------------------------------------------
+class HostRole(NamedTuple):
+    """A host agent's role in one team class, waiting for the step's one callback."""
+
+    group: AgentGroup
+    cls: int
+    role: Any  # engine.Role
+    obs: jax.Array  # [size, E, k, obs_dim]
+    mask: jax.Array  # [size, E, k, A]
+    fresh: jax.Array  # [size, E] bool
+    keys: jax.Array  # [size, E, 2]
+    state: Any  # [size, E, ...] env states (wants_state) or None
+    new_carry: jax.Array  # [size, E] int32: started (1)
+    num_agents: int  # P
+
+    @property
+    def rows(self) -> int:
+        return int(np.prod(self.obs.shape[:3]))
+
+
+def role_actions(group, carry, obs, mask, step_keys, states, block: Callable, role, cls: int):
+    """One step of a focal role of class ``cls``: ``obs [size, E, P, D]``, ``mask [size,
+    E, P, A]``, ``carry`` per (team, episode) -> ``(carry, actions [size, E, P])`` with the
+    role's slots filled (a JAX agent), or ``(HostRole, None)`` (a host agent: see
+    :func:`host_actions`)."""
+    if step_keys is None:
+        raise EvaluationError(f"focal {group.label}: this rollout gives agents no keys")
+    slots = np.asarray(role.slots)
+    o, m = obs[:, :, slots], mask[:, :, slots]
+    keys = block(jax.vmap(lambda k: jax.random.fold_in(k, FOCAL_SALT))(step_keys))
+    if group.host:
+        state = None if not group.wants_state else jax.tree_util.tree_map(block, states)
+        ones = jnp.ones(o.shape[:2], jnp.int32)
+        return HostRole(group, cls, role, o, m, carry == 0, keys, state, ones, obs.shape[2]), None
+    cr, a = jax.vmap(jax.vmap(group.jax_step))(carry, o, m, keys)  # a: [size, E, k]
+    _report_illegal(group, a, m)
+    full = jnp.zeros(obs.shape[:3], jnp.int32).at[:, :, slots].set(a)
+    return cr, full
+
+
+def _legal(actions: Any, mask: Any, xp: Any) -> Any:
+    n = mask.shape[-1]
+    inside = (actions >= 0) & (actions < n)
+    picked = xp.take_along_axis(mask, xp.clip(actions, 0, n - 1)[..., None], axis=-1)[..., 0]
+    return inside & picked
+
+
+def _report_illegal(group: AgentGroup, actions: jax.Array, mask: jax.Array) -> None:
+    """Record the first illegal action of a JAX agent (a host call only when one occurs)."""
+    legal = _legal(actions, mask, jnp)
+    first = jnp.argmin(legal.reshape(-1))
+    action = actions.reshape(-1)[first]
+
+    def report(a):
+        _fail(group.key, f"focal {group.label}: act chose action {int(a)}, which is not legal")
+
+    jax.lax.cond(jnp.all(legal), lambda a: None, lambda a: jax.debug.callback(report, a), action)
+
+
+def host_actions(roles: Sequence[HostRole]) -> list[jax.Array]:
+    """The step's host roles -> their actions ``[size, E, P]`` each: ONE callback per host
+    agent for all of its rows (roles of every class, in order)."""
+    out: list[Any] = [None] * len(roles)
+    by_group: dict[str, list[int]] = {}
+    for i, r in enumerate(roles):
+        by_group.setdefault(r.group.key, []).append(i)
+    for key, idx in by_group.items():
+        group = roles[idx[0]].group
+        parts = [roles[i] for i in idx]
+
+        def rows(x, r):  # [size, E, k, ...] -> [R, ...]
+            return x.reshape((r.rows,) + x.shape[3:])
+
+        def per_row(x, r):  # [size, E, ...] -> [size, E, k, ...] -> [R, ...]
+            k = len(r.role.slots)
+            y = jnp.broadcast_to(x[:, :, None], x.shape[:2] + (k,) + x.shape[2:])
+            return rows(y, r)
+
+        obs = jnp.concatenate([rows(r.obs, r) for r in parts])
+        mask = jnp.concatenate([rows(r.mask, r) for r in parts])
+        fresh = jnp.concatenate([per_row(r.fresh, r) for r in parts])
+        keys = jnp.concatenate([per_row(r.keys, r) for r in parts])
+        player = jnp.concatenate(
+            [
+                rows(jnp.broadcast_to(jnp.asarray(r.role.slots, jnp.int32), r.obs.shape[:3]), r)
+                for r in parts
+            ]
+        )
+        state = None
+        if group.wants_state:
+            state = jax.tree_util.tree_map(
+                lambda *xs: jnp.concatenate(xs),
+                *[jax.tree_util.tree_map(lambda x, r=r: per_row(x, r), r.state) for r in parts],
+            )
+        total = obs.shape[0]
+        from jax.experimental import io_callback
+
+        got = io_callback(
+            _HostCall(key),
+            jax.ShapeDtypeStruct((total,), jnp.int32),
+            obs,
+            mask,
+            fresh,
+            keys,
+            player,
+            state,
+            ordered=False,
+        )
+        at = 0
+        for i, r in zip(idx, parts, strict=True):
+            a = got[at : at + r.rows].reshape(r.obs.shape[:3])
+            at += r.rows
+            full = jnp.zeros(r.obs.shape[:2] + (r.num_agents,), jnp.int32)
+            out[i] = full.at[:, :, np.asarray(r.role.slots)].set(a)
+    return out
+
+
+# ----------------------------------------------------------------------------------------
+# The host side: bindings and failures
+# ----------------------------------------------------------------------------------------
+_LOCK = threading.Lock()
+_FAILURES: dict[str, str] = {}  # group key -> the first fault seen while it ran
+
+
+def _fail(key: str, message: str) -> None:
+    with _LOCK:
+        _FAILURES.setdefault(key, message)
+
+
+@dataclass
+class _Binding:
+    """The host agent a host program's callback drives now, and its rows' carry."""
+
+    group: AgentGroup
+    difficulty: str | None
+    world: Any
+    carry: Any = None
+    rows: int = -1
+
+
+_HOST: dict[str, _Binding] = {}
+
+
+@dataclass(frozen=True)
+class _HostCall:
+    """The callback of a host program (keyed, so every host agent of that shape shares
+    the compiled program): runs the bound agent, never raises (a fault is recorded and
+    the step gets action 0; the run's records are then discarded)."""
+
+    key: str
+
+    def __call__(self, obs, mask, fresh, keys, player, state):
+        r = obs.shape[0]
+        zeros = np.zeros((r,), np.int32)
+        binding = _HOST.get(self.key)
+        if binding is None or self.key in _FAILURES:
+            return zeros
+        g = binding.group
+        try:
+            return self._step(binding, g, obs, mask, fresh, keys, player, state)
+        except Exception as exc:  # the agent's own code: anything may come back
+            _fail(self.key, f"focal {g.label}: act raised {type(exc).__name__}: {brief(exc)}")
+            return zeros
+
+    def _step(self, binding, g, obs, mask, fresh, keys, player, state):
+        r = obs.shape[0]
+        agent = g.agent
+        obs, mask = np.asarray(obs), np.asarray(mask)
+        fresh = np.asarray(fresh)
+        if binding.rows != r:
+            binding.carry, binding.rows = agent.init(r), r
+        elif fresh.any():
+            new = agent.init(r)
+            binding.carry = jax.tree_util.tree_map(
+                lambda a, b: np.where(fresh.reshape((-1,) + (1,) * (np.ndim(a) - 1)), a, b),
+                new,
+                binding.carry,
+            )
+        kwargs = {}
+        if g.wants_info:
+            kwargs["info"] = HostInfo(
+                player=np.asarray(player),
+                fresh=fresh,
+                state=state,
+                difficulty=binding.difficulty,
+                world=binding.world,
+            )
+        binding.carry, actions = agent.act(binding.carry, obs, mask, np.asarray(keys), **kwargs)
+        actions = np.asarray(actions)
+        if actions.shape != (r,) or not np.issubdtype(actions.dtype, np.integer):
+            _fail(
+                self.key,
+                f"focal {g.label}: act must return {r} integer actions (one per row), got "
+                f"{actions.dtype} {list(actions.shape)}",
+            )
+            return np.zeros((r,), np.int32)
+        legal = _legal(actions, mask, np)
+        if not legal.all():
+            bad = int(actions[np.argmin(legal)])
+            _fail(self.key, f"focal {g.label}: act chose action {bad}, which is not legal")
+            return np.zeros((r,), np.int32)
+        return actions.astype(np.int32)
+
+
+def raise_failure(groups: Sequence[AgentGroup]) -> None:
+    """Raise the first fault recorded for ``groups`` (:class:`EvaluationError`)."""
+    for g in groups:
+        msg = _FAILURES.get(g.key)
+        if msg is not None:
+            raise EvaluationError(msg)
+
+
+@contextlib.contextmanager
+def _bound(groups: Sequence[AgentGroup], difficulty: str, world: Any) -> Iterator[None]:
+    hosts = [g for g in groups if g.host]
+    keys = {g.key for g in hosts}
+    if len(keys) < len(hosts):
+        raise UsageError(
+            "one host agent per evaluation call (their program's callback drives one): "
+            + ", ".join(g.label for g in hosts)
+        )
+    with _LOCK:
+        for g in groups:
+            _FAILURES.pop(g.key, None)
+        for g in hosts:
+            _HOST[g.key] = _Binding(g, difficulty, world)
+    try:
+        yield
+    finally:
+        with _LOCK:
+            for g in hosts:
+                _HOST.pop(g.key, None)

@@ -1,0 +1,506 @@
+"""Scenarios: your agent with the baselines (ad-hoc teamwork over a background population).
+
+A focal agent (:mod:`alem_eval.evaluate.agents`: any JAX or host agent) joins teams of
+released checkpoints it never trained with. The selected cells are grouped into
+background populations (the seeds of one budget, algorithm and difficulty: the cell id
+without its last component); per population and mode, with S agent slots:
+
+* ``visitor``: 1 focal + S - 1 slots of one background cell, the focal in every position;
+* ``resident``: S - 1 focal slots + 1 background slot, the background in every position.
+
+Beside them, on the same worlds, the references: each background cell's self-play (what
+the focal must match) and the background's cross-play (the same compositions with a
+trained stranger in the focal's slots: the population's other seeds, or, for a
+population of one cell, the other selected cells). Every team plays in ONE
+:func:`~alem_eval.evaluate.agent_runs.run_agent_teams` call (protocol ``fast``: episode i is
+world ``PRNGKey(9999 + i)`` of every team). Teams are rows of the cross-play store
+(``<results>/crossplay``): the baselines' teams under cross-play's own keys (shared with
+``alem-eval crossplay``), the focal's under a key naming its identity (its name and a
+digest of its source and parameters), so reruns read them back.
+
+Per (population, mode, metric Total / Base / Coord %): the focal team's mean, the
+self-play and cross-play references and ``focal - self-play``, each with the world
+bootstrap interval of cross-play (:func:`alem_eval.analysis.crossplay_stats.gap_intervals`:
+a replicate resamples the worlds once, for every team and reference alike).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from alem_eval.analysis.bootstrap import Interval
+from alem_eval.analysis.crossplay_stats import DEFAULT_CONFIDENCE, DEFAULT_REPS, gap_intervals
+from alem_eval.analysis.metrics import metric_info
+from alem_eval.core.errors import UsageError
+from alem_eval.scoring.crossplay import GAP_METRICS, TeamScore
+from alem_eval.scoring.crossplay_store import CellKey, CrossplayStore, store_rows, team_key
+from alem_eval.scoring.teams import PROTOCOL, Team
+
+MODES: tuple[str, ...] = ("visitor", "resident")
+MODE_CHOICES: tuple[str, ...] = (*MODES, "both")
+FOCAL_PREFIX = "focal:"
+KINDS: tuple[str, ...] = ("focal", "self", "cross")
+
+
+def check_mode(mode: str) -> tuple[str, ...]:
+    """``visitor | resident | both`` -> the modes to play."""
+    if mode not in MODE_CHOICES:
+        raise UsageError(f"--mode must be one of {', '.join(MODE_CHOICES)}, got {mode!r}")
+    return MODES if mode == "both" else (mode,)
+
+
+def population_of(cell_id: str) -> str:
+    """The background population of a cell: its id without the seed component."""
+    head, sep, last = cell_id.rpartition("/")
+    return head if sep and last.startswith("seed") else cell_id
+
+
+@dataclass(frozen=True)
+class ScenarioTeam:
+    """One team of a scenario: ``team.slots`` hold cell ids, and the focal's label
+    (``focal:<identity>``) in its slots; ``kind`` focal | self | cross."""
+
+    team: Team
+    kind: str
+    mode: str | None  # None: a self-play team (the reference of both modes)
+    population: str
+    background: str
+    stranger: str | None = None
+
+
+def scenario_teams(
+    cells: Sequence[str], modes: Sequence[str], focal: str, num_slots: int = 3
+) -> list[ScenarioTeam]:
+    """Every team of the scenario over ``cells`` (ids), in a stable order: per
+    population, its self-play teams, then per mode the focal's and the strangers'."""
+    pops: dict[str, list[str]] = {}
+    for c in dict.fromkeys(cells):
+        pops.setdefault(population_of(c), []).append(c)
+    out: list[ScenarioTeam] = []
+    for pop, members in pops.items():
+        out += [ScenarioTeam(Team((c,) * num_slots), "self", None, pop, c) for c in members]
+        for mode in modes:
+            for c in members:
+                strangers = [x for x in (members if len(members) > 1 else cells) if x != c]
+                for other, kind in [(focal, "focal"), *[(x, "cross") for x in strangers]]:
+                    for pos in range(num_slots):
+                        slots = _place(mode, c, other, pos, num_slots)
+                        out.append(
+                            ScenarioTeam(
+                                Team(slots),
+                                kind,
+                                mode,
+                                pop,
+                                c,
+                                None if kind == "focal" else other,
+                            )
+                        )
+    return out
+
+
+def _place(mode: str, background: str, other: str, pos: int, num_slots: int) -> tuple:
+    """Visitor: ``other`` at ``pos``, the background elsewhere; resident: the reverse."""
+    lone, rest = (other, background) if mode == "visitor" else (background, other)
+    return tuple(lone if s == pos else rest for s in range(num_slots))
+
+
+# ----------------------------------------------------------------------------------------
+# Statistics
+# ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ScenarioRow:
+    """One (population, mode, metric): raw fractions, intervals over the worlds."""
+
+    population: str
+    mode: str
+    metric: str
+    focal: Interval  # the focal's teams
+    self_play: Interval  # the background cells' self-play
+    cross: Interval | None  # the strangers' teams (None: no stranger to be had)
+    diff: Interval  # focal - self-play, team by team on the same worlds
+    n_teams: int  # focal teams
+    n_worlds: int
+
+    def as_json(self) -> dict[str, Any]:
+        def iv(x: Interval | None) -> dict[str, float | None] | None:
+            if x is None:
+                return None
+            return {k: _finite(v) for k, v in zip(("point", "lo", "hi"), x.as_list())}
+
+        return {
+            "population": self.population,
+            "mode": self.mode,
+            "metric": self.metric,
+            "label": metric_info(self.metric).label,
+            "focal": iv(self.focal),
+            "self_play": iv(self.self_play),
+            "cross_play": iv(self.cross),
+            "focal_minus_self": iv(self.diff),
+            "n_teams": self.n_teams,
+            "n_worlds": self.n_worlds,
+        }
+
+    def flat(self) -> dict[str, Any]:
+        """One flat row (raw fractions): ``<what>``, ``<what>_lo``, ``<what>_hi``."""
+        out: dict[str, Any] = {
+            "population": self.population,
+            "mode": self.mode,
+            "metric": metric_info(self.metric).label,
+        }
+        for name, x in (
+            ("focal", self.focal),
+            ("self_play", self.self_play),
+            ("cross_play", self.cross),
+            ("focal_minus_self", self.diff),
+        ):
+            pt, lo, hi = x.as_list() if x is not None else (math.nan,) * 3
+            out.update({name: pt, f"{name}_lo": lo, f"{name}_hi": hi})
+        out.update(n_teams=self.n_teams, n_worlds=self.n_worlds)
+        return out
+
+
+def _finite(v: float) -> float | None:
+    return v if math.isfinite(v) else None
+
+
+def _interval(ref: np.ndarray, sub: np.ndarray | None, *, stream, **boot) -> Interval:
+    """The world-bootstrap interval of mean(ref - sub) over teams ``(K, E)``."""
+    sub = np.zeros_like(ref) if sub is None else sub
+    est = gap_intervals(ref[None], sub[None], stream=stream, **boot)
+    return Interval(float(est.point[0]), float(est.lo[0]), float(est.hi[0]))
+
+
+def scenario_rows(
+    teams: Sequence[ScenarioTeam],
+    scores: Mapping[Team, TeamScore],
+    *,
+    reps: int = DEFAULT_REPS,
+    seed: int = 0,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> list[ScenarioRow]:
+    """The table: per population, mode and metric (see the module docstring)."""
+    boot: dict[str, Any] = dict(reps=reps, seed=seed, confidence=confidence)
+    rows = []
+    keys = list(dict.fromkeys((t.population, t.mode) for t in teams if t.mode is not None))
+    for pop, mode in keys:
+        mine = [t for t in teams if t.population == pop and t.mode == mode]
+        focal = [t for t in mine if t.kind == "focal"]
+        cross = [t for t in mine if t.kind == "cross"]
+        selfs = [t for t in teams if t.population == pop and t.kind == "self"]
+        sp = {t.background: t for t in selfs}
+        for metric in GAP_METRICS:
+
+            def values(ts: Sequence[ScenarioTeam], metric: str = metric) -> np.ndarray:
+                return np.stack([scores[t.team].values(metric) for t in ts])
+
+            f = values(focal)
+            ref = values([sp[t.background] for t in focal])
+            stream = (pop, mode, metric)
+            rows.append(
+                ScenarioRow(
+                    population=pop,
+                    mode=mode,
+                    metric=metric,
+                    focal=_interval(f, None, stream=(*stream, "focal"), **boot),
+                    self_play=_interval(values(selfs), None, stream=(*stream, "self"), **boot),
+                    cross=_interval(values(cross), None, stream=(*stream, "cross"), **boot)
+                    if cross
+                    else None,
+                    diff=_interval(f, ref, stream=(*stream, "diff"), **boot),
+                    n_teams=len(focal),
+                    n_worlds=int(np.isfinite(f).any(axis=0).sum()),
+                )
+            )
+    return rows
+
+
+# ----------------------------------------------------------------------------------------
+# Running
+# ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ScenarioResult:
+    """Everything ``alem-eval scenario`` reports (values are raw fractions)."""
+
+    focal: str  # the agent's label (its CLI spec, or its name)
+    identity: str  # name@digest: what its stored teams are keyed by
+    cells: tuple[str, ...]
+    modes: tuple[str, ...]
+    eval_difficulty: str
+    num_episodes: int
+    max_steps: int
+    teams: tuple[ScenarioTeam, ...]
+    scores: Mapping[Team, TeamScore]
+    rows: tuple[ScenarioRow, ...]
+    bootstrap: Mapping[str, Any]
+    store: Path | None
+    steps_per_s: float | None = None  # env steps per second of the rollout (None: all reused)
+
+    @property
+    def teams_scored(self) -> int:
+        """Distinct teams played by this run (the rest were read back from the store)."""
+        return sum(not s.reused for s in self.scores.values())
+
+    def team_rows(self) -> list[dict[str, Any]]:
+        """One row per team: kind, mode, population, background, stranger, and the
+        team's row (:meth:`TeamScore.row`)."""
+        return [
+            {
+                "kind": t.kind,
+                "mode": t.mode,
+                "population": t.population,
+                "background": t.background,
+                "stranger": t.stranger,
+                **self.scores[t.team].row(),
+            }
+            for t in self.teams
+        ]
+
+    def table_rows(self) -> list[dict[str, Any]]:
+        """The human table: percent, ``point [lo, hi]``."""
+        out = []
+        for r in self.rows:
+            k = metric_info(r.metric).scale
+
+            def fmt(x: Interval | None, k: float = k) -> str:
+                if x is None:
+                    return "-"
+                y = x.scaled(k)
+                return y.fmt(2) if math.isfinite(y.lo) else f"{y.point:.2f} [no CI]"
+
+            out.append(
+                {
+                    "population": r.population,
+                    "mode": r.mode,
+                    "metric": metric_info(r.metric).label,
+                    "focal": fmt(r.focal),
+                    "self-play": fmt(r.self_play),
+                    "cross-play": fmt(r.cross),
+                    "focal - self": fmt(r.diff),
+                    "teams": r.n_teams,
+                    "worlds": r.n_worlds,
+                }
+            )
+        return out
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "focal": self.focal,
+            "identity": self.identity,
+            "eval_difficulty": self.eval_difficulty,
+            "protocol": PROTOCOL,
+            "modes": list(self.modes),
+            "num_episodes": self.num_episodes,
+            "max_steps": self.max_steps,
+            "cells": list(self.cells),
+            "teams_total": len(self.scores),
+            "teams_scored": self.teams_scored,
+            "teams_reused": len(self.scores) - self.teams_scored,
+            "rows": [r.as_json() for r in self.rows],
+            "bootstrap": dict(self.bootstrap),
+            "teams": self.team_rows(),
+            "store": str(self.store) if self.store is not None else None,
+        }
+
+
+def run_scenario(
+    source,
+    cells: Sequence[Any],
+    focal: Any,
+    *,
+    focal_args: Mapping[str, Any] | None = None,
+    mode: str = "both",
+    eval_difficulty: str | None = None,
+    num_episodes: int | None = None,
+    max_steps: int | None = None,
+    reps: int = DEFAULT_REPS,
+    seed: int = 0,
+    confidence: float = DEFAULT_CONFIDENCE,
+    store: CrossplayStore | None = None,
+    on_env_mismatch: str = "error",
+    on_progress: Callable[[str], None] | None = None,
+) -> ScenarioResult:
+    """Play ``focal`` (an agent, or a ``--focal`` SPEC string with ``focal_args``) with
+    the background ``cells`` of ``source`` in the ``mode`` compositions, beside the
+    background's self-play and cross-play, in one compiled rollout; see the module
+    docstring. Teams already in ``store`` are read back; the others are written to it as
+    each one's episodes end, after the agent's checks (a faulty agent stores nothing)."""
+    import time
+
+    from alem_eval.evaluate.agent_spec import load_focal
+    from alem_eval.evaluate.settings import (
+        FAST_MAX_STEPS,
+        FAST_NUM_EPISODES,
+        check_env_version,
+        eval_statics,
+        validate_request,
+    )
+    from alem_eval.model.loader import resolve_cell
+    from alem_eval.scoring.crossplay import (
+        _cell_key,
+        _check_same_world,
+        _resolve,
+        _shared_difficulty,
+    )
+    from alem_eval.scoring.teams import _check_int
+
+    note = on_progress or (lambda _m: None)
+    modes = check_mode(mode)
+    _check_int("--reps", reps, 1)
+    group = load_focal(focal, focal_args)
+    cells = list({c.id: c for c in cells}.values())
+    if not cells:
+        raise UsageError("a scenario needs at least one background cell")
+    resolved = {c.id: _resolve(source, c, resolve_cell) for c in cells}
+    eval_difficulty = eval_difficulty or _shared_difficulty(cells, resolved)
+    validate_request(PROTOCOL, eval_difficulty, num_episodes, max_steps)
+    num_episodes = num_episodes or FAST_NUM_EPISODES
+    max_steps = max_steps or FAST_MAX_STEPS
+    for c in cells:
+        check_env_version(resolved[c.id][1], on_mismatch=on_env_mismatch, where=c.id)
+    statics = {c.id: eval_statics(resolved[c.id][1]) for c in cells}
+    _check_same_world(cells, statics)
+    label = FOCAL_PREFIX + group.identity
+    teams = scenario_teams(
+        [c.id for c in cells], modes, label, num_slots=statics[cells[0].id].num_agents
+    )
+    cell_keys = {c.id: _cell_key(c, *resolved[c.id][:2]) for c in cells}
+    cell_keys[label] = CellKey(label, group.identity, "", None)
+    settings: dict[str, Any] = dict(
+        eval_difficulty=eval_difficulty, num_episodes=num_episodes, max_steps=max_steps
+    )
+    unique = list({t.team: t for t in teams}.values())
+    keys = {t.team: team_key(t.team, cell_keys, **settings) for t in unique}
+    stored = store.load(eval_difficulty) if store is not None else {}
+    todo = [t.team for t in unique if keys[t.team] not in stored]
+    note(
+        f"{len(unique)} teams on {eval_difficulty} ({group.label} with "
+        f"{len(cells)} background cells): {len(unique) - len(todo)} read back, "
+        f"{len(todo)} to score"
+    )
+
+    def keep(team: Team, episodes: Sequence[Mapping[str, float]]) -> None:
+        if store is None:
+            return
+        env_version = next(cell_keys[c].env_version for c in team.slots if c != label)
+        rows = store_rows(team, keys[team], episodes, env_version=env_version, **settings)
+        note(f"scored {team.label()}; stored in {store.write(rows, eval_difficulty)}")
+
+    fresh: dict[Team, list[dict[str, float]]] = {}
+    rate = None
+    if todo:
+        t0 = time.perf_counter()
+        fresh, live = _score(source, cells, todo, group, label, keep, **settings)
+        rate = live / (time.perf_counter() - t0)
+    scores = {
+        u.team: TeamScore(
+            u.team,
+            keys[u.team],
+            tuple(fresh[u.team] if u.team in fresh else stored[keys[u.team]]),
+            reused=u.team not in fresh,
+        )
+        for u in unique
+    }
+    boot: dict[str, Any] = {"reps": reps, "seed": seed, "confidence": confidence}
+    return ScenarioResult(
+        focal=group.label,
+        identity=group.identity,
+        cells=tuple(c.id for c in cells),
+        modes=modes,
+        teams=tuple(teams),
+        scores=scores,
+        rows=tuple(scenario_rows(teams, scores, **boot)),
+        bootstrap={**boot, "method": "expanded percentile bootstrap over the worlds"},
+        store=store.root if store is not None else None,
+        steps_per_s=rate,
+        **settings,
+    )
+
+
+def _score(
+    source,
+    cells,
+    teams: Sequence[Team],
+    group,
+    label: str,
+    on_team: Callable[[Team, list[dict[str, float]]], None],
+    *,
+    eval_difficulty: str,
+    num_episodes: int,
+    max_steps: int,
+) -> tuple[dict[Team, list[dict[str, float]]], int]:
+    """Load the cells the teams use and play every team in one ``run_agent_teams`` call
+    (the focal is member ``len(cells)``, in the first cell's env)."""
+    from alem_eval.evaluate.agent_runs import run_agent_teams
+    from alem_eval.model.loader import load_cell
+
+    used = [c for c in cells if any(c.id in t.slots for t in teams)]
+    loaded = [
+        load_cell(
+            source.local_dir(c),
+            algorithm=c.algorithm,
+            difficulty=c.difficulty,
+            seed=c.seed,
+            policy_only=True,
+            where=c.id,
+        )
+        for c in used
+    ]
+    index = {c.id: i for i, c in enumerate(used)}
+    index[label] = len(used)
+    result = run_agent_teams(
+        [*(lc.cfg for lc in loaded), loaded[0].cfg],
+        [*(lc.weights for lc in loaded), None],
+        [tuple(index[c] for c in t.slots) for t in teams],
+        {len(used): group},
+        protocol=PROTOCOL,
+        eval_difficulty=eval_difficulty,
+        num_episodes=num_episodes,
+        max_steps=max_steps,
+        on_env_mismatch="ignore",  # checked per cell
+        on_team=lambda i, records: on_team(teams[i], records),
+    )
+    out = {t: list(recs) for t, recs in zip(teams, result.records, strict=True)}
+    return out, int(result.live_steps)
+
+
+# ----------------------------------------------------------------------------------------
+# Outputs: the figure
+# ----------------------------------------------------------------------------------------
+def plot_scenario(result: ScenarioResult, metric: str = GAP_METRICS[0]):
+    """Bars per population and mode: the focal, the self-play and the cross-play
+    references of ``metric`` with their intervals (a Figure on an Agg canvas)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    info = metric_info(metric)
+    rows = [r for r in result.rows if r.metric == metric]
+    fig = Figure(figsize=(max(5.0, 1.6 * len(rows) + 2), 4.2), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    width = 0.27
+    for j, (name, color) in enumerate(
+        (("focal", "#d95f02"), ("self_play", "#1b9e77"), ("cross", "#7570b3"))
+    ):
+        xs, ys, err = [], [], []
+        for i, r in enumerate(rows):
+            x = getattr(r, name)
+            if x is None:
+                continue
+            y = x.scaled(info.scale)
+            xs.append(i + (j - 1) * width)
+            ys.append(y.point)
+            lo, hi = (y.point - y.lo, y.hi - y.point) if math.isfinite(y.lo) else (0.0, 0.0)
+            err.append((lo, hi))
+        label = {"focal": result.focal, "self_play": "self-play", "cross": "cross-play"}[name]
+        ax.bar(xs, ys, width, color=color, label=label, yerr=np.array(err).T if err else None)
+    ax.set_xticks(range(len(rows)), [f"{r.population}\n{r.mode}" for r in rows], fontsize=7)
+    ax.set_ylabel(info.label)
+    ax.set_title(f"{result.focal} with the baselines on {result.eval_difficulty}", fontsize=10)
+    ax.legend(fontsize=7)
+    return fig

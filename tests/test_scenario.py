@@ -1,0 +1,387 @@
+"""Your agent with the baselines: focal agents in the play core (JAX and host), their
+faults, the scenario compositions and `alem-eval scenario` end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from alem_eval.core.errors import EvaluationError, UsageError
+from alem_eval.scoring.scenario import population_of, scenario_teams
+
+from .clitools import assert_one_line_error, cli_env, closed_port_url, run_cli
+from .eval_support import FAST_EPISODES
+
+REPO = Path(__file__).resolve().parents[1]
+BACKGROUND = "demo/ippo-rnn/easy/seed0"
+
+
+# ----------------------------------------------------------------------------------------
+# Compositions (no JAX)
+# ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["visitor", "resident"])
+def test_visitor_and_resident_put_the_focal_in_every_slot_position(mode):
+    cells = ["b/ippo/hard/seed0", "b/ippo/hard/seed1", "b/pqn/hard/seed0"]
+    teams = scenario_teams(cells, [mode], "focal:x")
+    focal = [t for t in teams if t.kind == "focal"]
+    for c in cells:
+        mine = [t.team.slots for t in focal if t.background == c]
+        want = 1 if mode == "visitor" else 2
+        assert all(s.count("focal:x") == want and s.count(c) == 3 - want for s in mine)
+        lone = "focal:x" if mode == "visitor" else c
+        assert sorted(s.index(lone) for s in mine) == [0, 1, 2]  # every position once
+    assert Counter(t.kind for t in teams if t.mode is None) == {"self": 3}
+    # Strangers: the population's other seeds; a population of one: the other cells.
+    cross = [t for t in teams if t.kind == "cross"]
+    assert {(t.background, t.stranger) for t in cross} == {
+        ("b/ippo/hard/seed0", "b/ippo/hard/seed1"),
+        ("b/ippo/hard/seed1", "b/ippo/hard/seed0"),
+        ("b/pqn/hard/seed0", "b/ippo/hard/seed0"),
+        ("b/pqn/hard/seed0", "b/ippo/hard/seed1"),
+    }
+    assert population_of("b/ippo/hard/seed1") == "b/ippo/hard"
+
+
+# ----------------------------------------------------------------------------------------
+# Bad focal specs: one line naming the spec, before anything runs
+# ----------------------------------------------------------------------------------------
+BAD_AGENTS = """
+import jax.numpy as jnp
+
+class Agent:
+    def __init__(self, name, act):
+        self.name, self._act = name, act
+    def init(self, batch):
+        return None
+    def act(self, carry, obs, mask, key):
+        return self._act(obs, mask)
+
+def wrong_shape():
+    return Agent("wrong-shape", lambda o, m: (None, jnp.zeros((o.shape[0], 2), jnp.int32)))
+
+def wrong_dtype():
+    return Agent("wrong-dtype", lambda o, m: (None, jnp.zeros(o.shape[:1], jnp.float32)))
+
+def raises_in_act():
+    def act(o, m):
+        raise RuntimeError("boom")
+    return Agent("raises", act)
+
+def illegal():
+    return Agent("illegal", lambda o, m: (None, jnp.full(o.shape[:1], 10_000, jnp.int32)))
+
+def raising_factory():
+    raise ValueError("no agent today")
+"""
+
+
+@pytest.fixture(scope="module")
+def bad_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("agents") / "bad_agents.py"
+    path.write_text(BAD_AGENTS)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("no_such_package_xyz.agents:make", "no module named 'no_such_package_xyz'"),
+        ("alem_eval.evaluate.reference_agents:nope", "has no attribute 'nope'"),
+        ("missing/agents.py:make", "no such file"),
+        ("just-a-name", "expected package.module:factory"),
+        ("{bad}:raising_factory", "the factory raised ValueError: no agent today"),
+    ],
+)
+def test_a_bad_focal_spec_is_a_one_line_usage_error_naming_it(spec, message, bad_file):
+    from alem_eval.evaluate.agent_spec import load_focal
+
+    spec = spec.format(bad=bad_file)
+    with pytest.raises(UsageError) as err:
+        load_focal(spec)
+    assert str(err.value).startswith(f"focal {spec}: ") and message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("factory", "message"),
+    [
+        ("wrong_shape", "act must return actions int32 [2] for 2 slots, got int32 [2, 2]"),
+        ("wrong_dtype", "act must return actions int32 [2] for 2 slots, got float32 [2]"),
+        ("raises_in_act", "act raised RuntimeError: boom"),
+    ],
+)
+def test_a_jax_agent_with_wrong_outputs_or_a_raising_act_fails_before_compiling(
+    factory, message, bad_file
+):
+    from alem_eval.evaluate.agent_spec import load_focal
+    from alem_eval.evaluate.agents import check_group
+
+    spec = f"{bad_file}:{factory}"
+    with pytest.raises(EvaluationError) as err:
+        check_group(load_focal(spec), obs_dim=8, num_actions=5)
+    assert str(err.value) == f"focal {spec}: {message}"
+
+
+def test_focal_args_are_json_values_and_the_identity_follows_them():
+    from alem_eval.evaluate.agent_spec import load_focal, parse_focal_args
+
+    assert parse_focal_args(["do_every=3", "tag=x"]) == {"do_every": 3, "tag": "x"}
+    with pytest.raises(UsageError, match="KEY=VALUE"):
+        parse_focal_args(["3"])
+    a = load_focal("examples/agents.py:explorer", {"do_every": 3})
+    b = load_focal("examples/agents.py:explorer", {"do_every": 3})
+    c = load_focal("examples/agents.py:explorer", {"do_every": 4})
+    assert a.agent.do_every == 3 and a.identity == b.identity != c.identity
+    assert a.identity.startswith("explorer@")
+
+
+# ----------------------------------------------------------------------------------------
+# In the play core: one program for every test below (one background cell, four teams)
+# ----------------------------------------------------------------------------------------
+class Wrapped:
+    """A JAX focal that plays a released cell's own ``load_policy``."""
+
+    name = "wrapped"
+
+    def __init__(self, policy):
+        self.policy = policy
+
+    def init(self, batch):
+        return self.policy.init(1)  # one episode's carry (the policy acts on all P slots)
+
+    def act(self, carry, obs, mask, key):
+        carry, actions = self.policy.act(carry, obs[None], mask[None])
+        return carry, actions[0]
+
+
+@pytest.fixture(scope="module")
+def play(tmp_path_factory):
+    """``run(host_agent) -> (result, teams seen by on_team)`` on the one program: teams
+    the background's self-play, the wrapped policy's self-play, the JAX script as a
+    visitor in slot 0, and the host agent there."""
+    import alem_eval
+    from alem_eval.evaluate.reference_agents import Scripted
+    from alem_eval.hub.demo_cells import demo_root
+    from alem_eval.model.loader import load_cell
+
+    lc = load_cell(
+        os.path.join(demo_root(), BACKGROUND),
+        algorithm="ippo-rnn",
+        difficulty="easy",
+        seed=0,
+        policy_only=True,
+        where=BACKGROUND,
+    )
+    wrapped = Wrapped(alem_eval.load_policy(BACKGROUND, source="demo"))
+    script = Scripted()
+
+    def run(host_agent):
+        from alem_eval.evaluate.agent_runs import run_agent_teams
+
+        seen: list[int] = []
+        result = run_agent_teams(
+            [lc.cfg] * 4,
+            [lc.weights, None, None, None],
+            [(0, 0, 0), (1, 1, 1), (2, 0, 0), (3, 0, 0)],
+            {1: wrapped, 2: script, 3: host_agent},
+            protocol="fast",
+            eval_difficulty="easy",
+            num_episodes=FAST_EPISODES,
+            max_steps=40,
+            batch=16,
+            on_team=lambda i, _records: seen.append(i),
+        )
+        return result, seen
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def played(play):
+    from alem_eval.evaluate.reference_agents import ScriptedHost
+
+    return play(ScriptedHost())
+
+
+def test_a_jax_focal_wrapping_a_baselines_load_policy_reproduces_its_self_play(played):
+    result, _ = played
+    background, wrapped = result.records[0], result.records[1]
+    assert len(wrapped) == FAST_EPISODES and wrapped == background
+
+
+def test_a_host_agent_choosing_the_jax_agents_actions_gives_identical_records(played):
+    result, seen = played
+    jax_team, host_team = result.records[2], result.records[3]
+    assert len(host_team) == FAST_EPISODES and host_team == jax_team
+    assert sorted(seen) == [0, 1, 2, 3]
+    # ... and the focal plays: its team is not the background's self-play.
+    assert [r["episode_length"] for r in host_team] != [] and host_team != result.records[0]
+
+
+class _Host:
+    host = True
+
+    def __init__(self, name, act):
+        self.name, self._act = name, act
+
+    def init(self, batch):
+        return None
+
+    def act(self, carry, obs, mask, key):
+        return None, self._act(obs, mask)
+
+
+def _boom(obs, mask):
+    raise RuntimeError("the model server is down")
+
+
+@pytest.mark.parametrize(
+    ("agent", "message"),
+    [
+        (_Host("raises", _boom), "act raised RuntimeError: the model server is down"),
+        (
+            _Host("short", lambda o, m: np.zeros(len(o) - 1, np.int32)),
+            # 4 rows: the host team's 4 batch slots (16 / 4 teams) x its one slot
+            "act must return 4 integer actions (one per row), got int32 [3]",
+        ),
+        (
+            _Host("illegal", lambda o, m: np.full(len(o), 10_000)),
+            "act chose action 10000, which is not legal",
+        ),
+    ],
+    ids=["raises", "wrong-length", "illegal"],
+)
+def test_a_faulty_host_agent_is_one_error_naming_it_and_no_team_reaches_the_caller(
+    play, agent, message
+):
+    with pytest.raises(EvaluationError) as err:
+        play(agent)
+    assert str(err.value) == f"focal {agent.name}: {message}"
+
+
+def test_a_jax_agent_choosing_an_illegal_action_fails_before_the_rollout(play, bad_file):
+    from alem_eval.evaluate.agent_spec import load_focal
+
+    spec = f"{bad_file}:illegal"
+    with pytest.raises(EvaluationError) as err:
+        play(load_focal(spec))
+    assert str(err.value) == f"focal {spec}: act chose action 10000, which is not legal"
+
+
+def test_a_host_agent_reads_alems_own_text_view_of_its_rows():
+    import jax
+
+    from alem_eval.envs.eval_env import get_eval_env
+    from alem_eval.evaluate.agents import HostInfo
+    from alem_eval.evaluate.programs import world_programs
+    from alem_eval.evaluate.settings import eval_statics
+    from alem_eval.hub.demo_cells import demo_root
+    from alem_eval.model.loader import load_cell
+
+    cfg = load_cell(os.path.join(demo_root(), BACKGROUND), policy_only=True).cfg
+    world = eval_statics(cfg).world
+    reset, _ = world_programs(world)  # the rollout's own reset program
+    _, state = reset(jax.random.PRNGKey(9999), get_eval_env(world).difficulty_params("easy"))
+    rows = jax.tree_util.tree_map(lambda x: np.stack([np.asarray(x)] * 2), state)
+    info = HostInfo(np.array([0, 2]), np.array([True, True]), rows, "easy", world)
+    text = info.text(1)
+    assert isinstance(text, str) and len(text) > 100
+    with pytest.raises(UsageError, match="wants_state"):
+        HostInfo(np.array([0]), np.array([True])).text(0)
+
+
+# ----------------------------------------------------------------------------------------
+# `alem-eval scenario` end to end
+# ----------------------------------------------------------------------------------------
+ARGS = [
+    "scenario",
+    "--focal",
+    str(REPO / "examples" / "agents.py") + ":numpy_explorer",
+    BACKGROUND,
+    "--source",
+    "demo",
+    "--mode",
+    "both",
+    "--episodes",
+    str(FAST_EPISODES),
+    "--max-steps",
+    "40",
+]
+
+
+@pytest.fixture(scope="module")
+def scenario_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("scenario")
+    env = cli_env(root, closed_port_url())
+    results = root / "results"
+    proc = run_cli(
+        [*ARGS, "--results", str(results), "--out", str(root / "out"), "--format", "json"],
+        env,
+        timeout=1500,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return root, env, results, proc
+
+
+def test_cli_scenario_reports_visitor_and_resident_beside_the_self_play(scenario_run):
+    root, _, _, proc = scenario_run
+    doc = json.loads(proc.stdout)
+    assert doc["modes"] == ["visitor", "resident"] and doc["identity"].startswith("numpy-explorer@")
+    # 1 self-play + 3 visitor + 3 resident positions; a population of one, alone: no stranger
+    assert doc["teams_total"] == doc["teams_scored"] == 7
+    rows = {(r["mode"], r["label"]): r for r in doc["rows"]}
+    assert set(rows) == {(m, x) for m in doc["modes"] for x in ("Total%", "Base%", "Coord%")}
+    for r in doc["rows"]:
+        f, s, d = r["focal"], r["self_play"], r["focal_minus_self"]
+        assert r["n_teams"] == 3 and r["n_worlds"] == FAST_EPISODES
+        assert f["lo"] <= f["point"] <= f["hi"] and s["lo"] <= s["point"] <= s["hi"]
+        assert d["point"] == pytest.approx(f["point"] - s["point"])
+        assert r["cross_play"] is None
+    teams = {t["kind"] for t in doc["teams"]}
+    assert teams == {"focal", "self"}
+    assert (root / "out" / "scenario.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_scenario_rerun_reads_every_team_back_and_a_bad_spec_stores_nothing(
+    scenario_run, tmp_path
+):
+    root, env, results, first = scenario_run
+    out = ["--out", str(tmp_path / "out")]  # (the default --out is the working directory's)
+    again = run_cli([*ARGS, *out, "--results", str(results), "--format", "json"], env, timeout=600)
+    assert again.returncode == 0, again.stderr
+    doc = json.loads(again.stdout)
+    assert doc["teams_scored"] == 0 and doc["teams_reused"] == 7
+    assert doc["rows"] == json.loads(first.stdout)["rows"]
+    table = run_cli([*ARGS, *out, "--results", str(results)], env, timeout=600)
+    assert "focal - self" in table.stdout and "resident" in table.stdout
+    bad = [*ARGS, *out, "--results", str(tmp_path / "r")]
+    bad[2] = "examples/agents.py:nope"
+    proc = run_cli(bad, env, timeout=600)
+    assert_one_line_error(proc, "focal examples/agents.py:nope", "has no attribute 'nope'")
+    assert not (tmp_path / "r").exists() or not list((tmp_path / "r").rglob("*.pq"))
+
+
+def test_the_reference_agents_follow_the_protocol():
+    import jax
+    import jax.numpy as jnp
+
+    from alem_eval.evaluate.agents import check_group, make_group
+    from alem_eval.evaluate.reference_agents import REFERENCE_AGENTS, script
+
+    for name, factory in REFERENCE_AGENTS.items():
+        group = check_group(make_group(factory()), obs_dim=8, num_actions=6)
+        assert group.name == name
+    mask = np.array([[False, True, True, True, True, True], [True] * 5 + [False]])
+    t = np.array([0, 1], np.int32)
+    host = script(np, t, mask)[1]
+    assert np.array_equal(host, np.asarray(script(jnp, jnp.asarray(t), jnp.asarray(mask))[1]))
+    assert host.tolist() == [5, 1]  # DO on even steps; else walk (DO illegal -> lowest legal)
+    noop = make_group(REFERENCE_AGENTS["noop"]()).agent
+    assert noop.act(None, jnp.zeros((2, 8)), jnp.asarray(mask), jax.random.PRNGKey(0))[
+        1
+    ].tolist() == [1, 0]
