@@ -92,12 +92,14 @@ def test_quickstart_notebook_runs_top_to_bottom(tmp_path):
 
     assert shown("alem_eval.report(", "image/png") >= 3  # the report's figures, inline
     assert shown("alem_eval.crossplay(", "image/png") == 1  # the cross-play heatmap
+    assert shown("alem_eval.scenario(", "image/png") == 1  # the focal agent's figure
     for marker in (
         'alem_eval.select("1B',
         "alem_eval.verify(cells)",
         "headline = [",  # the score cell (the own-runs cell scores too)
         "board = alem_eval.leaderboard(",
         "xplay.gap",
+        "focal.table",
     ):
         assert shown(marker, "text/html") == 1, f"no DataFrame shown by the {marker!r} cell"
     (loop,) = [c for c in code if "alem_eval.load_policy(" in c.source]
