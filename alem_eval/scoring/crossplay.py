@@ -430,20 +430,9 @@ def _cell_key(cell, cell_dir: Path, cfg) -> CellKey:
     )
 
 
-def _score(
-    source,
-    cells,
-    teams: Sequence[Team],
-    run_teams,
-    on_team: Callable[[Team, list[dict[str, float]]], None],
-    *,
-    eval_difficulty: str,
-    num_episodes: int,
-    max_steps: int,
-    on_episodes: Callable[[Any], None] | None = None,
-) -> dict[Team, list[dict[str, float]]]:
-    """Load the cells the teams use and score every team in one ``run_teams`` call;
-    ``on_team(team, records)`` as each team's last episode ends."""
+def load_team_cells(source, cells, teams) -> tuple[list[Any], dict[str, int]]:
+    """The policies of the ``cells`` some team uses (:func:`alem_eval.model.loader.load_cell`,
+    in ``cells``' order) and each one's index among them, by cell id."""
     from alem_eval.model.loader import load_cell
 
     used = [c for c in cells if any(c.id in t.slots for t in teams)]
@@ -459,6 +448,24 @@ def _score(
         for c in used
     ]
     index = {c.id: i for i, c in enumerate(used)}
+    return loaded, index
+
+
+def _score(
+    source,
+    cells,
+    teams: Sequence[Team],
+    run_teams,
+    on_team: Callable[[Team, list[dict[str, float]]], None],
+    *,
+    eval_difficulty: str,
+    num_episodes: int,
+    max_steps: int,
+    on_episodes: Callable[[Any], None] | None = None,
+) -> dict[Team, list[dict[str, float]]]:
+    """Load the cells the teams use and score every team in one ``run_teams`` call;
+    ``on_team(team, records)`` as each team's last episode ends."""
+    loaded, index = load_team_cells(source, cells, teams)
     result = run_teams(
         [lc.cfg for lc in loaded],
         [lc.weights for lc in loaded],

@@ -437,27 +437,16 @@ def _score(
     """Load the cells the teams use and play every team in one ``run_agent_teams`` call
     (the focal is member ``len(cells)``, in the first cell's env)."""
     from alem_eval.evaluate.agent_runs import run_agent_teams
-    from alem_eval.model.loader import load_cell
+    from alem_eval.scoring.crossplay import load_team_cells
 
-    used = [c for c in cells if any(c.id in t.slots for t in teams)]
-    loaded = [
-        load_cell(
-            source.local_dir(c),
-            algorithm=c.algorithm,
-            difficulty=c.difficulty,
-            seed=c.seed,
-            policy_only=True,
-            where=c.id,
-        )
-        for c in used
-    ]
-    index = {c.id: i for i, c in enumerate(used)}
-    index[label] = len(used)
+    loaded, index = load_team_cells(source, cells, teams)
+    focal_member = len(loaded)
+    index[label] = focal_member
     result = run_agent_teams(
         [*(lc.cfg for lc in loaded), loaded[0].cfg],
         [*(lc.weights for lc in loaded), None],
         [tuple(index[c] for c in t.slots) for t in teams],
-        {len(used): group},
+        {focal_member: group},
         protocol=PROTOCOL,
         eval_difficulty=eval_difficulty,
         num_episodes=num_episodes,
