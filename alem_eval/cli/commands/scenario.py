@@ -19,8 +19,11 @@ from alem_eval.cli.options import (
     DifficultyFilterOpt,
     EnvMismatch,
     EnvMismatchOpt,
+    EpisodesOpt,
     EvalDifficultyOpt,
     FormatOpt,
+    MaxStepsOpt,
+    OutDirOpt,
     RepoOpt,
     RepsOpt,
     ResultsOpt,
@@ -28,6 +31,7 @@ from alem_eval.cli.options import (
     SeedOpt,
     SourceOpt,
     choice,
+    override,
     split_commas,
 )
 from alem_eval.scoring.crossplay import DEFAULT_REPS
@@ -84,16 +88,14 @@ def scenario(
     eval_difficulty: EvalDifficultyOpt = None,
     episodes: Annotated[
         int | None,
-        typer.Option("--episodes", help="Episodes per team (default 20, the paper protocol)."),
+        override(EpisodesOpt, help="Episodes per team (default 20, the paper protocol)."),
     ] = None,
-    max_steps: Annotated[
-        int | None, typer.Option("--max-steps", help="Step cap per episode (default 10000).")
-    ] = None,
+    max_steps: MaxStepsOpt = None,
     seed: SeedOpt = 0,
     reps: RepsOpt = DEFAULT_REPS,
     results: ResultsOpt = None,
     out: Annotated[
-        Path, typer.Option("--out", help="Output directory (scenario.png, scenario.json).")
+        Path, override(OutDirOpt, help="Output directory (scenario.png, scenario.json).")
     ] = Path("alem-eval-scenario"),
     on_env_mismatch: EnvMismatchOpt = EnvMismatch.error,
     fmt: FormatOpt = OutputFormat.table,
