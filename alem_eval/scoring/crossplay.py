@@ -263,29 +263,15 @@ def run_crossplay(
     stored); ``on_episodes(RolloutProgress)`` as the rollout's episodes finish.
     """
     from alem_eval.evaluate.rollout import run_teams
-    from alem_eval.evaluate.settings import (
-        FAST_MAX_STEPS,
-        FAST_NUM_EPISODES,
-        check_env_version,
-        eval_statics,
-        validate_request,
-    )
-    from alem_eval.model.loader import resolve_cell
 
     note = on_progress or (lambda _m: None)
     _check_scheme(scheme)
     check_runs(runs)
     _check_int("--reps", reps, 1)
     cells = list({c.id: c for c in cells}.values())
-    resolved = {c.id: _resolve(source, c, resolve_cell) for c in cells}
-    eval_difficulty = eval_difficulty or _shared_difficulty(cells, resolved)
-    validate_request(PROTOCOL, eval_difficulty, num_episodes, max_steps)
-    num_episodes = num_episodes or FAST_NUM_EPISODES
-    max_steps = max_steps or FAST_MAX_STEPS
-    for c in cells:
-        check_env_version(resolved[c.id][1], on_mismatch=on_env_mismatch, where=c.id)
-    statics = {c.id: eval_statics(resolved[c.id][1]) for c in cells}
-    _check_same_world(cells, statics)
+    w = resolve_worlds(source, cells, eval_difficulty, num_episodes, max_steps, on_env_mismatch)
+    resolved, statics, eval_difficulty = w.resolved, w.statics, w.eval_difficulty
+    num_episodes, max_steps = w.num_episodes, w.max_steps
     teams = compositions(cells, scheme, max_teams, seed, num_slots=statics[cells[0].id].num_agents)
 
     cell_keys = {c.id: _cell_key(c, *resolved[c.id][:2]) for c in cells}
@@ -367,6 +353,54 @@ def run_crossplay(
             "method": METHOD,
         },
         store=store.root if store is not None else None,
+    )
+
+
+@dataclass(frozen=True)
+class Worlds:
+    """Where a way of playing over ``cells`` plays: each cell resolved (its directory,
+    config, manifest entry), its eval env, the eval difficulty and the episode settings."""
+
+    resolved: dict[str, Any]
+    statics: dict[str, Any]
+    eval_difficulty: str
+    num_episodes: int
+    max_steps: int
+
+
+def resolve_worlds(
+    source,
+    cells: Sequence[Any],
+    eval_difficulty: str | None,
+    num_episodes: int | None,
+    max_steps: int | None,
+    on_env_mismatch: str,
+) -> Worlds:
+    """Resolve ``cells`` (distinct) and check that they play in one world with these
+    settings (the cells' shared difficulty unless ``eval_difficulty``; the fast protocol's
+    episodes and cap unless given): one-line errors naming the cell otherwise."""
+    from alem_eval.evaluate.settings import (
+        FAST_MAX_STEPS,
+        FAST_NUM_EPISODES,
+        check_env_version,
+        eval_statics,
+        validate_request,
+    )
+    from alem_eval.model.loader import resolve_cell
+
+    resolved = {c.id: _resolve(source, c, resolve_cell) for c in cells}
+    eval_difficulty = eval_difficulty or _shared_difficulty(cells, resolved)
+    validate_request(PROTOCOL, eval_difficulty, num_episodes, max_steps)
+    for c in cells:
+        check_env_version(resolved[c.id][1], on_mismatch=on_env_mismatch, where=c.id)
+    statics = {c.id: eval_statics(resolved[c.id][1]) for c in cells}
+    _check_same_world(cells, statics)
+    return Worlds(
+        resolved,
+        statics,
+        eval_difficulty,
+        num_episodes or FAST_NUM_EPISODES,
+        max_steps or FAST_MAX_STEPS,
     )
 
 

@@ -333,20 +333,7 @@ def run_scenario(
     import time
 
     from alem_eval.evaluate.agent_spec import load_focal
-    from alem_eval.evaluate.settings import (
-        FAST_MAX_STEPS,
-        FAST_NUM_EPISODES,
-        check_env_version,
-        eval_statics,
-        validate_request,
-    )
-    from alem_eval.model.loader import resolve_cell
-    from alem_eval.scoring.crossplay import (
-        _cell_key,
-        _check_same_world,
-        _resolve,
-        _shared_difficulty,
-    )
+    from alem_eval.scoring.crossplay import _cell_key, resolve_worlds
     from alem_eval.scoring.teams import _check_int
 
     note = on_progress or (lambda _m: None)
@@ -356,15 +343,9 @@ def run_scenario(
     cells = list({c.id: c for c in cells}.values())
     if not cells:
         raise UsageError("a scenario needs at least one background cell")
-    resolved = {c.id: _resolve(source, c, resolve_cell) for c in cells}
-    eval_difficulty = eval_difficulty or _shared_difficulty(cells, resolved)
-    validate_request(PROTOCOL, eval_difficulty, num_episodes, max_steps)
-    num_episodes = num_episodes or FAST_NUM_EPISODES
-    max_steps = max_steps or FAST_MAX_STEPS
-    for c in cells:
-        check_env_version(resolved[c.id][1], on_mismatch=on_env_mismatch, where=c.id)
-    statics = {c.id: eval_statics(resolved[c.id][1]) for c in cells}
-    _check_same_world(cells, statics)
+    w = resolve_worlds(source, cells, eval_difficulty, num_episodes, max_steps, on_env_mismatch)
+    resolved, statics, eval_difficulty = w.resolved, w.statics, w.eval_difficulty
+    num_episodes, max_steps = w.num_episodes, w.max_steps
     label = FOCAL_PREFIX + group.identity
     teams = scenario_teams(
         [c.id for c in cells], modes, label, num_slots=statics[cells[0].id].num_agents
