@@ -21,7 +21,7 @@ from tests.conftest import REPO
 _DEMO_SCRIPT = textwrap.dedent("""
     import json, sys
     import alem_eval.api.demo
-    from alem_eval.cli.app import app as cli
+    from alem_eval.cli import app as cli
     from alem_eval.core.errors import AlemEvalError
 
     def first_compile(*args, **kwargs):
@@ -93,7 +93,7 @@ def test_an_unusable_cache_is_one_warning_and_the_work_goes_on(tmp_path, where):
 
 _QUICK_COMMANDS = textwrap.dedent("""
     import os, sys
-    from alem_eval.cli.app import app as cli
+    from alem_eval.cli import app as cli
     fixtures, results, out, *caches = sys.argv[1:]
     runs = [
         ["--help"],
