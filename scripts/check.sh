@@ -6,5 +6,6 @@ cd "$(dirname "$0")/.."
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
-.venv/bin/lint-imports --no-cache >/dev/null || .venv/bin/lint-imports --no-cache  # packages by layer
+# packages by layer: import-linter prints a banner; show it only when a contract breaks
+layers=$(.venv/bin/lint-imports --no-cache) || { echo "$layers"; exit 1; }
 exec .venv/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup --durations=15 "$@"
