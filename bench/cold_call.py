@@ -74,9 +74,9 @@ PRE_IMPORTS = (
 PHASES = {  # (module, attribute) wrapped in the child -> the part its time goes to
     ("alem_eval.model.loader", "load_cell"): "weight staging",
     ("alem_eval.model.checkpoint", "checkpoint_hash"): "weight staging",
-    ("alem_eval.evaluate.group", "_stack"): "weight staging",
+    ("alem_eval.evaluate.group", "stack_trees"): "weight staging",
     ("alem_eval.model.checkpoint", "validate"): "shape checks",
-    ("alem_eval.evaluate.rollout", "_policy_variables"): "shape checks",
+    ("alem_eval.evaluate.rollout", "policy_variables"): "shape checks",
     ("alem_eval.evaluate.rollout", "check_team"): "shape checks",
     # scoring imports check_env_version from settings at call time; run_teams its own name.
     ("alem_eval.evaluate.settings", "check_env_version"): "shape checks",

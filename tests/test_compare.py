@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from alem_eval.evaluate import rollout
-from alem_eval.evaluate.rollout import RolloutProgress
+from alem_eval.evaluate.rollout import RolloutProgress, StackResult
+from alem_eval.evaluate.settings import CHUNK, FAST_MAX_STEPS
 from alem_eval.scoring.compare import compare_scores, compare_sources
 from alem_eval.core.errors import UsageError
 
@@ -41,15 +42,29 @@ def two_sources(tmp_path, fixtures_root, monkeypatch):
 
     calls = []
 
-    def score_stack(
-        cfgs, weights, *, protocol, eval_difficulty, num_episodes, max_steps, on_progress=None
+    def run_stack(
+        cfgs,
+        weights,
+        *,
+        protocol,
+        eval_difficulty,
+        num_episodes,
+        max_steps,
+        on_progress=None,
+        on_team=None,
+        padding=(),
+        **_,
     ):
-        calls.append((len(cfgs), eval_difficulty, num_episodes, max_steps))
+        """The evaluator ``score_cells`` calls, without the compile: each checkpoint that
+        is not padding handed to ``on_team`` as ``run_stack`` does."""
+        real = [k for k in range(len(cfgs)) if k not in set(padding)]
+        calls.append((len(real), eval_difficulty, num_episodes, max_steps))
         if on_progress is not None:
-            on_progress(RolloutProgress(num_episodes, num_episodes, 10, 1.0))
+            done = num_episodes * len(real)
+            on_progress(RolloutProgress(done, done, 10, 1.0))
         base = 0.5 if len(calls) <= make.groups_per_source else 0.1
         # the first episode's return is not finite: its record has no such column
-        return [
+        records = [
             [
                 {"Team/achievement_pct": base + 0.01 * i}
                 | ({"episode_return": base + 0.02 * i} if i else {})
@@ -57,8 +72,12 @@ def two_sources(tmp_path, fixtures_root, monkeypatch):
             ]
             for _ in cfgs
         ]
+        for k in real:
+            if on_team is not None:
+                on_team(k, records[k])
+        return StackResult(records, [None] * len(cfgs), protocol, eval_difficulty, CHUNK)
 
-    monkeypatch.setattr(rollout, "score_stack", score_stack)
+    monkeypatch.setattr(rollout, "run_stack", run_stack)
     make.calls = calls
     make.groups_per_source = 1
     return make
@@ -67,7 +86,7 @@ def two_sources(tmp_path, fixtures_root, monkeypatch):
 def test_compare_sources_by_episodes_favours_the_better_source(two_sources):
     a, b = two_sources("tiny/ippo-rnn/easy/seed0")
     [row] = compare_sources([a, b], ["tiny/ippo-rnn/easy/seed0"], episodes=6, reps=500)
-    assert two_sources.calls == [(1, "easy", 6, None)] * 2  # same worlds for both sides
+    assert two_sources.calls == [(1, "easy", 6, FAST_MAX_STEPS)] * 2  # same worlds for both sides
     assert row["runs"] == "episodes" and row["n_A"] == row["n_B"] == 6
     assert row["A"] == a and row["B"] == b and row["eval_difficulty"] == "easy"
     assert row["p_improvement"] == 1.0 and row["verdict"] == "A better"
@@ -76,7 +95,7 @@ def test_compare_sources_by_episodes_favours_the_better_source(two_sources):
 
 def test_compare_sources_by_seeds_when_both_sides_have_two_cells(two_sources):
     a, b = two_sources("tiny/ippo-rnn/hard/seed2", "tiny/hypermarl-rnn/hard/seed0")
-    two_sources.groups_per_source = 2  # two network shapes: two evaluator calls per source
+    # two network shapes, one evaluator call per source (any algorithms in one program)
     [row] = compare_sources(
         [a, b], ["tiny/*/hard"], episodes=3, reps=500, metric="Team/achievement_pct"
     )
@@ -168,18 +187,18 @@ def test_an_interrupted_compare_keeps_what_it_scored(two_sources, tmp_path, monk
     a, b = two_sources(cell)
     (tmp_path / "B" / cell / "checkpoint" / "RETRAINED").write_text("another checkpoint")
     store = ResultsStore(tmp_path / "store")
-    stub = rollout.score_stack
+    stub = rollout.run_stack
 
     def interrupted(*args, **kw):
         if len(two_sources.calls) == 1:  # source B's evaluation: Ctrl-C
             raise KeyboardInterrupt
         return stub(*args, **kw)
 
-    monkeypatch.setattr(rollout, "score_stack", interrupted)
+    monkeypatch.setattr(rollout, "run_stack", interrupted)
     with pytest.raises(KeyboardInterrupt):
         compare_sources([a, b], [cell], episodes=6, reps=500, store=store)
     assert [e.key.cell for e in store.entries()] == [cell]  # source A's scores are kept
-    monkeypatch.setattr(rollout, "score_stack", stub)
+    monkeypatch.setattr(rollout, "run_stack", stub)
     [row] = compare_sources([a, b], [cell], episodes=6, reps=500, store=store)
     assert len(two_sources.calls) == 2  # only B was evaluated again
     assert row["verdict"] == "A better"
@@ -191,7 +210,6 @@ def test_progress_names_each_scored_cell_and_what_was_read_back(two_sources, tmp
     from alem_eval.analysis.results import ResultsStore
 
     a, b = two_sources("tiny/ippo-rnn/hard/seed2", "tiny/hypermarl-rnn/hard/seed0")
-    two_sources.groups_per_source = 2
     (Path(b) / "tiny/ippo-rnn/hard/seed2/checkpoint/RETRAINED").write_text("another checkpoint")
     store = ResultsStore(tmp_path / "store")
     notes: list[tuple[str, int, int]] = []
@@ -212,14 +230,15 @@ def test_progress_names_each_scored_cell_and_what_was_read_back(two_sources, tmp
     run()
     # B's HyperMARL cell is byte for byte A's (same key): read back from what A stored.
     assert notes == [
+        (f"{a}: reused from the results store", 0, 2),
         (f"{a}: scored tiny/ippo-rnn/hard/seed2", 1, 2),
         (f"{a}: scored tiny/hypermarl-rnn/hard/seed0", 2, 2),
-        (f"{b}: 1 read back from the store", 1, 2),
+        (f"{b}: reused from the results store", 1, 2),
         (f"{b}: scored tiny/ippo-rnn/hard/seed2", 2, 2),
     ]
-    assert [p.episodes_done for p in episodes] == [3] * 3
+    assert [p.episodes_done for p in episodes] == [6, 3]  # A's two cells, then B's one
     run()  # everything is stored now
-    assert notes == [(f"{s}: 2 read back from the store", 2, 2) for s in (a, b)]
+    assert notes == [(f"{s}: reused from the results store", 2, 2) for s in (a, b)]
 
 
 def test_compare_command_wiring(two_sources, tmp_path, monkeypatch):
@@ -255,7 +274,7 @@ def test_compare_command_wiring(two_sources, tmp_path, monkeypatch):
     ]
     result = CliRunner().invoke(app, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    assert two_sources.calls == [(1, "easy", 6, None)] * 2
+    assert two_sources.calls == [(1, "easy", 6, FAST_MAX_STEPS)] * 2
     assert len(list((tmp_path / "store").rglob("*.parquet"))) == 2  # both sources kept
     rows = _json.loads(result.stdout[result.stdout.index("[") :])
     assert rows[0]["runs"] == "episodes" and rows[0]["n_A"] == 6
@@ -271,6 +290,6 @@ def test_compare_command_wiring(two_sources, tmp_path, monkeypatch):
         assert unwrapped(f"[1/1] {side}: scored {cell}") in unwrapped(result.stderr)
     again = CliRunner().invoke(app, args, catch_exceptions=False)
     assert again.exit_code == 0 and len(two_sources.calls) == 2
-    assert unwrapped(f"[1/1] {b}: 1 read back from the store") in unwrapped(again.stderr)
+    assert unwrapped(f"[1/1] {b}: reused from the results store") in unwrapped(again.stderr)
     bad = CliRunner().invoke(app, ["compare", cell, "--source", a])
     assert bad.exit_code != 0

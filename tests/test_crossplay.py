@@ -208,7 +208,7 @@ def test_a_team_is_stored_when_its_episodes_end_so_a_kill_mid_run_keeps_it(tmp_p
     from alem_eval.evaluate.rollout import StackResult
     from alem_eval.evaluate.settings import CHUNK
     from alem_eval.scoring.crossplay import GAP_METRICS, run_crossplay
-    from alem_eval.scoring.crossplay_store import CrossplayStore
+    from alem_eval.analysis.results import ResultsStore
     from alem_eval.hub.sources import open_source
 
     calls: list[list[tuple[int, ...]]] = []
@@ -230,7 +230,7 @@ def test_a_team_is_stored_when_its_episodes_end_so_a_kill_mid_run_keeps_it(tmp_p
 
     monkeypatch.setattr(rollout, "run_teams", run_teams)
     source = open_source(str(FIXTURES))
-    store = CrossplayStore(tmp_path / "crossplay")
+    store = ResultsStore(tmp_path / "results")
 
     def run(seen):
         return run_crossplay(
@@ -248,15 +248,19 @@ def test_a_team_is_stored_when_its_episodes_end_so_a_kill_mid_run_keeps_it(tmp_p
     with pytest.raises(KeyboardInterrupt):
         run(seen)
     assert len(calls[0]) == 8 and seen[-1].startswith("scored ")
-    assert len(store.load("hard")) == 1  # the first team, stored before the kill
+    assert len(store.entries(teams=True)) == 1  # the first team, stored before the kill
+    assert store.entries() == []  # team rows never pass for a cell's own scores
 
     kill_after[0] = None
     seen.clear()
     result = run(seen)
     assert calls[1] == calls[0][1:]  # only the missing teams ran
-    assert seen[0].endswith("1 read back from the cross-play store, 7 to score")
+    assert seen[0].endswith("1 read back from the results store, 7 to score")
     assert result.teams_reused == 1 and result.teams_scored == 7
-    assert len(store.load("hard")) == 8 and len([m for m in seen if m.startswith("scored ")]) == 7
+    assert (
+        len(store.entries(teams=True)) == 8
+        and len([m for m in seen if m.startswith("scored ")]) == 7
+    )
     first = next(t for t in result.teams if t.reused)
     assert first.episodes == ({**dict.fromkeys(GAP_METRICS, 0.0), "episode_length": 4.0},) * 2
 
@@ -327,7 +331,7 @@ def test_cli_json_has_the_pair_matrix_the_gaps_and_the_heatmap(scored):
 
 
 @pytest.mark.xdist_group(DEMO_PROGRAMS)
-def test_cli_rerun_reads_every_team_back_and_the_results_store_ignores_them(scored):
+def test_cli_rerun_reads_every_team_back_from_team_rows_the_cells_scores_never_show(scored):
     root, env, results, first = scored
     again = run_cli(
         [*ARGS, "--results", str(results), "--out", str(root / "again"), "--format", "json"],
@@ -338,14 +342,20 @@ def test_cli_rerun_reads_every_team_back_and_the_results_store_ignores_them(scor
     doc, before = json.loads(again.stdout), json.loads(first.stdout)
     assert doc["teams_scored"] == 0 and doc["teams_reused"] == 8
     assert doc["gaps"] == before["gaps"] and doc["pair_matrix"] == before["pair_matrix"]
-    # Cross-play rows live in their own store: the results store (report, leaderboard)
-    # sees no entry and warns about nothing.
+    # Cross-play teams are rows of the results store, keyed by their composition; the
+    # cells' own scores (report, leaderboard) see no entry of them and warn about nothing.
     from alem_eval.analysis.results import ResultsStore
 
-    assert list((results / "crossplay" / "easy").glob("*.pq"))
+    store = ResultsStore(results)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert ResultsStore(results).entries() == []
+        assert store.entries() == []
+        teams = store.entries(teams=True)
+    assert len(teams) == 8 and {e.key.eval_difficulty for e in teams} == {"easy"}
+    assert {e.key.team_hash for e in teams} == {t["team_key"] for t in doc["teams"]}
+    frame = store.load(teams=True)
+    slots = [[v for k, v in t.items() if k.startswith("slot")] for t in doc["teams"]]
+    assert sorted(set(frame["team"])) == sorted(",".join(s) for s in slots)
 
     table = run_cli(
         [*ARGS, "--results", str(results), "--out", str(root / "csv"), "--format", "csv"],
@@ -361,7 +371,7 @@ def test_cli_rerun_reads_every_team_back_and_the_results_store_ignores_them(scor
 @pytest.mark.xdist_group(DEMO_PROGRAMS)
 def test_cli_cell_that_cannot_be_loaded_is_one_line_and_keeps_stored_teams(scored, tmp_path):
     _, env, results, _ = scored
-    stored = {p: p.read_bytes() for p in (results / "crossplay").rglob("*.pq")}
+    stored = {p: p.read_bytes() for p in results.rglob("*.parquet")}
     src = _copy_cells(tmp_path, *CELLS, root=demo_root())
     for f in (src / CELLS[1] / "checkpoint" / "ocdbt.process_0" / "d").iterdir():
         f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])  # a truncated download
@@ -385,8 +395,8 @@ def test_cli_cell_that_cannot_be_loaded_is_one_line_and_keeps_stored_teams(score
     # The plan's progress line, then the error on one line.
     *_, last = proc.stderr.strip().splitlines()
     assert last.startswith(f"alem-eval: error: {CELLS[1]}: ") and "corrupt" in last
-    assert "1 read back from the cross-play store, 7 to score" in proc.stderr
-    assert {p: p.read_bytes() for p in (results / "crossplay").rglob("*.pq")} == stored
+    assert "1 read back from the results store, 7 to score" in proc.stderr
+    assert {p: p.read_bytes() for p in results.rglob("*.parquet")} == stored
 
 
 def test_command_choices_are_what_the_library_accepts():

@@ -108,5 +108,5 @@ def test_quickstart_notebook_runs_top_to_bottom(tmp_path):
     assert (out / "report" / "report.md").is_file()
     assert list((out / "report" / "figures").glob("*.png"))
     assert list((out / "results").rglob("*.parquet"))
-    assert list((out / "results" / "crossplay").rglob("*.pq"))
+    assert list((out / "results").rglob("fast-team-*.parquet"))  # the cross-play teams
     assert list((out / "runs" / "mine").glob("*/*/seed*/config.json"))

@@ -16,6 +16,7 @@ import sys
 import pytest
 
 import alem_eval
+from alem_eval.core.errors import AlemEvalError
 
 from .conftest import FIXTURES, REPO
 from .eval_support import DEMO_PROGRAMS
@@ -50,6 +51,9 @@ def test_a_notebook_scores_the_demo_cells_prints_latex_and_plays_a_policy(tmp_pa
         assert list(mine["episode"]) == list(range(EPISODES))
         assert (mine["eval_difficulty"] == c.difficulty).all() and (mine["seed"] == c.seed).all()
     assert episodes["episode_length"].between(1, MAX_STEPS).all()
+    stored = alem_eval.results(*cells, results=results)  # what score kept, read back
+    assert len(stored) == len(episodes) and set(HEADLINE) <= set(stored.columns)
+    assert sorted(stored["cell"].unique()) == sorted(c.id for c in cells)
 
     board = alem_eval.leaderboard(*cells, results=results, reps=1_000)
     latex = board.to_latex()
@@ -242,4 +246,8 @@ def test_crossplay_returns_teams_gaps_and_the_matrix_as_frames(tmp_path, monkeyp
     assert list(result.matrix.index) == list(result.matrix.columns) == list(result.result.cells)
     assert result.to_json()["teams_total"] == 8
     assert {p.name for p in result.outputs} >= {"teams.csv", "crossplay.json"}
-    assert (tmp_path / "results" / "crossplay").is_dir()
+    stored = alem_eval.results(teams=True, results=tmp_path / "results")
+    assert len(stored) == 8 * 2 and stored["team"].nunique() == 8  # a row per team episode
+    assert set(stored["team"]) == {",".join(t.team.slots) for t in result.result.teams}
+    with pytest.raises(AlemEvalError, match="no scored results"):
+        alem_eval.results(results=tmp_path / "results")  # teams never pass for cell scores

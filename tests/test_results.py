@@ -218,3 +218,35 @@ def test_write_is_durable_file_replace(tmp_path):
     store.write(_rows(key), key)
     assert os.stat(store.path_for(key)).st_ino != inode
     assert len(store.load()) == 2
+
+
+def test_a_cells_key_keeps_its_digest_and_a_team_key_names_its_composition(tmp_path):
+    import dataclasses
+    import hashlib
+    import json
+
+    k = key_for("1B", "ippo-rnn", "hard", 0)
+    # A cell's own key: the fields (and so the digest and file name) it always had.
+    old = {f.name: getattr(k, f.name) for f in dataclasses.fields(k) if f.name[:4] != "team"}
+    assert k.digest == hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()[:16]
+    assert ResultKey.from_json(json.dumps(old)) == k
+
+    members = ("1B/ippo-rnn/hard/seed0", "1B/ippo-rnn/hard/seed0", "1B/ippo-rnn/hard/seed1")
+    team = dataclasses.replace(k, team=members, team_hash="0123456789abcdef")
+    assert team.digest != k.digest and ResultKey.from_json(team.to_json()) == team
+    assert team.relpath.name == f"synthetic-team-{team.digest}.parquet"
+    with pytest.raises(ResultsError, match="both or neither"):
+        dataclasses.replace(k, team=members)
+    with pytest.raises(ResultsError, match="must be one of its members"):
+        dataclasses.replace(team, team=members[2:] * 3)
+
+    store = ResultsStore(tmp_path)
+    store.write(_rows(k), k)
+    store.write(build_rows(team, synthetic_records("1B", "ippo-rnn", "hard", 0)), team)
+    # The cells' own scores (report, leaderboard, export) never see the team's rows.
+    assert [e.key for e in store.entries()] == [k]
+    assert "team" not in store.load().columns
+    assert [e.key for e in store.entries(teams=True)] == [team]
+    frame = store.load(teams=True)
+    assert set(frame["team"]) == {",".join(members)} and len(frame) == team.num_episodes
+    assert store.get(team) is not None and store.get(team)["team"].iloc[0] == ",".join(members)

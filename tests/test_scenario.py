@@ -363,7 +363,7 @@ def test_cli_scenario_rerun_reads_every_team_back_and_a_bad_spec_stores_nothing(
     bad[2] = "examples/agents.py:nope"
     proc = run_cli(bad, env, timeout=600)
     assert_one_line_error(proc, "focal examples/agents.py:nope", "has no attribute 'nope'")
-    assert not (tmp_path / "r").exists() or not list((tmp_path / "r").rglob("*.pq"))
+    assert not (tmp_path / "r").exists() or not list((tmp_path / "r").rglob("*.parquet"))
 
 
 def test_the_reference_agents_follow_the_protocol():

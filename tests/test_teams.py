@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from alem_eval.evaluate.programs import _PROGRAMS
-from alem_eval.evaluate.rollout import _policy_variables, run_stack, run_teams
+from alem_eval.evaluate.rollout import policy_variables, run_stack, run_teams
 from alem_eval.evaluate.teams import (
     Role,
     TeamClass,
@@ -97,7 +97,7 @@ def test_each_slot_acts_as_its_own_policy_would_alone():
         TeamClass((Role(3, (0, 1)), Role(0, (2,))), 1),
     )
     member_of = [(0, 1, 2), (3, 0)]
-    variables = [_policy_variables(s, w, "test") for s, w in zip(specs, weights, strict=True)]
+    variables = [policy_variables(s, w, "test") for s, w in zip(specs, weights, strict=True)]
     params = tuple(
         tuple(
             jax.tree_util.tree_map(lambda x: x[None], policies[m].prepare(variables[m])) for m in ms

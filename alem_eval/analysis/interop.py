@@ -45,7 +45,7 @@ import pandas as pd
 from alem_eval.core.errors import UsageError
 from alem_eval.core.fsutil import write_text_atomic
 from alem_eval.analysis.results import ResultsStore, StoreEntry, collect_warnings
-from alem_eval.analysis.result_keys import NON_METRIC_COLUMNS, ResultKey, ResultsError
+from alem_eval.analysis.result_keys import RESERVED_COLUMNS, ResultKey, ResultsError
 from alem_eval.analysis.aggregate import PreparedResults, budget_steps, prepare
 from alem_eval.analysis.metrics import HEADLINE_METRICS, metric_info
 
@@ -191,7 +191,7 @@ def to_marl_eval(
     coincide once lower-cased (metrics, ``<algorithm>_<budget>``, tasks) are an error, not
     one silently overwriting the other."""
     df, _ = rectangular(prepared)
-    keys = list(metrics) if metrics else [m for m in df.columns if m not in NON_METRIC_COLUMNS]
+    keys = list(metrics) if metrics else [m for m in df.columns if m not in RESERVED_COLUMNS]
     names = {k: marl_eval_metric_name(k) for k in keys}
     if len(set(names.values())) != len(names) or "step_count" in names.values():
         raise UsageError(
@@ -330,8 +330,8 @@ class MergeReport:
 
 
 def _same_numbers(a: pd.DataFrame, b: pd.DataFrame) -> bool:
-    cols_a = sorted(c for c in a.columns if c not in NON_METRIC_COLUMNS)
-    cols_b = sorted(c for c in b.columns if c not in NON_METRIC_COLUMNS)
+    cols_a = sorted(c for c in a.columns if c not in RESERVED_COLUMNS)
+    cols_b = sorted(c for c in b.columns if c not in RESERVED_COLUMNS)
     if cols_a != cols_b or len(a) != len(b):
         return False
     a, b = a.sort_values("episode"), b.sort_values("episode")

@@ -45,6 +45,10 @@ PROVENANCE_COLUMNS: tuple[str, ...] = (
     "config_hash",
 )
 NON_METRIC_COLUMNS: tuple[str, ...] = ID_COLUMNS + PROVENANCE_COLUMNS
+# A team's rows (a key with ``team``) also carry its composition: the cell (or agent)
+# driving each agent slot, comma-joined in slot order.
+TEAM_COLUMNS: tuple[str, ...] = ("team",)
+RESERVED_COLUMNS: tuple[str, ...] = NON_METRIC_COLUMNS + TEAM_COLUMNS
 _INT_COLUMNS = frozenset({"seed", "episode"})
 _SAFE_COMPONENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]*$")
 
@@ -70,7 +74,15 @@ def parse_cell_id(cell_id: str) -> tuple[str, str, str, int]:
 
 @dataclass(frozen=True)
 class ResultKey:
-    """Everything that decides whether a scored cell can be reused instead of recomputed."""
+    """Everything that decides whether a scored cell can be reused instead of recomputed.
+
+    A cell's self-play has ``team == ()``. A team of several members (cross-play, a focal
+    agent with the baselines) names its composition in ``team`` (per agent slot, the cell
+    id or the agent label driving it) and the provenance of every member in ``team_hash``
+    (a digest); ``cell`` is then the team's anchor cell (where its file lives) and the
+    hashes are the anchor's. Team keys are stored beside the cell's own scores but never
+    mixed with them: :meth:`ResultsStore.entries` leaves them out unless asked.
+    """
 
     cell: str  # "1B/ippo-rnn/hard/seed0"
     eval_difficulty: str
@@ -80,11 +92,21 @@ class ResultKey:
     env_version: str | None
     num_episodes: int
     max_steps: int
+    team: tuple[str, ...] = ()
+    team_hash: str = ""
 
     def __post_init__(self) -> None:
         cell = getattr(self.cell, "id", self.cell)  # accept a manifest Cell too
         object.__setattr__(self, "cell", str(cell))
         parse_cell_id(self.cell)
+        object.__setattr__(self, "team", tuple(str(m) for m in self.team))
+        if bool(self.team) != bool(self.team_hash) or any(not m or "," in m for m in self.team):
+            raise ResultsError(
+                f"bad team {self.team!r} / team_hash {self.team_hash!r} in a result key "
+                "(both or neither; members without commas)"
+            )
+        if self.team and self.cell not in self.team:
+            raise ResultsError(f"a team key's cell {self.cell!r} must be one of its members")
         for name in ("eval_difficulty", "protocol"):
             if not _SAFE_COMPONENT.match(str(getattr(self, name))):
                 raise ResultsError(f"bad {name} {getattr(self, name)!r} in a result key")
@@ -125,23 +147,32 @@ class ResultKey:
 
     @property
     def relpath(self) -> Path:
-        return Path(self.cell) / self.eval_difficulty / f"{self.protocol}-{self.digest}.parquet"
+        kind = "-team" if self.team else ""
+        return (
+            Path(self.cell) / self.eval_difficulty / f"{self.protocol}{kind}-{self.digest}.parquet"
+        )
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+        doc = dataclasses.asdict(self)
+        if not self.team:  # a cell's own key: the fields (and digest) it always had
+            del doc["team"], doc["team_hash"]
+        return json.dumps(doc, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> ResultKey:
         data = json.loads(text)
         names = {f.name for f in dataclasses.fields(cls)}
+        if isinstance(data, dict) and "team" not in data and "team_hash" not in data:
+            data = {**data, "team": (), "team_hash": ""}
         if not isinstance(data, dict) or set(data) != names:
             raise ResultsError("result key metadata has the wrong fields")
         return cls(**data)
 
     @property
-    def slot(self) -> tuple[str, str, str]:
-        """(cell, eval_difficulty, protocol): keys sharing a slot score the same thing."""
-        return (self.cell, self.eval_difficulty, self.protocol)
+    def slot(self) -> tuple[str, ...]:
+        """(cell, eval_difficulty, protocol[, team members]): keys sharing a slot score the
+        same thing."""
+        return (self.cell, self.eval_difficulty, self.protocol, *self.team)
 
 
 def _installed_version(dist: str) -> str | None:
@@ -158,7 +189,7 @@ def _installed_version(dist: str) -> str | None:
 def episode_records(frame: pd.DataFrame) -> list[dict[str, float]]:
     """The per-episode records (metric -> float, as the evaluator returns them) of one
     key's stored rows, by episode: what :func:`build_rows` stored, read back."""
-    metric_cols = [c for c in frame.columns if c not in NON_METRIC_COLUMNS]
+    metric_cols = [c for c in frame.columns if c not in RESERVED_COLUMNS]
     return [
         {c: float(r[c]) for c in metric_cols if r[c] == r[c]}
         for _, r in frame.sort_values("episode").iterrows()
@@ -193,10 +224,11 @@ def build_rows(
         "jax_version": jax_version if jax_version is not None else _installed_version("jax"),
         "alem_eval_version": alem_eval_version or __version__,
         "config_hash": key.config_hash,
+        **({"team": ",".join(key.team)} if key.team else {}),
     }
     rows = []
     for i, rec in enumerate(episodes):
-        clash = set(rec) & set(NON_METRIC_COLUMNS)
+        clash = set(rec) & set(RESERVED_COLUMNS)
         if clash:
             raise ResultsError(f"episode record uses reserved column names: {sorted(clash)}")
         rows.append({**base, "episode": i, **rec})
@@ -231,6 +263,7 @@ def _rows_to_table(rows: Sequence[Mapping[str, Any]], key: ResultKey) -> pa.Tabl
             "algorithm",
             "difficulty",
             "seed",
+            *(TEAM_COLUMNS if key.team else ()),
         ):
             if col in r and r[col] != expected[col]:
                 raise ResultsError(
@@ -246,11 +279,11 @@ def _rows_to_table(rows: Sequence[Mapping[str, Any]], key: ResultKey) -> pa.Tabl
     seen: set[str] = set()
     for r in rows:
         for k in r:
-            if k not in NON_METRIC_COLUMNS and k not in seen:
+            if k not in RESERVED_COLUMNS and k not in seen:
                 seen.add(k)
                 metric_names.append(k)
     arrays, fields = [], []
-    for col in NON_METRIC_COLUMNS:
+    for col in NON_METRIC_COLUMNS + (TEAM_COLUMNS if key.team else ()):
         if col in _INT_COLUMNS:
             vals: list[Any] = [int(r.get(col, expected.get(col))) for r in rows]
             typ = pa.int64()
@@ -268,4 +301,4 @@ def _rows_to_table(rows: Sequence[Mapping[str, Any]], key: ResultKey) -> pa.Tabl
 
 def metric_columns(df: pd.DataFrame) -> list[str]:
     """The metric columns of a results frame (everything but ids and provenance)."""
-    return [c for c in df.columns if c not in NON_METRIC_COLUMNS]
+    return [c for c in df.columns if c not in RESERVED_COLUMNS]

@@ -39,6 +39,7 @@ import pyarrow.parquet as pq
 
 from alem_eval.analysis.result_keys import (
     NON_METRIC_COLUMNS,
+    RESERVED_COLUMNS,
     ResultKey,
     ResultsError,
     _rows_to_table,
@@ -105,7 +106,7 @@ class StoreEntry:
 
     @property
     def metric_columns(self) -> tuple[str, ...]:
-        return tuple(c for c in self.columns if c not in NON_METRIC_COLUMNS)
+        return tuple(c for c in self.columns if c not in RESERVED_COLUMNS)
 
 
 # ----------------------------------------------------------------------------------------
@@ -247,8 +248,12 @@ class ResultsStore:
                 pass
 
     # -- many keys -----------------------------------------------------------------------
-    def entries(self, selectors: Sequence[str] | None = None) -> list[StoreEntry]:
-        """Every readable file (unreadable ones warn), optionally filtered by selectors."""
+    def entries(
+        self, selectors: Sequence[str] | None = None, *, teams: bool = False
+    ) -> list[StoreEntry]:
+        """Every readable file (unreadable ones warn), optionally filtered by selectors
+        (a team's entry by its anchor cell). The cells' own scores only, unless ``teams``:
+        then the teams' entries (cross-play, scenarios: keys with ``team``) only."""
         if not self.root.is_dir():
             return []
         found = []
@@ -265,7 +270,8 @@ class ResultsStore:
                     stacklevel=2,
                 )
                 continue
-            found.append(entry)
+            if bool(entry.key.team) == teams:
+                found.append(entry)
         if selectors:
             keep = select_cells([e.key.cell for e in found], selectors)
             found = [e for e in found if e.key.cell in keep]
@@ -279,15 +285,17 @@ class ResultsStore:
         protocols: Sequence[str] | None = None,
         metrics: Sequence[str] | None = None,
         all_versions: bool = False,
+        teams: bool = False,
     ) -> pd.DataFrame:
-        """Per-episode rows of the selected cells as one DataFrame.
+        """Per-episode rows of the selected cells as one DataFrame (with ``teams``: of the
+        teams stored by cross-play and scenarios instead, a ``team`` column naming each).
 
         ``metrics`` limits the metric columns read (ids and provenance always come).
         Unless ``all_versions``, a (cell, eval difficulty, protocol) scored under several
         keys contributes only its most recently written file (a :class:`ResultsWarning`
         names what was left out). Raises :class:`ResultsError` when nothing matches.
         """
-        entries = self.entries(selectors)
+        entries = self.entries(selectors, teams=teams)
         if not entries:
             raise ResultsError(
                 f"no scored results in {self.root}; run `alem-eval score` "
@@ -313,7 +321,7 @@ class ResultsStore:
         for e in entries:
             cols = None
             if metrics is not None:
-                cols = [c for c in e.columns if c in NON_METRIC_COLUMNS or c in set(metrics)]
+                cols = [c for c in e.columns if c in RESERVED_COLUMNS or c in set(metrics)]
             try:
                 frames.append(pq.read_table(e.path, columns=cols).to_pandas())
             except (OSError, ValueError, pa.ArrowException) as exc:
@@ -325,17 +333,21 @@ class ResultsStore:
         if not frames:
             return pd.DataFrame(columns=list(NON_METRIC_COLUMNS))
         df = pd.concat(frames, ignore_index=True, sort=False)
-        ordered = list(NON_METRIC_COLUMNS) + [c for c in df.columns if c not in NON_METRIC_COLUMNS]
+        ids = [c for c in RESERVED_COLUMNS if c in df.columns]
+        ordered = ids + [c for c in df.columns if c not in ids]
         return (
             df[ordered]
-            .sort_values(["cell", "eval_difficulty", "protocol", "episode"], kind="stable")
+            .sort_values(
+                ["cell", "eval_difficulty", "protocol", *ids[len(NON_METRIC_COLUMNS) :], "episode"],
+                kind="stable",
+            )
             .reset_index(drop=True)
         )
 
 
 def latest_entries(entries: Sequence[StoreEntry]) -> list[StoreEntry]:
     """One entry per (cell, eval difficulty, protocol): the most recently written."""
-    by_slot: dict[tuple[str, str, str], list[StoreEntry]] = {}
+    by_slot: dict[tuple[str, ...], list[StoreEntry]] = {}
     for e in entries:
         by_slot.setdefault(e.key.slot, []).append(e)
     out = []

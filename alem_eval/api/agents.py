@@ -124,7 +124,7 @@ def load_policy(
     (carry, actions)``.
     """
     from alem_eval.api.functions import _resolve
-    from alem_eval.evaluate.rollout import _policy_variables
+    from alem_eval.evaluate.rollout import policy_variables
     from alem_eval.model.loader import load_cell
     from alem_eval.model.policies import make_policy
 
@@ -142,7 +142,7 @@ def load_policy(
         where=c.id,
     )
     spec, greedy = loaded.spec, make_policy(loaded.spec)
-    variables = _policy_variables(spec, loaded.weights, c.id)
+    variables = policy_variables(spec, loaded.weights, c.id)
     return Policy(
         params=jax.jit(greedy.prepare)(variables),
         cell=c.id,

@@ -308,6 +308,31 @@ def leaderboard(
     )
 
 
+def results(
+    *selectors: str | Cell | Sequence[str | Cell],
+    results: str | Path | None = None,
+    teams: bool = False,
+    eval_difficulty: str | None = None,
+    protocol: str | None = None,
+    all_versions: bool = False,
+) -> pd.DataFrame:
+    """The scored episodes in the results store ``results`` (None: the user cache's) as
+    one DataFrame, one row per episode: the cells' own scores (what ``score`` wrote), or
+    with ``teams`` the teams ``crossplay`` and ``scenario`` played (a ``team`` column names
+    the member driving each agent slot). ``selectors`` (and ``Cell`` s) pick cells (a
+    team by its anchor cell); ``eval_difficulty`` / ``protocol`` narrow further. A cell
+    scored under several provenances gives its latest unless ``all_versions``."""
+    from alem_eval.analysis.results import open_store
+
+    return open_store(results).load(
+        _selectors(selectors) or None,
+        eval_difficulties=[eval_difficulty] if eval_difficulty else None,
+        protocols=[protocol] if protocol else None,
+        all_versions=all_versions,
+        teams=teams,
+    )
+
+
 def report(
     *selectors: str | Cell | Sequence[str | Cell],
     out: str | Path,
@@ -437,8 +462,8 @@ def crossplay(
     ``"distinct"`` / ``"mixed"`` (sampled, at most ``max_teams``, seeded by ``seed``) or
     ``"all"``; each cell's self-play is always included. All teams play the same worlds
     (``eval_difficulty``, default the cells' shared training difficulty; ``episodes`` /
-    ``max_steps`` default 20 / 10,000). Teams are kept under ``<results>/crossplay`` and
-    read back on a rerun. ``runs``: ``"teams"`` or ``"episodes"`` as the bootstrap's runs
+    ``max_steps`` default 20 / 10,000). Teams are kept in the results store (team rows,
+    never mixed with the cells' own scores) and read back on a rerun. ``runs``: ``"teams"`` or ``"episodes"`` as the bootstrap's runs
     (``reps`` resamples). ``out``: also write ``pair_matrix.png/.pdf``, ``teams.csv`` and
     ``crossplay.json`` there. ``progress``: an episode bar and a line per step on
     stderr (None: on a terminal or in Jupyter).
@@ -449,7 +474,7 @@ def crossplay(
     _before_compiling()
     from alem_eval.scoring.crossplay import run_crossplay
     from alem_eval.scoring.crossplay_outputs import write_outputs
-    from alem_eval.scoring.crossplay_store import CrossplayStore
+    from alem_eval.analysis.results import open_store
 
     src, chosen = _resolve(cells, source, repo, revision, cache_dir)
     with _progress("crossplay", progress) as bar:
@@ -464,7 +489,7 @@ def crossplay(
             seed=seed,
             reps=reps,
             runs=runs,
-            store=CrossplayStore.for_results(results),
+            store=open_store(results),
             on_progress=bar and bar.note,
             on_episodes=bar and bar.update,
         )

@@ -79,13 +79,13 @@ def scenario(
     """``focal`` with the background ``cells``, as ``alem-eval scenario``: ``mode``
     ``"visitor"`` (1 focal + 2 background agents), ``"resident"`` (2 + 1) or ``"both"``,
     every slot position, beside the background's self-play and cross-play on the same
-    worlds. Teams are kept under ``<results>/crossplay`` and read back on a rerun.
+    worlds. Teams are kept in the results store (team rows) and read back on a rerun.
     ``out``: also write ``scenario.png`` and ``scenario.json`` there. Returns
     :class:`Scenario` (``.table``, ``.teams``: DataFrames)."""
     _before_compiling()
     from alem_eval.core.progress import err_console
     from alem_eval.scoring.crossplay_outputs import save_figure
-    from alem_eval.scoring.crossplay_store import CrossplayStore
+    from alem_eval.analysis.results import open_store
     from alem_eval.scoring.scenario import plot_scenario, run_scenario
 
     src, chosen = _resolve(cells, source, repo, revision, cache_dir)
@@ -101,7 +101,7 @@ def scenario(
         max_steps=max_steps,
         reps=reps,
         seed=seed,
-        store=CrossplayStore.for_results(results),
+        store=open_store(results),
         on_progress=(lambda m: err_console.print(m, highlight=False)) if show else None,
     )
     outputs: tuple[Path, ...] = ()

@@ -41,7 +41,7 @@ def _capacity(max_steps: int) -> int:
     return int(math.ceil(max_steps / CAPACITY_BUCKET) * CAPACITY_BUCKET)
 
 
-def _stack(trees: Sequence[Any]) -> Any:
+def stack_trees(trees: Sequence[Any]) -> Any:
     return jax.tree_util.tree_map(lambda *xs: np.stack(xs), *trees)
 
 
@@ -142,7 +142,7 @@ def run_group(
     for cls in classes:
         members = [team_roles(team)[0] for team in batch_teams[start : start + cls.size]]
         role_vars.append(
-            tuple(_stack([variables[m[r]] for m in members]) for r in range(len(cls.roles)))
+            tuple(stack_trees([variables[m[r]] for m in members]) for r in range(len(cls.roles)))
         )
         role_mask.append(
             tuple(

@@ -72,7 +72,7 @@ class StackResult:
         return self.live_steps / self.slot_steps if self.slot_steps else 0.0
 
 
-def _policy_variables(spec: NetworkSpec, weights: Any, where: str) -> Any:
+def policy_variables(spec: NetworkSpec, weights: Any, where: str) -> Any:
     """The policy's flax variables as float32 numpy, checked against the configured shapes."""
     try:
         variables = spec.policy_variables(weights)
@@ -93,6 +93,49 @@ def _policy_variables(spec: NetworkSpec, weights: Any, where: str) -> Any:
         detail = ", ".join(f"{k}: expected {exp.get(k)}, found {got.get(k)}" for k in bad[:3])
         raise EvaluationError(f"{where}: weights do not match the configured network ({detail})")
     return jax.tree_util.tree_map(lambda x: x.astype(np.float32, copy=False), variables)
+
+
+def check_play(
+    cfgs: Sequence[RunConfig],
+    teams: Sequence[Sequence[int]],
+    protocol: str,
+    eval_difficulty: str,
+    *,
+    on_env_mismatch: str = "error",
+) -> tuple[list[Any], list[NetworkSpec]]:
+    """The checks every way of playing makes before anything is compiled (``run_teams``,
+    the render player): the PRNG mode, each checkpoint's env version, each team's world,
+    the reference run's difficulties, each network's input width. Returns the eval envs
+    and network specs of ``cfgs``."""
+    # Both protocols: the PRNG mode draws the worlds (PRNGKey(9999 + i)) and the step keys.
+    if jax.config.jax_threefry_partitionable or jax.config.jax_enable_x64:  # type: ignore[attr-defined]
+        raise EvaluationError(
+            f"protocol {protocol!r} needs jax_threefry_partitionable=False and "
+            "jax_enable_x64=False (the PRNG mode and precision the released "
+            "numbers were produced with: other worlds and key chains otherwise)"
+        )
+    from alem_eval.envs.loader import installed_env_version
+
+    installed = installed_env_version()
+    for i, cfg in enumerate(cfgs):
+        check_env_version(
+            cfg, on_mismatch=on_env_mismatch, where=f"checkpoint {i}", installed=installed
+        )
+    statics = [eval_statics(c) for c in cfgs]
+    specs = [build_network(c) for c in cfgs]
+    for i, team in enumerate(teams):
+        check_team(i, team, cfgs, statics, protocol)
+    if protocol == "reference":
+        for cfg in cfgs:
+            reference_key(cfg, eval_difficulty)  # fail early when the difficulty was not run
+    for i, (spec, st) in enumerate(zip(specs, statics, strict=True)):
+        if st.input_dim != spec.input_dim:
+            raise EvaluationError(
+                f"checkpoint {i} ({cfgs[i].algorithm}): the network expects inputs of width "
+                f"{spec.input_dim} but the eval env gives {st.input_dim} (HyperMARL needs "
+                "APPEND_AGENT_ID=true)"
+            )
+    return statics, specs
 
 
 def run_stack(
@@ -206,40 +249,15 @@ def run_teams(
             f"padding {sorted(padding, key=str)} must name some, not all, of the "
             f"{len(teams)} teams (indices from 0)"
         )
-    # Both protocols: the PRNG mode draws the worlds (PRNGKey(9999 + i)) and the step keys.
-    if jax.config.jax_threefry_partitionable or jax.config.jax_enable_x64:  # type: ignore[attr-defined]
-        raise EvaluationError(
-            f"protocol {protocol!r} needs jax_threefry_partitionable=False and "
-            "jax_enable_x64=False (the PRNG mode and precision the released "
-            "numbers were produced with: other worlds and key chains otherwise)"
-        )
-    from alem_eval.envs.loader import installed_env_version
-
-    installed = installed_env_version()
-    for i, cfg in enumerate(cfgs):
-        check_env_version(
-            cfg, on_mismatch=on_env_mismatch, where=f"checkpoint {i}", installed=installed
-        )
-    statics = [eval_statics(c) for c in cfgs]
-    specs = [build_network(c) for c in cfgs]
-    for i, team in enumerate(teams):
-        check_team(i, team, cfgs, statics, protocol)
-    if protocol == "reference":
-        for cfg in cfgs:
-            reference_key(cfg, eval_difficulty)  # fail early when the difficulty was not run
-    for i, (spec, st) in enumerate(zip(specs, statics)):
-        if st.input_dim != spec.input_dim:
-            raise EvaluationError(
-                f"checkpoint {i} ({cfgs[i].algorithm}): the network expects inputs of width "
-                f"{spec.input_dim} but the eval env gives {st.input_dim} (HyperMARL needs "
-                "APPEND_AGENT_ID=true)"
-            )
+    statics, specs = check_play(
+        cfgs, teams, protocol, eval_difficulty, on_env_mismatch=on_env_mismatch
+    )
     used = sorted({m for team in teams for m in team})
     variables = {
         # a focal agent's members carry a placeholder (evaluate.agents.AgentGroup.prepare)
         i: np.zeros((1,), np.float32)
         if i in agents
-        else _policy_variables(specs[i], weights[i], f"checkpoint {i}")
+        else policy_variables(specs[i], weights[i], f"checkpoint {i}")
         for i in used
     }
 

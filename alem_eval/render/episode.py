@@ -253,7 +253,7 @@ def render_episode(
     ``difficulties``, when given). ``eval_difficulty`` defaults to the cells' training
     difficulty (which they must then share); ``out`` defaults to :func:`default_out`.
     Options are checked before anything is loaded."""
-    from alem_eval.scoring.crossplay import _shared_difficulty
+    from alem_eval.scoring.play import shared_difficulty
     from alem_eval.evaluate.settings import check_eval_difficulty
     from alem_eval.model.loader import load_cell
 
@@ -278,7 +278,7 @@ def render_episode(
             )
         )
     resolved = {c.id: (lc.cell_dir, lc.cfg, lc.spec) for c, lc in zip(members, loaded)}
-    eval_difficulty = eval_difficulty or _shared_difficulty(members, resolved)
+    eval_difficulty = eval_difficulty or shared_difficulty(members, resolved)
     index = {c.id: k for k, c in enumerate(members)}
     num_agents = loaded[0].cfg.env.num_agents
     if len(cells) == 1:

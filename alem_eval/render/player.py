@@ -23,8 +23,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from alem_eval.algorithms.config import DIFFICULTIES
-from alem_eval.core.errors import EvaluationError, UsageError
+from alem_eval.core.errors import UsageError
 
 MAX_EPISODE = 2**31 - 1 - 9999  # PRNGKey(9999 + i) takes an int32 seed
 
@@ -76,44 +75,23 @@ class EpisodePlayer:
         max_steps: int | None = None,
         on_env_mismatch: str = "error",
     ):
-        import jax
-
-        from alem_eval.evaluate.group import _stack
-        from alem_eval.evaluate.rollout import _policy_variables
+        from alem_eval.evaluate.group import stack_trees
+        from alem_eval.evaluate.rollout import check_play, policy_variables
         from alem_eval.evaluate.settings import (
             FAST_MAX_STEPS,
-            check_env_version,
+            check_eval_difficulty,
             check_settings,
-            eval_statics,
         )
-        from alem_eval.evaluate.teams import batch_structure, check_team, team_roles
-        from alem_eval.model.networks import build_network
+        from alem_eval.evaluate.teams import batch_structure, team_roles
         from alem_eval.model.policies import make_policy
 
         check_episode(episode)
         check_settings("fast", None, max_steps)
-        if eval_difficulty not in DIFFICULTIES:
-            raise UsageError(
-                f"unknown eval difficulty {eval_difficulty!r} "
-                f"(expected one of {', '.join(DIFFICULTIES)})"
-            )
-        if jax.config.jax_threefry_partitionable or jax.config.jax_enable_x64:  # type: ignore[attr-defined]
-            raise EvaluationError(
-                "render needs jax_threefry_partitionable=False and jax_enable_x64=False "
-                "(the PRNG mode and precision of the fast protocol's worlds and keys)"
-            )
+        check_eval_difficulty(eval_difficulty)
         team = tuple(int(m) for m in team)
-        statics = [eval_statics(c) for c in cfgs]
-        specs = [build_network(c) for c in cfgs]
-        for k, cfg in enumerate(cfgs):
-            check_env_version(cfg, on_mismatch=on_env_mismatch, where=f"checkpoint {k}")
-        check_team(0, team, cfgs, statics, "fast")
-        for m in set(team):
-            if statics[m].input_dim != specs[m].input_dim:
-                raise EvaluationError(
-                    f"checkpoint {m} ({cfgs[m].algorithm}): the network expects inputs of width "
-                    f"{specs[m].input_dim} but the eval env gives {statics[m].input_dim}"
-                )
+        statics, specs = check_play(
+            cfgs, [team], "fast", eval_difficulty, on_env_mismatch=on_env_mismatch
+        )
         self.team = team
         self.eval_difficulty = eval_difficulty
         self.episode = int(episode)
@@ -128,10 +106,10 @@ class EpisodePlayer:
             keys, classes, self.world, masking, tuple(make_policy(s) for s in group_specs)
         )
         variables = tuple(
-            _policy_variables(specs[m], weights[m], f"checkpoint {m}") for m in members
+            policy_variables(specs[m], weights[m], f"checkpoint {m}") for m in members
         )
         # Per class (one), per role: the member's variables with a leading team axis of one.
-        self._variables = (tuple(_stack([v]) for v in variables),)
+        self._variables = (tuple(stack_trees([v]) for v in variables),)
         self._use_mask = (tuple(np.array([cfgs[m].env.action_masking]) for m in members),)
         self._classes = classes
 

@@ -1,5 +1,7 @@
-"""Ways of playing on top of the play core: score, compare, cross-play, dry-run plans.
+"""Ways of playing on top of the play core: score, compare, cross-play, scenarios, dry-run plans.
 
-Cross-play is four modules: ``teams`` (who plays which slot, the schemes), ``crossplay``
-(scoring the teams, the pair matrix, the gap), ``crossplay_store`` (the rows kept under
-``<results>/crossplay/``) and ``crossplay_outputs`` (the JSON, CSV and heatmap files)."""
+``play`` is the one pipeline of team play (worlds, keys, read back, one call of the play
+core, each team stored as it ends, in the results store); ``teams`` (who plays which slot,
+cross-play's schemes) and ``scenario`` (a focal agent's placements) build the teams it
+plays; ``crossplay`` and ``scenario`` turn the scores into their statistics;
+``crossplay_outputs`` writes cross-play's JSON, CSV and heatmap files."""

@@ -1,7 +1,7 @@
 """The same cell(s) from two sources, scored on the same worlds, compared.
 
-:func:`compare_sources` scores the selected cells of each source with
-:func:`alem_eval.evaluate.rollout.score_stack` (the same episodes and worlds for both) and states
+:func:`compare_sources` scores the selected cells of each source as ``score`` does
+(:func:`alem_eval.scoring.score.score_cells`: the same episodes and worlds for both) and states
 how likely source A beats source B: the probability of improvement P(A > B) (the chance
 that a random run of A scores higher than a random run of B, ties counted one half) with a
 seeded stratified bootstrap CI, plus the mean difference. Runs are seeds when both sides
@@ -116,84 +116,45 @@ def score_source(
     selected: tuple[Any, list[Any]] | None = None,
 ) -> dict[str, dict[str, list[float]]]:
     """``{eval difficulty: {cell id: [per-episode values of metric]}}`` for one source
-    (each cell on ``eval_difficulty``, default its own training difficulty).
+    (each cell on ``eval_difficulty``, default its own training difficulty), scored as
+    ``score`` scores (:func:`~alem_eval.scoring.score.score_cells`: the same keys, stacks
+    and store; both sources play the same worlds).
 
     With ``store`` (a :class:`~alem_eval.analysis.results.ResultsStore`), a cell whose scores it
     holds under the same key (checkpoint and config hashes, protocol, episodes, cap) is
-    read back, and each evaluated group of cells is stored as soon as it ends: a rerun,
-    or a rerun after an interruption, evaluates only what is missing.
+    read back, and each scored cell is stored as soon as its episodes end: a rerun, or a
+    rerun after an interruption, evaluates only what is missing.
 
-    ``on_progress(message, done, total)`` is called once the read-back cells are known and
-    as scored cells are stored; ``on_episodes`` as the evaluator's episodes finish
-    (:class:`~alem_eval.evaluate.rollout.RolloutProgress`), as in :func:`~alem_eval.scoring.score.score_cells`.
+    ``on_progress(message, done, total)``: ``score_cells``' messages, prefixed with
+    ``spec``; ``on_episodes`` as the evaluator's episodes finish
+    (:class:`~alem_eval.evaluate.rollout.RolloutProgress`).
     ``selected``: what :func:`select_source` returned for ``spec`` and ``selectors``.
     """
-    from alem_eval.evaluate.rollout import score_stack
-    from alem_eval.evaluate.settings import episode_settings
-    from alem_eval.model.checkpoint import checkpoint_hash
-    from alem_eval.model.loader import cell_checkpoint_dir, load_cell, resolve_cell
-    from alem_eval.analysis.result_keys import ResultKey, build_rows, episode_records
+    from alem_eval.scoring.score import ScoreOptions, score_cells
 
     src, cells = selected or select_source(spec, selectors)
     name = resolve_compare_metric(metric, src, cells)
-    order = {c.id: i for i, c in enumerate(cells)}  # read back or scored: the source's order
-    episodes_of: dict[tuple[str, str], list[dict[str, float]]] = {}
-    groups: dict[tuple, list] = defaultdict(list)
+    by_difficulty: dict[str, list[Any]] = defaultdict(list)
     for c in cells:
-        cell_dir = src.local_dir(c)  # a Hub source checks (and fetches) its files here
-        # config.json only: the key needs no weights
-        cfg, _ = resolve_cell(cell_dir, algorithm=c.algorithm, difficulty=c.difficulty, seed=c.seed)
-        diff = eval_difficulty or c.difficulty
-        n, cap = episode_settings(cfg, protocol, episodes, max_steps)
-        key = ResultKey.for_run(
-            c.id,
-            cfg,
-            checkpoint_hash=checkpoint_hash(cell_checkpoint_dir(cell_dir)),
-            eval_difficulty=diff,
-            protocol=protocol,
-            num_episodes=n,
-            max_steps=cap,
-        )
-        stored = store.get(key) if store is not None else None
-        if stored is not None:
-            episodes_of[(diff, c.id)] = episode_records(stored)
-            continue
-        lc = load_cell(
-            cell_dir,
-            algorithm=c.algorithm,
-            difficulty=c.difficulty,
-            seed=c.seed,
-            policy_only=True,
-            where=f"{spec}:{c.id}",
-        )
-        groups[(lc.cfg.network_key, diff)].append((c, lc, key))
-    if on_progress is not None and episodes_of:
-        on_progress(
-            f"{spec}: {len(episodes_of)} read back from the store", len(episodes_of), len(cells)
-        )
-    for (_, diff), members in groups.items():
-        records = score_stack(
-            [lc.cfg for _, lc, _ in members],
-            [lc.weights for _, lc, _ in members],
-            protocol=protocol,
-            eval_difficulty=diff,
-            num_episodes=episodes,
-            max_steps=max_steps,
-            on_progress=on_episodes,
-        )
-        for (c, _, key), eps in zip(members, records, strict=True):
-            if store is not None:
-                store.write(build_rows(key, eps), key, extra={"source": spec})
-            episodes_of[(diff, c.id)] = eps
-            if on_progress is not None:
-                on_progress(f"{spec}: scored {c.id}", len(episodes_of), len(cells))
+        by_difficulty[eval_difficulty or c.difficulty].append(c)
+
+    def note(message: str, done: int, total: int) -> None:
+        if on_progress is not None:
+            on_progress(f"{spec}: {message}", done, total)
+
     out: dict[str, dict[str, list[float]]] = defaultdict(dict)
-    for (diff, cell_id), eps in sorted(episodes_of.items(), key=lambda kv: order[kv[0][1]]):
-        # A record drops a non-finite score: such episodes have no value of it.
-        values = [float(e[name]) for e in eps if name in e]
-        if not values:
-            raise EvaluationError(f"{spec}:{cell_id}: no episode has a finite {name}")
-        out[diff][cell_id] = values
+    for diff, group in by_difficulty.items():
+        options = ScoreOptions(
+            protocol=protocol, num_episodes=episodes, max_steps=max_steps, eval_difficulty=diff
+        )
+        for score in score_cells(
+            src, group, options=options, store=store, on_progress=note, on_episodes=on_episodes
+        ):
+            # A record drops a non-finite score: such episodes have no value of it.
+            values = [float(e[name]) for e in score.episodes if name in e]
+            if not values:
+                raise EvaluationError(f"{spec}:{score.cell.id}: no episode has a finite {name}")
+            out[diff][score.cell.id] = values
     return out
 
 

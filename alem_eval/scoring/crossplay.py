@@ -5,10 +5,9 @@ The teams (:class:`~alem_eval.scoring.teams.Team`) and the schemes that draw the
 
 :func:`run_crossplay` scores every team in ONE :func:`alem_eval.evaluate.rollout.run_teams` call
 (protocol ``fast``: episode i is world ``PRNGKey(9999 + i)`` for every team, so teams
-are compared on the same worlds) and keeps the rows in a cross-play store of its own
-(:class:`~alem_eval.scoring.crossplay_store.CrossplayStore`, ``<results>/crossplay/``),
-which a rerun reads back instead of recomputing and which ``report`` / ``leaderboard``
-never read.
+are compared on the same worlds) through :func:`alem_eval.scoring.play.play_teams`: the
+teams are rows of the results store under their composition's key, which a rerun reads
+back instead of recomputing and which ``report`` / ``leaderboard`` never read.
 
 The statistics (no JAX):
 
@@ -35,7 +34,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -48,19 +47,21 @@ from alem_eval.analysis.crossplay_stats import (
     check_runs,
     crossplay_gap,
 )
-from alem_eval.core.errors import EvaluationError, UsageError
-from alem_eval.analysis.metrics import BASE, COORD, TOTAL, metric_info
-from alem_eval.scoring.crossplay_store import CellKey, CrossplayStore, store_rows, team_key
+from alem_eval.analysis.metrics import TOTAL, metric_info
+from alem_eval.scoring.play import TEAM_METRICS, TeamScore, play_teams, resolve_worlds
 from alem_eval.scoring.teams import (
     DEFAULT_MAX_TEAMS,
     PROTOCOL,
     Team,
-    _check_int,
+    check_int,
     _check_scheme,
     compositions,
 )
 
-GAP_METRICS: tuple[str, ...] = (TOTAL, BASE, COORD)  # Total%, Base%, Coord%
+if TYPE_CHECKING:
+    from alem_eval.analysis.results import ResultsStore
+
+GAP_METRICS: tuple[str, ...] = TEAM_METRICS  # Total%, Base%, Coord%
 MATRIX_METRIC = TOTAL
 
 
@@ -117,37 +118,6 @@ def pair_matrix(
 # ----------------------------------------------------------------------------------------
 # Running
 # ----------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class TeamScore:
-    """One team's per-episode records (every ``run_teams`` key verbatim)."""
-
-    team: Team
-    key: str
-    episodes: tuple[Mapping[str, float], ...]
-    reused: bool
-
-    def values(self, metric: str) -> np.ndarray:
-        """``(episodes,)``; NaN where an episode lacks the metric."""
-        return np.array([ep.get(metric, np.nan) for ep in self.episodes], dtype=float)
-
-    def mean(self, metric: str) -> float | None:
-        v = self.values(metric)
-        v = v[np.isfinite(v)]
-        return float(v.mean()) if len(v) else None
-
-    def row(self) -> dict[str, Any]:
-        """Flat per-team row: slots, shape, anchor, reused, episodes, metric means."""
-        return {
-            "team_key": self.key,
-            **{f"slot{s}": c for s, c in enumerate(self.team.slots)},
-            "shape": self.team.shape,
-            "anchor": self.team.anchor,
-            "reused": self.reused,
-            "episodes": len(self.episodes),
-            **{k: self.mean(k) for k in (*GAP_METRICS, "episode_return", "episode_length")},
-        }
-
-
 @dataclass(frozen=True)
 class CrossplayResult:
     """Everything ``alem-eval crossplay`` reports (values are raw fractions)."""
@@ -243,7 +213,7 @@ def run_crossplay(
     reps: int = DEFAULT_REPS,
     runs: str = "teams",
     confidence: float = DEFAULT_CONFIDENCE,
-    store: CrossplayStore | None = None,
+    store: ResultsStore | None = None,
     on_env_mismatch: str = "error",
     on_progress: Callable[[str], None] | None = None,
     on_episodes: Callable[[Any], None] | None = None,
@@ -262,72 +232,22 @@ def run_crossplay(
     Progress: ``on_progress(message)`` a line per step (the teams to score, each team
     stored); ``on_episodes(RolloutProgress)`` as the rollout's episodes finish.
     """
-    from alem_eval.evaluate.rollout import run_teams
-
-    note = on_progress or (lambda _m: None)
     _check_scheme(scheme)
     check_runs(runs)
-    _check_int("--reps", reps, 1)
+    check_int("--reps", reps, 1)
     cells = list({c.id: c for c in cells}.values())
     w = resolve_worlds(source, cells, eval_difficulty, num_episodes, max_steps, on_env_mismatch)
-    resolved, statics, eval_difficulty = w.resolved, w.statics, w.eval_difficulty
-    num_episodes, max_steps = w.num_episodes, w.max_steps
-    teams = compositions(cells, scheme, max_teams, seed, num_slots=statics[cells[0].id].num_agents)
-
-    cell_keys = {c.id: _cell_key(c, *resolved[c.id][:2]) for c in cells}
-    keys = {
-        t: team_key(
-            t,
-            cell_keys,
-            eval_difficulty=eval_difficulty,
-            num_episodes=num_episodes,
-            max_steps=max_steps,
-        )
-        for t in teams
-    }
-    stored = store.load(eval_difficulty) if store is not None else {}
-    todo = [t for t in teams if keys[t] not in stored]
-    note(
-        f"{len(teams)} teams on {eval_difficulty}: {len(teams) - len(todo)} read back from "
-        f"the cross-play store, {len(todo)} to score"
+    teams = compositions(cells, scheme, max_teams, seed, num_slots=w.num_slots)
+    played = play_teams(
+        source,
+        cells,
+        teams,
+        w,
+        store=store,
+        on_progress=on_progress,
+        on_episodes=on_episodes,
     )
-
-    def keep(team: Team, episodes: Sequence[Mapping[str, float]]) -> None:
-        """A team whose episodes all ended: into the store at once, on its own."""
-        if store is None:
-            return
-        rows = store_rows(
-            team,
-            keys[team],
-            episodes,
-            eval_difficulty=eval_difficulty,
-            num_episodes=num_episodes,
-            max_steps=max_steps,
-            env_version=cell_keys[team.slots[0]].env_version,
-        )
-        note(f"scored {team.label()}; stored in {store.write(rows, eval_difficulty)}")
-
-    fresh = (
-        _score(
-            source,
-            cells,
-            todo,
-            run_teams,
-            keep,
-            eval_difficulty=eval_difficulty,
-            num_episodes=num_episodes,
-            max_steps=max_steps,
-            on_episodes=on_episodes,
-        )
-        if todo
-        else {}
-    )
-    scores = tuple(
-        TeamScore(
-            t, keys[t], tuple(fresh[t] if t in fresh else stored[keys[t]]), reused=t not in fresh
-        )
-        for t in teams
-    )
+    scores = tuple(played.scores.values())
     per_metric = {m: {s.team: s.values(m) for s in scores} for m in GAP_METRICS}
     gaps = tuple(
         crossplay_gap(
@@ -338,10 +258,10 @@ def run_crossplay(
     ids = tuple(c.id for c in cells)
     return CrossplayResult(
         cells=ids,
-        eval_difficulty=eval_difficulty,
+        eval_difficulty=w.eval_difficulty,
         scheme=scheme,
-        num_episodes=num_episodes,
-        max_steps=max_steps,
+        num_episodes=w.num_episodes,
+        max_steps=w.max_steps,
         teams=scores,
         matrix=pair_matrix(ids, per_metric[MATRIX_METRIC]),
         gaps=gaps,
@@ -354,162 +274,3 @@ def run_crossplay(
         },
         store=store.root if store is not None else None,
     )
-
-
-@dataclass(frozen=True)
-class Worlds:
-    """Where a way of playing over ``cells`` plays: each cell resolved (its directory,
-    config, manifest entry), its eval env, the eval difficulty and the episode settings."""
-
-    resolved: dict[str, Any]
-    statics: dict[str, Any]
-    eval_difficulty: str
-    num_episodes: int
-    max_steps: int
-
-
-def resolve_worlds(
-    source,
-    cells: Sequence[Any],
-    eval_difficulty: str | None,
-    num_episodes: int | None,
-    max_steps: int | None,
-    on_env_mismatch: str,
-) -> Worlds:
-    """Resolve ``cells`` (distinct) and check that they play in one world with these
-    settings (the cells' shared difficulty unless ``eval_difficulty``; the fast protocol's
-    episodes and cap unless given): one-line errors naming the cell otherwise."""
-    from alem_eval.evaluate.settings import (
-        FAST_MAX_STEPS,
-        FAST_NUM_EPISODES,
-        check_env_version,
-        eval_statics,
-        validate_request,
-    )
-    from alem_eval.model.loader import resolve_cell
-
-    resolved = {c.id: _resolve(source, c, resolve_cell) for c in cells}
-    eval_difficulty = eval_difficulty or _shared_difficulty(cells, resolved)
-    validate_request(PROTOCOL, eval_difficulty, num_episodes, max_steps)
-    for c in cells:
-        check_env_version(resolved[c.id][1], on_mismatch=on_env_mismatch, where=c.id)
-    statics = {c.id: eval_statics(resolved[c.id][1]) for c in cells}
-    _check_same_world(cells, statics)
-    return Worlds(
-        resolved,
-        statics,
-        eval_difficulty,
-        num_episodes or FAST_NUM_EPISODES,
-        max_steps or FAST_MAX_STEPS,
-    )
-
-
-def _resolve(source, cell, resolve_cell) -> tuple[Path, Any, Any]:
-    """``(cell_dir, cfg, spec)`` of a cell; errors name the cell."""
-    from alem_eval.core.errors import AlemEvalError, ConfigError
-
-    cell_dir = source.local_dir(cell)
-    try:
-        cfg, spec = resolve_cell(
-            cell_dir, algorithm=cell.algorithm, difficulty=cell.difficulty, seed=cell.seed
-        )
-    except AlemEvalError as exc:
-        if cell.id in str(exc):
-            raise
-        raise ConfigError(f"{cell.id}: {exc}") from exc
-    return cell_dir, cfg, spec
-
-
-def _shared_difficulty(cells, resolved) -> str:
-    found = {c.id: resolved[c.id][1].env.training_difficulty for c in cells}
-    names = sorted(set(found.values()))
-    if len(names) > 1:
-        raise UsageError(
-            f"the selected cells were trained on different difficulties "
-            f"({', '.join(names)}); pass --eval-difficulty to play them together on one "
-            "difficulty's worlds, or --difficulty to keep the cells of one"
-        )
-    return names[0]
-
-
-def _check_same_world(cells, statics) -> None:
-    first = cells[0]
-    for c in cells[1:]:
-        a, b = statics[first.id].world, statics[c.id].world
-        if a != b:
-            fields = [
-                f
-                for f in (
-                    "env_name",
-                    "num_agents",
-                    "num_comm_channels",
-                    "shared_reward",
-                    "scale_base_difficulty",
-                )
-                if getattr(a, f) != getattr(b, f)
-            ]
-            detail = ", ".join(f"{f} {getattr(a, f)} vs {getattr(b, f)}" for f in fields)
-            raise EvaluationError(
-                f"{first.id} and {c.id} need different env configurations "
-                f"({detail}); they cannot play in one team"
-            )
-
-
-def _cell_key(cell, cell_dir: Path, cfg) -> CellKey:
-    from alem_eval.model.checkpoint import checkpoint_hash
-    from alem_eval.model.loader import cell_checkpoint_dir
-
-    return CellKey(
-        cell.id, checkpoint_hash(cell_checkpoint_dir(cell_dir)), cfg.config_hash, cfg.env_version
-    )
-
-
-def load_team_cells(source, cells, teams) -> tuple[list[Any], dict[str, int]]:
-    """The policies of the ``cells`` some team uses (:func:`alem_eval.model.loader.load_cell`,
-    in ``cells``' order) and each one's index among them, by cell id."""
-    from alem_eval.model.loader import load_cell
-
-    used = [c for c in cells if any(c.id in t.slots for t in teams)]
-    loaded = [
-        load_cell(
-            source.local_dir(c),
-            algorithm=c.algorithm,
-            difficulty=c.difficulty,
-            seed=c.seed,
-            policy_only=True,
-            where=c.id,
-        )
-        for c in used
-    ]
-    index = {c.id: i for i, c in enumerate(used)}
-    return loaded, index
-
-
-def _score(
-    source,
-    cells,
-    teams: Sequence[Team],
-    run_teams,
-    on_team: Callable[[Team, list[dict[str, float]]], None],
-    *,
-    eval_difficulty: str,
-    num_episodes: int,
-    max_steps: int,
-    on_episodes: Callable[[Any], None] | None = None,
-) -> dict[Team, list[dict[str, float]]]:
-    """Load the cells the teams use and score every team in one ``run_teams`` call;
-    ``on_team(team, records)`` as each team's last episode ends."""
-    loaded, index = load_team_cells(source, cells, teams)
-    result = run_teams(
-        [lc.cfg for lc in loaded],
-        [lc.weights for lc in loaded],
-        [tuple(index[c] for c in t.slots) for t in teams],
-        protocol=PROTOCOL,
-        eval_difficulty=eval_difficulty,
-        num_episodes=num_episodes,
-        max_steps=max_steps,
-        on_env_mismatch="ignore",  # checked per cell
-        on_team=lambda i, records: on_team(teams[i], records),
-        on_progress=on_episodes,
-    )
-    return {t: list(recs) for t, recs in zip(teams, result.records, strict=True)}

@@ -177,7 +177,7 @@ def plan_crossplay(
     """What :func:`alem_eval.scoring.crossplay.run_crossplay` would download and play: the
     scheme's teams (:func:`alem_eval.scoring.teams.compositions`), each for ``num_episodes``
     episodes of at most ``max_steps`` steps, with its checks of the options."""
-    from alem_eval.scoring.crossplay import _shared_difficulty
+    from alem_eval.scoring.play import shared_difficulty
     from alem_eval.scoring.teams import DEFAULT_MAX_TEAMS, PROTOCOL, _check_scheme, compositions
     from alem_eval.evaluate.settings import FAST_MAX_STEPS, FAST_NUM_EPISODES, validate_request
 
@@ -185,7 +185,7 @@ def plan_crossplay(
     cells = list({c.id: c for c in cells}.values())
     configs = {c.id: _config(source, c) for c in cells}
     resolved = {cell_id: (None, cfg, None) for cell_id, (cfg, _) in configs.items()}
-    eval_difficulty = eval_difficulty or _shared_difficulty(cells, resolved)
+    eval_difficulty = eval_difficulty or shared_difficulty(cells, resolved)
     validate_request(PROTOCOL, eval_difficulty, num_episodes, max_steps)
     num_episodes = num_episodes or FAST_NUM_EPISODES
     max_steps = max_steps or FAST_MAX_STEPS

@@ -13,10 +13,11 @@ the focal must match) and the background's cross-play (the same compositions wit
 trained stranger in the focal's slots: the population's other seeds, or, for a
 population of one cell, the other selected cells). Every team plays in ONE
 :func:`~alem_eval.evaluate.agent_runs.run_agent_teams` call (protocol ``fast``: episode i is
-world ``PRNGKey(9999 + i)`` of every team). Teams are rows of the cross-play store
-(``<results>/crossplay``): the baselines' teams under cross-play's own keys (shared with
-``alem-eval crossplay``), the focal's under a key naming its identity (its name and a
-digest of its source and parameters), so reruns read them back.
+world ``PRNGKey(9999 + i)`` of every team), through
+:func:`alem_eval.scoring.play.play_teams`. Teams are rows of the results store: the
+baselines' teams under the same keys as ``alem-eval crossplay``'s (shared with it), the
+focal's under a key naming its identity (its name and a digest of its source and
+parameters), so reruns read them back.
 
 Per (population, mode, metric Total / Base / Coord %): the focal team's mean, the
 self-play and cross-play references and ``focal - self-play``, each with the world
@@ -30,7 +31,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -38,9 +39,12 @@ from alem_eval.analysis.bootstrap import Interval
 from alem_eval.analysis.crossplay_stats import DEFAULT_CONFIDENCE, DEFAULT_REPS, gap_intervals
 from alem_eval.analysis.metrics import metric_info
 from alem_eval.core.errors import UsageError
-from alem_eval.scoring.crossplay import GAP_METRICS, TeamScore
-from alem_eval.scoring.crossplay_store import CellKey, CrossplayStore, store_rows, team_key
-from alem_eval.scoring.teams import PROTOCOL, Team
+from alem_eval.scoring.crossplay import GAP_METRICS
+from alem_eval.scoring.play import TeamScore, play_teams, resolve_worlds
+from alem_eval.scoring.teams import PROTOCOL, Team, check_int
+
+if TYPE_CHECKING:
+    from alem_eval.analysis.results import ResultsStore
 
 MODES: tuple[str, ...] = ("visitor", "resident")
 MODE_CHOICES: tuple[str, ...] = (*MODES, "both")
@@ -321,7 +325,7 @@ def run_scenario(
     reps: int = DEFAULT_REPS,
     seed: int = 0,
     confidence: float = DEFAULT_CONFIDENCE,
-    store: CrossplayStore | None = None,
+    store: ResultsStore | None = None,
     on_env_mismatch: str = "error",
     on_progress: Callable[[str], None] | None = None,
 ) -> ScenarioResult:
@@ -330,63 +334,28 @@ def run_scenario(
     background's self-play and cross-play, in one compiled rollout; see the module
     docstring. Teams already in ``store`` are read back; the others are written to it as
     each one's episodes end, after the agent's checks (a faulty agent stores nothing)."""
-    import time
-
     from alem_eval.evaluate.agent_spec import load_focal
-    from alem_eval.scoring.crossplay import _cell_key, resolve_worlds
-    from alem_eval.scoring.teams import _check_int
 
-    note = on_progress or (lambda _m: None)
     modes = check_mode(mode)
-    _check_int("--reps", reps, 1)
+    check_int("--reps", reps, 1)
     group = load_focal(focal, focal_args)
     cells = list({c.id: c for c in cells}.values())
     if not cells:
         raise UsageError("a scenario needs at least one background cell")
     w = resolve_worlds(source, cells, eval_difficulty, num_episodes, max_steps, on_env_mismatch)
-    resolved, statics, eval_difficulty = w.resolved, w.statics, w.eval_difficulty
-    num_episodes, max_steps = w.num_episodes, w.max_steps
     label = FOCAL_PREFIX + group.identity
-    teams = scenario_teams(
-        [c.id for c in cells], modes, label, num_slots=statics[cells[0].id].num_agents
+    teams = scenario_teams([c.id for c in cells], modes, label, num_slots=w.num_slots)
+    played = play_teams(
+        source,
+        cells,
+        [t.team for t in teams],
+        w,
+        agents={label: group},
+        store=store,
+        what=f" ({group.label} with {len(cells)} background cells)",
+        on_progress=on_progress,
     )
-    cell_keys = {c.id: _cell_key(c, *resolved[c.id][:2]) for c in cells}
-    cell_keys[label] = CellKey(label, group.identity, "", None)
-    settings: dict[str, Any] = dict(
-        eval_difficulty=eval_difficulty, num_episodes=num_episodes, max_steps=max_steps
-    )
-    unique = list({t.team: t for t in teams}.values())
-    keys = {t.team: team_key(t.team, cell_keys, **settings) for t in unique}
-    stored = store.load(eval_difficulty) if store is not None else {}
-    todo = [t.team for t in unique if keys[t.team] not in stored]
-    note(
-        f"{len(unique)} teams on {eval_difficulty} ({group.label} with "
-        f"{len(cells)} background cells): {len(unique) - len(todo)} read back, "
-        f"{len(todo)} to score"
-    )
-
-    def keep(team: Team, episodes: Sequence[Mapping[str, float]]) -> None:
-        if store is None:
-            return
-        env_version = next(cell_keys[c].env_version for c in team.slots if c != label)
-        rows = store_rows(team, keys[team], episodes, env_version=env_version, **settings)
-        note(f"scored {team.label()}; stored in {store.write(rows, eval_difficulty)}")
-
-    fresh: dict[Team, list[dict[str, float]]] = {}
-    rate = None
-    if todo:
-        t0 = time.perf_counter()
-        fresh, live = _score(source, cells, todo, group, label, keep, **settings)
-        rate = live / (time.perf_counter() - t0)
-    scores = {
-        u.team: TeamScore(
-            u.team,
-            keys[u.team],
-            tuple(fresh[u.team] if u.team in fresh else stored[keys[u.team]]),
-            reused=u.team not in fresh,
-        )
-        for u in unique
-    }
+    scores = played.scores
     boot: dict[str, Any] = {"reps": reps, "seed": seed, "confidence": confidence}
     return ScenarioResult(
         focal=group.label,
@@ -398,45 +367,9 @@ def run_scenario(
         rows=tuple(scenario_rows(teams, scores, **boot)),
         bootstrap={**boot, "method": "expanded percentile bootstrap over the worlds"},
         store=store.root if store is not None else None,
-        steps_per_s=rate,
-        **settings,
+        steps_per_s=played.steps_per_s,
+        **w.settings,
     )
-
-
-def _score(
-    source,
-    cells,
-    teams: Sequence[Team],
-    group,
-    label: str,
-    on_team: Callable[[Team, list[dict[str, float]]], None],
-    *,
-    eval_difficulty: str,
-    num_episodes: int,
-    max_steps: int,
-) -> tuple[dict[Team, list[dict[str, float]]], int]:
-    """Load the cells the teams use and play every team in one ``run_agent_teams`` call
-    (the focal is member ``len(cells)``, in the first cell's env)."""
-    from alem_eval.evaluate.agent_runs import run_agent_teams
-    from alem_eval.scoring.crossplay import load_team_cells
-
-    loaded, index = load_team_cells(source, cells, teams)
-    focal_member = len(loaded)
-    index[label] = focal_member
-    result = run_agent_teams(
-        [*(lc.cfg for lc in loaded), loaded[0].cfg],
-        [*(lc.weights for lc in loaded), None],
-        [tuple(index[c] for c in t.slots) for t in teams],
-        {focal_member: group},
-        protocol=PROTOCOL,
-        eval_difficulty=eval_difficulty,
-        num_episodes=num_episodes,
-        max_steps=max_steps,
-        on_env_mismatch="ignore",  # checked per cell
-        on_team=lambda i, records: on_team(teams[i], records),
-    )
-    out = {t: list(recs) for t, recs in zip(teams, result.records, strict=True)}
-    return out, int(result.live_steps)
 
 
 # ----------------------------------------------------------------------------------------

@@ -94,9 +94,9 @@ def compositions(
     ``mixed``; ``pairs`` is always complete); the same ``seed`` gives the same sample.
     Raises :class:`UsageError` when the cells cannot form a cross-play team of the scheme."""
     _check_scheme(scheme)
-    _check_int("--max-teams", max_teams, 1)
-    _check_int("--seed", seed, 0)
-    _check_int("number of slots", num_slots, 2)
+    check_int("--max-teams", max_teams, 1)
+    check_int("--seed", seed, 0)
+    check_int("number of slots", num_slots, 2)
     cells = list({c.id: c for c in cells}.values())
     ids = [c.id for c in cells]
     if len(ids) < 2:
@@ -183,7 +183,7 @@ def _check_scheme(scheme: str) -> None:
         raise UsageError(f"unknown scheme {scheme!r}: --scheme must be one of {', '.join(SCHEMES)}")
 
 
-def _check_int(name: str, value: Any, minimum: int) -> None:
+def check_int(name: str, value: Any, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise UsageError(f"{name} must be an integer of at least {minimum}, got {value!r}")
 

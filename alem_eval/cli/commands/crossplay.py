@@ -107,8 +107,9 @@ def crossplay(
     (row: partner A in two slots, column: newcomer B in one, diagonal: self-play) and the
     cross-play gap (self - cross) of Total%, Base% and Coord% are printed, with bootstrap
     CIs over the worlds (they need 2 episodes or more): how sure the gap of these
-    checkpoints is, not of their algorithms. Scored teams are kept under <results>/crossplay/ (never read by
-    report or leaderboard), so a rerun scores only the teams it has not seen. --seed
+    checkpoints is, not of their algorithms. Scored teams are kept in the results store
+    as team rows (never mixed into report or leaderboard), so a rerun scores only the
+    teams it has not seen. --seed
     seeds both the team sample (distinct, mixed) and the bootstrap. The cells play on
     their shared training difficulty's worlds unless --eval-difficulty names others.
 
@@ -120,7 +121,7 @@ def crossplay(
     """
     from alem_eval.scoring.crossplay import run_crossplay
     from alem_eval.scoring.crossplay_outputs import write_outputs
-    from alem_eval.scoring.crossplay_store import CrossplayStore
+    from alem_eval.analysis.results import open_store
     from alem_eval.analysis.results import collect_warnings
     from alem_eval.core.runtime import enable_compilation_cache
     from alem_eval.hub.selectors import require_selection
@@ -150,7 +151,7 @@ def crossplay(
             **play,
             reps=reps,
             runs=runs.value,
-            store=CrossplayStore.for_results(results),
+            store=open_store(results),
             on_env_mismatch=on_env_mismatch.value,
             on_progress=bar.note,
             on_episodes=bar.update,

@@ -109,7 +109,7 @@ def scenario(
     Base% / Coord%, beside the background's own self-play on the same worlds (what the
     focal must match) and its cross-play (a trained stranger in the focal's slots: the
     population's other seeds, or the other selected cells), and focal - self-play, with
-    bootstrap CIs over the worlds. Teams are kept under <results>/crossplay/, keyed by the
+    bootstrap CIs over the worlds. Teams are kept in the results store, keyed by the
     focal's identity (its name and a digest of its source and parameters), so a rerun
     scores only what it has not seen.
 
@@ -128,7 +128,7 @@ def scenario(
     from alem_eval.hub.selectors import require_selection
     from alem_eval.hub.sources import open_source
     from alem_eval.scoring.crossplay_outputs import save_figure
-    from alem_eval.scoring.crossplay_store import CrossplayStore
+    from alem_eval.analysis.results import open_store
     from alem_eval.scoring.scenario import plot_scenario, run_scenario
 
     args = parse_focal_args(focal_arg or [])
@@ -152,7 +152,7 @@ def scenario(
             max_steps=max_steps,
             reps=reps,
             seed=seed,
-            store=CrossplayStore.for_results(results),
+            store=open_store(results),
             on_env_mismatch=on_env_mismatch.value,
             on_progress=progress,
         )
