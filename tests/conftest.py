@@ -81,13 +81,23 @@ def pytest_configure(config):
         )
 
 
-# --- Order: slow tests first ---------------------------------------------------------------
+# --- The fast lane and the order: slow tests first ---------------------------------------
+# A test in an xdist group shares compiled programs of the Alem step with its group: it is
+# slow by definition (marked here, before `-m "not slow"` deselects), so the fast lane
+# (`pytest -m "not slow"`) compiles no program of the Alem step in-process; tests that
+# compile one on their own, or run the CLI end to end, carry an explicit `slow` mark.
+#
 # --dist loadgroup deals out work units to whichever worker runs short: groups first (most
 # tests first), then single tests in collection order. A long single test collected late
 # keeps one worker busy while the other has finished (the three one-test trainers, last in
 # the collection, once ran back to back on one worker at the end). Slow single tests go
 # first; a group keeps its order (its tests may rely on programs an earlier one compiled).
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("xdist_group") and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
+
     def single_and_slow(item) -> bool:
         return bool(item.get_closest_marker("slow")) and not item.get_closest_marker("xdist_group")
 

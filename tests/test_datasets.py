@@ -672,6 +672,7 @@ def test_nothing_to_export_and_bad_paths_are_errors(tmp_path):
 # ---------------------------------------------------------------------------------------
 # CLI
 # ---------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_cli_info_and_export_print_the_library_results(recorded, tmp_path):
     root, _ = recorded
     env = cli_env(tmp_path, closed_port_url(), offline=True)
@@ -702,6 +703,7 @@ def test_cli_info_and_export_print_the_library_results(recorded, tmp_path):
     assert "no episode.json" in proc.stderr
 
 
+@pytest.mark.slow
 def test_cli_errors_are_one_line(recorded, tmp_path):
     root, _ = recorded
     env = cli_env(tmp_path, closed_port_url(), offline=True)

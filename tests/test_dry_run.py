@@ -124,6 +124,7 @@ def test_no_selector_on_the_hub_is_refused_naming_star(command, capsys, tmp_path
     assert files_in(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_cli_dry_runs_download_run_and_write_nothing(hub, tmp_path):
     env = cli_env(tmp_path, hub.url)
     before = files_in(tmp_path)

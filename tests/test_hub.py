@@ -419,6 +419,7 @@ def test_mark_verified_on_hub_cells(hub, cache):
 # ----------------------------------------------------------------------------------------
 # CLI (subprocess: real environment variables, real exit codes and stderr)
 # ----------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_cli_pull_then_offline(hub, tmp_path):
     env = cli_env(tmp_path, hub.url)
     proc = run_cli(["pull", "tiny/ippo-rnn/easy", "--workers", "3"], env)
@@ -440,6 +441,7 @@ def test_cli_pull_then_offline(hub, tmp_path):
     assert hub.requests == []
 
 
+@pytest.mark.slow
 def test_cli_unreachable_endpoint_keeps_the_cache(hub, tmp_path):
     hub_source(hub, tmp_path / "hf-home" / "hub").pull([Cell.from_id(IPPO_EASY)])
     before = cached_sizes(tmp_path / "hf-home" / "hub", hub.commit, IPPO_EASY)

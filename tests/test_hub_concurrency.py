@@ -61,6 +61,7 @@ def wait_for(predicate, timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_two_pulls_of_overlapping_cells_at_once_both_succeed_and_share_files(hub, tmp_path):
     # The first GET of the shared big file stalls until both processes have asked for it
     # (its HEAD): from then on one downloads it while the other waits on the cache's lock.

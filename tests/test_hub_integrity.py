@@ -176,6 +176,7 @@ def test_rehash_catches_corruption_that_the_stat_stamp_misses(hub, cache):
     assert sha256(cell_dir / BIG_FILE.removeprefix(IPPO_EASY + "/")) == sha256(FIXTURES / BIG_FILE)
 
 
+@pytest.mark.slow
 def test_cli_verify_refetches_a_damaged_file_and_names_it(hub, tmp_path):
     env = cli_env(tmp_path, hub.url)
     assert run_cli(["pull", IPPO_EASY], env).returncode == 0
@@ -208,6 +209,7 @@ def test_cli_verify_refetches_a_damaged_file_and_names_it(hub, tmp_path):
 # ----------------------------------------------------------------------------------------
 # The commit a cell was pulled at
 # ----------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_cli_list_shows_the_commit_each_cell_was_pulled_at(hub, tmp_path):
     env = cli_env(tmp_path, hub.url)
     assert run_cli(["pull", IPPO_EASY], env).returncode == 0

@@ -53,6 +53,7 @@ def test_offline_list_reads_a_cache_filled_by_snapshot_download(hub, tmp_path):
     assert hub.requests == []
 
 
+@pytest.mark.slow
 def test_offline_pull_and_verify_from_a_cache_filled_by_snapshot_download(hub, tmp_path):
     fill_with_snapshot_download(hub, tmp_path, IPPO_EASY)
     hub.clear()
@@ -67,6 +68,7 @@ def test_offline_pull_and_verify_from_a_cache_filled_by_snapshot_download(hub, t
     assert hub.requests == []
 
 
+@pytest.mark.slow
 def test_offline_verify_of_a_snapshot_of_plain_files_says_it_checked_sizes_only(hub, tmp_path):
     """A snapshot folder of plain files (a cache copied with ``cp -L``, or written where links
     cannot be made) carries no hashes: offline, only the sizes can be checked, and verify says so."""

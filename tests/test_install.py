@@ -163,6 +163,7 @@ def built_wheel(tmp_path_factory) -> Path:
     return wheel
 
 
+@pytest.mark.slow
 def test_built_wheel_lists_cells_outside_the_checkout(built_wheel, tmp_path):
     """Install the wheel into a bare folder, run ``list`` from elsewhere: the installed
     copy, not the editable checkout, must answer."""
@@ -231,6 +232,7 @@ def test_each_optional_module_is_its_extra_and_not_a_runtime_dependency():
         assert canonicalize_name(dist) not in runtime, f"{dist} is a runtime dependency"
 
 
+@pytest.mark.slow
 def test_test_only_packages_are_in_the_dev_extra():
     main = set(_requirements(PYPROJECT["dependencies"]))
     dev = set(_requirements(_extra("dev")))

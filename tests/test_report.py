@@ -32,6 +32,7 @@ def run(args, capsys):
     return exc.value.code or 0, out.out, out.err
 
 
+@pytest.mark.slow
 def test_report_contains_every_expected_figure(scored, tmp_path):
     res = build_report(
         scored, tmp_path / "rep", settings=BootstrapSettings(reps=300), formats=FIGURE_FORMATS
@@ -65,6 +66,7 @@ def test_report_contains_every_expected_figure(scored, tmp_path):
     ]["missing"]
 
 
+@pytest.mark.slow
 def test_figures_drawn_in_worker_processes_equal_those_drawn_in_process(scored, tmp_path):
     """PNG only by default; forked workers write byte-identical files, the same report."""
     assert default_jobs(8) >= 1
@@ -98,6 +100,7 @@ def test_single_budget_report_has_no_budget_figure_and_says_so(scored, tmp_path)
     assert res.metrics == ("Team/coord_reward_pct_of_max", "Team/achievement_pct")
 
 
+@pytest.mark.slow
 def test_report_command(scored, tmp_path, capsys):
     code, out, err = run(
         [

@@ -208,12 +208,14 @@ def played(play):
     return play(ScriptedHost())
 
 
+@pytest.mark.xdist_group("scenario-play")
 def test_a_jax_focal_wrapping_a_baselines_load_policy_reproduces_its_self_play(played):
     result, _ = played
     background, wrapped = result.records[0], result.records[1]
     assert len(wrapped) == FAST_EPISODES and wrapped == background
 
 
+@pytest.mark.xdist_group("scenario-play")
 def test_a_host_agent_choosing_the_jax_agents_actions_gives_identical_records(played):
     result, seen = played
     jax_team, host_team = result.records[2], result.records[3]
@@ -256,6 +258,7 @@ def _boom(obs, mask):
     ],
     ids=["raises", "wrong-length", "illegal"],
 )
+@pytest.mark.xdist_group("scenario-play")
 def test_a_faulty_host_agent_is_one_error_naming_it_and_no_team_reaches_the_caller(
     play, agent, message
 ):
@@ -264,6 +267,7 @@ def test_a_faulty_host_agent_is_one_error_naming_it_and_no_team_reaches_the_call
     assert str(err.value) == f"focal {agent.name}: {message}"
 
 
+@pytest.mark.xdist_group("scenario-play")
 def test_a_jax_agent_choosing_an_illegal_action_fails_before_the_rollout(play, bad_file):
     from alem_eval.evaluate.agent_spec import load_focal
 
@@ -273,6 +277,7 @@ def test_a_jax_agent_choosing_an_illegal_action_fails_before_the_rollout(play, b
     assert str(err.value) == f"focal {spec}: act chose action 10000, which is not legal"
 
 
+@pytest.mark.slow
 def test_a_host_agent_reads_alems_own_text_view_of_its_rows():
     import jax
 
@@ -328,6 +333,7 @@ def scenario_run(tmp_path_factory):
     return root, env, results, proc
 
 
+@pytest.mark.xdist_group("scenario-cli")
 def test_cli_scenario_reports_visitor_and_resident_beside_the_self_play(scenario_run):
     root, _, _, proc = scenario_run
     doc = json.loads(proc.stdout)
@@ -347,6 +353,7 @@ def test_cli_scenario_reports_visitor_and_resident_beside_the_self_play(scenario
     assert (root / "out" / "scenario.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.xdist_group("scenario-cli")
 def test_cli_scenario_rerun_reads_every_team_back_and_a_bad_spec_stores_nothing(
     scenario_run, tmp_path
 ):

@@ -295,6 +295,7 @@ def _cli_env(tmp_path: Path, sleep_s: float) -> dict[str, str]:
     return {**os.environ, SLEEP_ENV: str(sleep_s), "ALEM_EVAL_CACHE": str(tmp_path / "cache")}
 
 
+@pytest.mark.slow
 def test_sigterm_to_the_train_command_saves_and_a_rerun_resumes(tmp_path):
     """``alem-eval train`` (fake trainer, ~0.2 s per update) gets SIGTERM after its first
     progress line; it exits 143 with one line saying where the state is, the state exists,

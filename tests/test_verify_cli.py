@@ -3,6 +3,8 @@
 import json
 import shutil
 
+import pytest
+
 from .clitools import assert_one_line_error, cli_env, closed_port_url, run_cli
 from .conftest import TINY_CELLS
 
@@ -56,6 +58,7 @@ def test_verify_non_json_config_is_one_fail_line(tmp_path, fixtures_root):
     assert line.startswith("FAIL") and "not valid JSON" in line
 
 
+@pytest.mark.slow
 def test_verify_usage_errors_exit_2(tmp_path, fixtures_root):
     env = cli_env(tmp_path, closed_port_url())
     proc = run_cli(["verify", "../etc", "--source", str(fixtures_root)], env)
