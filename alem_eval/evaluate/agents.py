@@ -137,8 +137,8 @@ def source_digest(agent: Any) -> bytes:
 # ----------------------------------------------------------------------------------------
 @dataclass(frozen=True, eq=False)
 class AgentGroup:
-    """An agent as a group of the play core (``engine.team_actions`` treats a policy with
-    ``is_agent`` through :func:`role_actions`). ``label``: how errors name it (the CLI
+    """An agent as a group of the play core (``teams.team_actions`` hands a role whose
+    policy is one, :func:`~alem_eval.evaluate.teams.is_agent`, to :func:`role_actions`). ``label``: how errors name it (the CLI
     spec); ``identity``: ``name@digest`` (its source file, its parameters, the factory's
     arguments), what stored results are keyed by."""
 
@@ -150,8 +150,6 @@ class AgentGroup:
     wants_state: bool = False
     num_actions: int = 0  # set by run_agent_teams from the env
     _id: int = field(default=0, repr=False)
-
-    is_agent = True
 
     @property
     def name(self) -> str:

@@ -32,7 +32,7 @@ import numpy as np
 
 from alem_eval.core.fsutil import write_bytes_atomic
 from alem_eval.evaluate.machine import TRACE_COUNTS, Machine, Status
-from alem_eval.evaluate.teams import TeamClass
+from alem_eval.evaluate.teams import TeamClass, is_agent
 from alem_eval.model.networks import NetworkSpec
 from alem_eval.model.policies import make_policy
 
@@ -282,9 +282,7 @@ class Program:
             env=env,
             mask_env=mask_env,
             # a focal agent's group is its adapter (evaluate.agents), not a network spec
-            policies=tuple(
-                cast(Any, s) if getattr(s, "is_agent", False) else make_policy(s) for s in specs
-            ),
+            policies=tuple(cast(Any, s) if is_agent(s) else make_policy(s) for s in specs),
             classes=self.classes,
             slots=key.slots,
             chunk=key.chunk,
@@ -302,7 +300,7 @@ class Program:
         # Multi-device (shard_map) programs are not exported: they trace every process;
         # nor are those with focal agents (their code is not in _code_identity; host
         # agents' callbacks cannot be serialised).
-        focal = any(getattr(s, "is_agent", False) for s in specs)
+        focal = any(is_agent(s) for s in specs)
         ident = repr(key) if key.num_devices == 1 and not focal else None
         label = f"{key.protocol}:{names}"
         self.start = _Compiled(start, f"rollout-start:{label}", ident and f"start:{ident}")

@@ -47,6 +47,15 @@ def team_roles(team: Sequence[int]) -> tuple[tuple[int, ...], tuple[tuple[int, .
     return members, tuple(tuple(s for s, m in enumerate(team) if m == x) for x in members)
 
 
+def is_agent(policy: Any) -> bool:
+    """Whether a role's policy is a focal agent's group (:class:`~alem_eval.evaluate.agents.
+    AgentGroup`: acts on the slots it drives, with its own keys) rather than a checkpoint's
+    greedy policy."""
+    from alem_eval.evaluate.agents import AgentGroup
+
+    return isinstance(policy, AgentGroup)
+
+
 def init_team_carries(
     policies: Sequence[GreedyPolicy], classes: Sequence[TeamClass], episodes: int
 ) -> tuple:
@@ -57,7 +66,7 @@ def init_team_carries(
                 lambda x, s=cls.size: jnp.broadcast_to(x, (s, episodes) + x.shape),
                 # focal agents (evaluate.agents): a carry for the slots they drive
                 cast(Any, policies[role.group]).init_carry(len(role.slots))
-                if getattr(policies[role.group], "is_agent", False)
+                if is_agent(policies[role.group])
                 else policies[role.group].init_carry(),
             )
             for role in cls.roles
@@ -89,7 +98,7 @@ def team_actions(
     upstream's policies use, so a team of one checkpoint computes exactly its self-play
     actions -- and its actions are kept for the slots it drives.
 
-    Focal agents (:mod:`alem_eval.evaluate.agents`, roles whose policy has ``is_agent``)
+    Focal agents (:mod:`alem_eval.evaluate.agents`, roles whose policy :func:`is_agent`)
     act on the slots they drive only, with a key derived from ``step_keys [N, 2]`` (the
     slots' step keys, not consumed); host agents' roles are gathered into one callback
     per agent and step (``states``: the slots' env states, for agents that read them).
@@ -123,7 +132,7 @@ def team_actions(
 
                 return jax.vmap(one)(cr, o, d, mm)
 
-            if getattr(policy, "is_agent", False):  # a focal agent (evaluate.agents)
+            if is_agent(policy):  # a focal agent (evaluate.agents)
                 cr, a = focal.role_actions(
                     policy, carries[c][r], obs, m, step_keys, states, block, role, c
                 )
