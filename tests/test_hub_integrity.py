@@ -463,4 +463,11 @@ def test_the_download_bar_draws_what_a_pull_reports():
         bar.update(2_000_000, 3)
         bar.stop()
     shown = cap.get()
-    assert shown.startswith("pull 3/3 files") and "2.0/2.0 MB" in shown
+    assert shown.startswith("pull ") and "3/3 files" in shown and "2.0 MB/2.0 MB" in shown
+    with err_console.capture() as cap:  # in a batch log: lines, the last one always
+        bar = DownloadBar(live=False)
+        bar.start(2_000_000, 3)
+        bar.update(1_000_000, 1)
+        bar.update(2_000_000, 3)
+        bar.stop()
+    assert cap.get().splitlines()[-1].startswith("pull: 3/3 files, 2.0 MB/2.0 MB")

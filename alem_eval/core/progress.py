@@ -241,54 +241,51 @@ class EpisodeBar:
 
 
 class DownloadBar:
-    """The ``pull`` bar on stderr: files done, bytes downloaded of the total, speed and time
-    left of each pull that downloads anything. A source's ``on_download``
+    """The ``pull`` task on stderr: files done, bytes downloaded of the total and the speed
+    of each pull that downloads anything, drawn by a :class:`Reporter` (live: a bar; in a
+    batch log: a line at most every 30 s). A source's ``on_download``
     (:class:`alem_eval.hub.transfer.DownloadProgress`): ``start``, ``update``, ``stop``.
     Make one with :func:`download_bar`.
     """
 
-    def __init__(self, label: str = "pull"):
+    def __init__(self, label: str = "pull", *, live: bool = True):
         self.label = label
-        self._progress: Any = None
-        self._task: Any = None
+        self.live = live
+        self._reporter: Reporter | None = None
         self._files_total = 0
+        self._total_bytes = 0
 
     def start(self, total_bytes: int, files_total: int) -> None:
-        from rich.progress import (
-            BarColumn,
-            DownloadColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-            TransferSpeedColumn,
-        )
-
         self.stop()  # (a pull that failed before it said so)
-        self._files_total = files_total
-        self._progress = Progress(
-            TextColumn(f"[bold]{self.label}[/] {{task.fields[files]}}"),
-            BarColumn(),
-            DownloadColumn(),
-            TransferSpeedColumn(),
-            TimeRemainingColumn(),
-            console=err_console,
-            transient=False,
-        )
-        self._task = self._progress.add_task(
-            self.label, total=total_bytes, files=f"0/{files_total} files"
-        )
-        self._progress.start()
+        self._files_total, self._total_bytes = files_total, total_bytes
+        self._reporter = Reporter(live=self.live).__enter__()
+        self.update(0, 0)
 
     def update(self, done_bytes: int, files_done: int) -> None:
-        if self._progress is not None:
-            self._progress.update(
-                self._task, completed=done_bytes, files=f"{files_done}/{self._files_total} files"
-            )
+        from alem_eval.core.units import format_bytes
+
+        r = self._reporter
+        if r is None:
+            return
+        seconds = r.elapsed()
+        speed = f"{format_bytes(int(done_bytes / seconds))}/s" if seconds > 0.5 else ""
+        count = f"{files_done}/{self._files_total} files"
+        info = f"{format_bytes(done_bytes)}/{format_bytes(self._total_bytes)} {speed}".rstrip()
+        r.update(
+            "download",
+            description=f"[bold]{self.label}[/]",
+            completed=done_bytes,
+            total=self._total_bytes,
+            count=count,
+            info=info,
+            line=f"{self.label}: {count}, {info}",
+            force=files_done == self._files_total,
+        )
 
     def stop(self) -> None:
-        if self._progress is not None:
-            self._progress.stop()
-            self._progress = None
+        if self._reporter is not None:
+            self._reporter.__exit__(None, None, None)
+            self._reporter = None
 
 
 def download_bar(show: bool | None = None, label: str = "pull") -> DownloadBar | None:
