@@ -297,3 +297,21 @@ def test_largest_complete_grid_drops_what_costs_least():
     present = {("hard", a, s) for s in range(5)} | {("hard", b, 0)}
     # keeping both entries leaves 1 seed (2 runs); dropping b keeps 5 seeds (5 runs)
     assert largest_complete_grid(present) == (("hard",), (a,), (0, 1, 2, 3, 4))
+
+
+def test_merge_brings_the_teams_along_and_keeps_them_apart(tmp_path):
+    import dataclasses
+
+    ours, theirs = ResultsStore(tmp_path / "ours"), ResultsStore(tmp_path / "theirs")
+    fill_store(theirs, **SMALL)
+    cell = key_for("1B", "ippo-rnn", "hard", 0, num_episodes=3)
+    team = dataclasses.replace(
+        cell, team=(cell.cell, cell.cell, "1B/ippo-rnn/hard/seed1"), team_hash="0" * 16
+    )
+    records = synthetic_records("1B", "ippo-rnn", "hard", 0, num_episodes=3)
+    theirs.write(build_rows(team, records), team)
+    rep = merge_results(ours, theirs)
+    assert team in rep.copied and len(rep.copied) == len(theirs.entries()) + 1
+    assert [e.key for e in ours.entries(teams=True)] == [team]  # the team came along
+    assert team not in {e.key for e in ours.entries()}  # and stays out of cell scores
+    assert merge_results(ours, theirs).copied == ()  # idempotent, teams too

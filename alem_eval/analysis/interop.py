@@ -364,9 +364,10 @@ def merge_results(
     if not Path(source.root).is_dir():
         raise ResultsError(f"no results directory at {source.root}")
     with collect_warnings() as notes:
-        theirs = source.entries(selectors)
+        # the cells' own scores and the teams' (cross-play, scenarios): all of it moves
+        theirs = source.entries(selectors) + source.entries(selectors, teams=True)
         ours_by_slot: dict[tuple, list[StoreEntry]] = {}
-        for e in dest.entries():
+        for e in dest.entries() + dest.entries(teams=True):
             ours_by_slot.setdefault(e.key.slot, []).append(e)
         if not theirs:
             raise ResultsError(f"no scored results in {source.root}")
