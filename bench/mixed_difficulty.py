@@ -23,7 +23,6 @@ import collections
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -59,6 +58,9 @@ def build_release(root: Path, seeds: int) -> int:
 
 def child(args) -> int:
     t_start = time.perf_counter()
+    sys.path.insert(0, str(Path(__file__).parent))
+    from cold_call import cli_exit_code
+
     from alem_eval.core.runtime import enable_compilation_cache
 
     enable_compilation_cache()  # as cli.main does first
@@ -91,11 +93,7 @@ def child(args) -> int:
     argv += ["--episodes", str(args.episodes), "--max-steps", str(args.max_steps)]
     argv += ["--format", "json", *(["--batch", str(args.batch)] if args.batch else [])]
     t_call = time.perf_counter()
-    try:
-        cli_main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
+    code = cli_exit_code(cli_main, argv)
     t_end = time.perf_counter()
     programs: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0, 0.0])
     for st in COMPILE_STATS:
@@ -119,45 +117,34 @@ def child(args) -> int:
 
 def run_one(args, release: Path, select: list[str], cache: Path | None) -> dict:
     """One fresh process scoring ``select`` (an empty cache unless ``cache``)."""
+    from cold_call import isolated_env, run_child
+
     with tempfile.TemporaryDirectory(prefix="alem-mixed-") as tmp:
         work = Path(tmp)
         for name in ("jax-cache", "alem-eval-cache", "results"):
             (work / name).mkdir()
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE"))
-            and k not in ("ALEM_EVAL_NO_EXPORT", "XLA_FLAGS")
-        }
-        env.update(
-            ALEM_EVAL_JAX_CACHE=str(cache or work / "jax-cache"),
-            ALEM_EVAL_CACHE=str(work / "alem-eval-cache"),
-            PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-        )
+        env = isolated_env(cache or work / "jax-cache", work / "alem-eval-cache")
         out = work / "call.json"
         cmd = [sys.executable, __file__, "--child", "--out", str(out), "--release", str(release)]
         cmd += ["--results", str(work / "results"), "--episodes", str(args.episodes)]
-        cmd += [
-            "--max-steps",
-            str(args.max_steps),
-            *(["--batch", str(args.batch)] * bool(args.batch)),
-        ]
-        cmd += ["--select", *select]
-        before = os.times()
-        t0 = time.time()
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        wall = time.time() - t0
-        after = os.times()
-        if proc.returncode != 0 or not out.is_file():
-            raise SystemExit(f"run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-        res = json.loads(out.read_text())
-        if res["exit_code"] != 0:
-            raise SystemExit(f"score exited with {res['exit_code']}:\n{proc.stderr[-3000:]}")
-    res["wall_s"] = wall
-    res["cpu_s"] = (after.children_user - before.children_user) + (
-        after.children_system - before.children_system
-    )
+        cmd += ["--max-steps", str(args.max_steps)]
+        cmd += [*(["--batch", str(args.batch)] if args.batch else []), "--select", *select]
+        res, _, wall, cpu = run_child(cmd, env, out)
+    res["wall_s"], res["cpu_s"] = wall, cpu
     return res
+
+
+def describe(res: dict) -> str:
+    """One run in a line: times, XLA compiles, each program's builds, trace and compile."""
+    progs = ", ".join(
+        f"{k} {v['builds']}x ({v['trace_s']:.1f}+{v['compile_s']:.1f} s)"
+        for k, v in res["programs"].items()
+    )
+    return (
+        f"{res['wall_s']:.1f} s wall, {res['cpu_s']:.1f} s CPU; {res['xla_compiles']} XLA "
+        f"compiles ({res['xla_compile_s']:.1f} s); programs (trace+compile): {progs}; "
+        f"traces: {res['trace_counts']}; groups: {res['groups']}"
+    )
 
 
 def layouts(args, batches: list[int]) -> int:
@@ -170,16 +157,7 @@ def layouts(args, batches: list[int]) -> int:
         for batch in batches:
             args.batch = batch
             res = run_one(args, release, [ONE_CELL], cache)
-            progs = ", ".join(
-                f"{k} ({v['trace_s']:.1f}+{v['compile_s']:.1f} s)"
-                for k, v in res["programs"].items()
-            )
-            print(
-                f"--batch {batch}: {res['wall_s']:.1f} s wall, {res['cpu_s']:.1f} s CPU; "
-                f"{res['xla_compiles']} XLA compiles ({res['xla_compile_s']:.1f} s); "
-                f"programs (trace+compile): {progs}; traces: {res['trace_counts']}",
-                flush=True,
-            )
+            print(f"--batch {batch}: {describe(res)}", flush=True)
     return 0
 
 
@@ -220,16 +198,7 @@ def main(argv=None) -> int:
                 res = run_one(args, release, select, None)
                 res["run"], res["name"] = i, name
                 rows.append(res)
-                progs = ", ".join(
-                    f"{k} {v['builds']}x ({v['trace_s']:.1f}+{v['compile_s']:.1f} s)"
-                    for k, v in res["programs"].items()
-                )
-                print(
-                    f"run {i + 1} {name}: {res['wall_s']:.1f} s wall, {res['cpu_s']:.1f} s CPU; "
-                    f"{res['xla_compiles']} XLA compiles ({res['xla_compile_s']:.1f} s); "
-                    f"programs: {progs}; traces: {res['trace_counts']}; groups: {res['groups']}",
-                    flush=True,
-                )
+                print(f"run {i + 1} {name}: {describe(res)}", flush=True)
         if args.warm:
             with tempfile.TemporaryDirectory(prefix="alem-warm-") as cache:
                 run_one(args, release, [], Path(cache))
