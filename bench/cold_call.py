@@ -235,11 +235,7 @@ def child(args) -> int:
     argv += ["--episodes", str(args.episodes), "--max-steps", str(args.max_steps)]
     argv += ["--format", "json"]
     t_call = tl.stamp()
-    try:
-        cli_main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
+    code = cli_exit_code(cli_main, argv)
     t_end = tl.stamp()
     split = exclusive_split(tl, t_call, t_end)
     # a program's build interval is split into its trace and its XLA compile
@@ -285,6 +281,15 @@ def child(args) -> int:
     return 0
 
 
+def cli_exit_code(cli_main, argv: list[str]) -> int:
+    """Run the CLI's ``main`` in this process -> its exit status."""
+    try:
+        cli_main(argv)
+        return 0
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 1
+
+
 def _cpu_between(tl: Timeline, a: float, b: float) -> float:
     stamps = dict(tl.stamps)
     return stamps[b] - stamps[a]
@@ -293,10 +298,10 @@ def _cpu_between(tl: Timeline, a: float, b: float) -> float:
 # ----------------------------------------------------------------------------------------
 # Parent: fresh processes, then the summary
 # ----------------------------------------------------------------------------------------
-def run_cold(args, workdir: Path) -> dict:
-    """One fresh process with empty caches -> its accounted call."""
-    for name in ("jax-cache", "alem-eval-cache", "results"):
-        (workdir / name).mkdir()
+def isolated_env(jax_cache: Path, alem_cache: Path) -> dict[str, str]:
+    """This process's environment for a child that reuses nothing of an earlier run: its
+    own compilation cache and warm-start store (``ALEM_EVAL_JAX_CACHE``) and alem-eval
+    cache, and none of our JAX cache settings or XLA flags."""
     env = {
         k: v
         for k, v in os.environ.items()
@@ -304,14 +309,17 @@ def run_cold(args, workdir: Path) -> dict:
         and k not in ("ALEM_EVAL_NO_EXPORT", "XLA_FLAGS")
     }
     env.update(
-        ALEM_EVAL_JAX_CACHE=str(workdir / "jax-cache"),
-        ALEM_EVAL_CACHE=str(workdir / "alem-eval-cache"),
+        ALEM_EVAL_JAX_CACHE=str(jax_cache),
+        ALEM_EVAL_CACHE=str(alem_cache),
         PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
     )
-    out = workdir / "call.json"
-    cmd = [sys.executable, __file__, "--child", "--out", str(out), "--results"]
-    cmd += [str(workdir / "results"), "--source", args.source, "--cell", args.cell]
-    cmd += ["--episodes", str(args.episodes), "--max-steps", str(args.max_steps)]
+    return env
+
+
+def run_child(cmd: list[str], env: dict[str, str], out: Path) -> tuple[dict, float, float, float]:
+    """Run a child that writes its result to ``out`` -> (its result, with the last line of
+    its stderr as ``cli_tail``; start time; process wall s; process CPU s). Exits with the
+    child's stderr when it or its score failed."""
     before = os.times()
     t0 = time.time()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -322,13 +330,27 @@ def run_cold(args, workdir: Path) -> dict:
     res = json.loads(out.read_text())
     if res["exit_code"] != 0:
         raise SystemExit(f"score exited with {res['exit_code']}:\n{proc.stderr[-3000:]}")
-    res["process_wall_s"] = wall
-    res["process_cpu_s"] = (after.children_user - before.children_user) + (
+    res["cli_tail"] = proc.stderr.strip().splitlines()[-1:]
+    cpu = (after.children_user - before.children_user) + (
         after.children_system - before.children_system
     )
+    return res, t0, wall, cpu
+
+
+def run_cold(args, workdir: Path) -> dict:
+    """One fresh process with empty caches -> its accounted call."""
+    for name in ("jax-cache", "alem-eval-cache", "results"):
+        (workdir / name).mkdir()
+    env = isolated_env(workdir / "jax-cache", workdir / "alem-eval-cache")
+    out = workdir / "call.json"
+    cmd = [sys.executable, __file__, "--child", "--out", str(out), "--results"]
+    cmd += [str(workdir / "results"), "--source", args.source, "--cell", args.cell]
+    cmd += ["--episodes", str(args.episodes), "--max-steps", str(args.max_steps)]
+    res, t0, wall, res_cpu = run_child(cmd, env, out)
+    res["process_wall_s"] = wall
+    res["process_cpu_s"] = res_cpu
     res["startup_s"] = res["started_wall"] - t0
     res["exit_s"] = t0 + wall - res["ended_wall"]
-    res["cli_tail"] = proc.stderr.strip().splitlines()[-1:]
     return res
 
 

@@ -74,6 +74,48 @@ def test_fast_protocol_is_deterministic_and_exits_early():
     assert hard.records != first.records
 
 
+def test_a_mixed_difficulty_score_compiles_the_rollout_once(cell_copy):
+    """A selection of cells trained on all three difficulties, each scored on its own: one
+    compiled rollout serves every difficulty (it is traced data, not a shape), and each
+    cell's records are those of an evaluator call on its difficulty alone."""
+    import shutil
+
+    from alem_eval.evaluate.programs import _PROGRAMS
+    from alem_eval.hub.sources import open_source
+    from alem_eval.scoring.score import ScoreOptions, score_cells
+
+    hard_id = "tiny/ippo-rnn/hard/seed2"
+    easy_dir = cell_copy(IPPO_EASY)
+    cell_copy(hard_id)
+    medium_dir = easy_dir.parents[1] / "medium" / "seed0"  # the easy cell, trained on medium
+    shutil.copytree(easy_dir, medium_dir)
+    config = json.loads((medium_dir / "config.json").read_text())
+    config["env_config"]["coordination_difficulty"] = "medium"
+    config["config"].update(TRAINING_COORDINATION_DIFFICULTY="medium", EVAL_DIFFICULTIES=["medium"])
+    (medium_dir / "config.json").write_text(json.dumps(config))
+    source = open_source(easy_dir.parents[3])
+    options = ScoreOptions(num_episodes=FAST_EPISODES, max_steps=12)
+    made, programs = programs_made(), len(_PROGRAMS)
+    scores = score_cells(source, source.select(["tiny/ippo-rnn"]), options=options)
+    # (none when an earlier test of the group compiled the same shapes: 1 alone)
+    assert programs_made() - made <= 1 and len(_PROGRAMS) - programs <= 1
+    got = {s.eval_difficulty: [dict(e) for e in s.episodes] for s in scores}
+    assert sorted(got) == ["easy", "hard", "medium"]
+    easy, hard = load(IPPO_EASY), load(hard_id)
+    for difficulty, cell in (("easy", easy), ("medium", easy), ("hard", hard)):
+        alone = run_stack(
+            [cell.cfg],
+            [cell.weights],
+            protocol="fast",
+            eval_difficulty=difficulty,
+            num_episodes=FAST_EPISODES,
+            max_steps=12,
+        )
+        assert got[difficulty] == alone.records[0], difficulty
+    assert got["easy"] != got["medium"]  # same weights: the difficulty made the difference
+    assert programs_made() - made <= 1
+
+
 def test_fast_defaults_follow_the_spec():
     assert (FAST_NUM_EPISODES, FAST_MAX_STEPS, FAST_WORLD_SEED) == (20, 10_000, 9999)
     worlds, chains = fast_keys(3)
