@@ -125,7 +125,7 @@ def load_policy(
     """
     from alem_eval.api.functions import _resolve
     from alem_eval.evaluate.rollout import policy_variables
-    from alem_eval.model.loader import load_cell
+    from alem_eval.model.loader import load_policy_cell
     from alem_eval.model.policies import make_policy
 
     src, cells = _resolve(cell, source, repo, revision, cache_dir)
@@ -133,14 +133,7 @@ def load_policy(
         shown = ", ".join(c.id for c in cells[:3]) + (", ..." if len(cells) > 3 else "")
         raise UsageError(f"load_policy takes one cell; {cell!r} names {len(cells)} ({shown})")
     (c,) = cells
-    loaded = load_cell(
-        src.local_dir(c),
-        algorithm=c.algorithm,
-        difficulty=c.difficulty,
-        seed=c.seed,
-        policy_only=True,
-        where=c.id,
-    )
+    loaded = load_policy_cell(src, c)
     spec, greedy = loaded.spec, make_policy(loaded.spec)
     variables = policy_variables(spec, loaded.weights, c.id)
     return Policy(

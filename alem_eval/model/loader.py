@@ -79,6 +79,19 @@ def load_cell(
     return LoadedCell(d, cfg, spec, weights, n, ckpt_dir)
 
 
+def load_policy_cell(source: Any, cell: Any, where: str | None = None) -> LoadedCell:
+    """:func:`load_cell` of a manifest ``cell`` of ``source`` (its directory fetched there),
+    the policy's weights only: what every way of playing loads; errors name the cell."""
+    return load_cell(
+        source.local_dir(cell),
+        algorithm=cell.algorithm,
+        difficulty=cell.difficulty,
+        seed=cell.seed,
+        policy_only=True,
+        where=where or cell.id,
+    )
+
+
 @dataclass(frozen=True)
 class VerifyResult:
     cell: str

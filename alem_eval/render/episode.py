@@ -255,7 +255,7 @@ def render_episode(
     Options are checked before anything is loaded."""
     from alem_eval.scoring.play import shared_difficulty
     from alem_eval.evaluate.settings import check_eval_difficulty
-    from alem_eval.model.loader import load_cell
+    from alem_eval.model.loader import load_policy_cell
 
     check_episode(episode)
     if eval_difficulty is not None:
@@ -265,18 +265,7 @@ def render_episode(
     if path is not None:
         check_output(path, fps, scale)
     members = list({c.id: c for c in cells}.values())
-    loaded = []
-    for c in members:
-        loaded.append(
-            load_cell(
-                source.local_dir(c),
-                algorithm=c.algorithm,
-                difficulty=c.difficulty,
-                seed=c.seed,
-                policy_only=True,
-                where=c.id,
-            )
-        )
+    loaded = [load_policy_cell(source, c) for c in members]
     resolved = {c.id: (lc.cell_dir, lc.cfg, lc.spec) for c, lc in zip(members, loaded)}
     eval_difficulty = eval_difficulty or shared_difficulty(members, resolved)
     index = {c.id: k for k, c in enumerate(members)}

@@ -335,22 +335,12 @@ def play_teams(
 
 
 def load_team_cells(source, cells, teams) -> tuple[list[Any], dict[str, int]]:
-    """The policies of the ``cells`` some team uses (:func:`alem_eval.model.loader.load_cell`,
+    """The policies of the ``cells`` some team uses (:func:`alem_eval.model.loader.load_policy_cell`,
     in ``cells``' order) and each one's index among them, by cell id."""
-    from alem_eval.model.loader import load_cell
+    from alem_eval.model.loader import load_policy_cell
 
     used = [c for c in cells if any(c.id in t.slots for t in teams)]
-    loaded = [
-        load_cell(
-            source.local_dir(c),
-            algorithm=c.algorithm,
-            difficulty=c.difficulty,
-            seed=c.seed,
-            policy_only=True,
-            where=c.id,
-        )
-        for c in used
-    ]
+    loaded = [load_policy_cell(source, c) for c in used]
     return loaded, {c.id: i for i, c in enumerate(used)}
 
 
