@@ -1,5 +1,5 @@
 """Cross-play: team compositions, the gap statistic (no JAX) and `alem-eval crossplay` end
-to end (one compiled rollout, the cross-play store, resume, one-line errors)."""
+to end (one compiled rollout, team rows in the results store, resume, one-line errors)."""
 
 from __future__ import annotations
 
