@@ -40,6 +40,7 @@ import pyarrow.parquet as pq
 from alem_eval.analysis.result_keys import (
     NON_METRIC_COLUMNS,
     RESERVED_COLUMNS,
+    TEAM_COLUMNS,
     ResultKey,
     ResultsError,
     _rows_to_table,
@@ -335,12 +336,10 @@ class ResultsStore:
         df = pd.concat(frames, ignore_index=True, sort=False)
         ids = [c for c in RESERVED_COLUMNS if c in df.columns]
         ordered = ids + [c for c in df.columns if c not in ids]
+        team = [c for c in TEAM_COLUMNS if c in df.columns]  # teams' rows: one team after another
         return (
             df[ordered]
-            .sort_values(
-                ["cell", "eval_difficulty", "protocol", *ids[len(NON_METRIC_COLUMNS) :], "episode"],
-                kind="stable",
-            )
+            .sort_values(["cell", "eval_difficulty", "protocol", *team, "episode"], kind="stable")
             .reset_index(drop=True)
         )
 

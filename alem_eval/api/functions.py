@@ -463,8 +463,8 @@ def crossplay(
     ``"all"``; each cell's self-play is always included. All teams play the same worlds
     (``eval_difficulty``, default the cells' shared training difficulty; ``episodes`` /
     ``max_steps`` default 20 / 10,000). Teams are kept in the results store (team rows,
-    never mixed with the cells' own scores) and read back on a rerun. ``runs``: ``"teams"`` or ``"episodes"`` as the bootstrap's runs
-    (``reps`` resamples). ``out``: also write ``pair_matrix.png/.pdf``, ``teams.csv`` and
+    never mixed with the cells' own scores) and read back on a rerun. ``runs``:
+    ``"teams"`` or ``"episodes"`` as the bootstrap's runs (``reps`` resamples). ``out``: also write ``pair_matrix.png/.pdf``, ``teams.csv`` and
     ``crossplay.json`` there. ``progress``: an episode bar and a line per step on
     stderr (None: on a terminal or in Jupyter).
 

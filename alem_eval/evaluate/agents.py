@@ -138,9 +138,10 @@ def source_digest(agent: Any) -> bytes:
 @dataclass(frozen=True, eq=False)
 class AgentGroup:
     """An agent as a group of the play core (``teams.team_actions`` hands a role whose
-    policy is one, :func:`~alem_eval.evaluate.teams.is_agent`, to :func:`role_actions`). ``label``: how errors name it (the CLI
-    spec); ``identity``: ``name@digest`` (its source file, its parameters, the factory's
-    arguments), what stored results are keyed by."""
+    policy is one, :func:`~alem_eval.evaluate.teams.is_agent`, to :func:`role_actions`).
+    ``label``: how errors name it (the CLI spec); ``identity``: ``name@digest`` (its
+    source file, its parameters, the factory's arguments), what stored results are keyed
+    by."""
 
     agent: Any
     label: str

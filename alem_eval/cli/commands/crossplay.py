@@ -109,9 +109,9 @@ def crossplay(
     CIs over the worlds (they need 2 episodes or more): how sure the gap of these
     checkpoints is, not of their algorithms. Scored teams are kept in the results store
     as team rows (never mixed into report or leaderboard), so a rerun scores only the
-    teams it has not seen. --seed
-    seeds both the team sample (distinct, mixed) and the bootstrap. The cells play on
-    their shared training difficulty's worlds unless --eval-difficulty names others.
+    teams it has not seen. --seed seeds both the team sample (distinct, mixed) and the
+    bootstrap. The cells play on their shared training difficulty's worlds unless
+    --eval-difficulty names others.
 
     Examples:
 
@@ -121,8 +121,7 @@ def crossplay(
     """
     from alem_eval.scoring.crossplay import run_crossplay
     from alem_eval.scoring.crossplay_outputs import write_outputs
-    from alem_eval.analysis.results import open_store
-    from alem_eval.analysis.results import collect_warnings
+    from alem_eval.analysis.results import collect_warnings, open_store
     from alem_eval.core.runtime import enable_compilation_cache
     from alem_eval.hub.selectors import require_selection
 
