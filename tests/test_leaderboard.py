@@ -214,3 +214,27 @@ def test_a_group_with_one_seed_is_noted_not_passed_off_as_an_interval(lb, tmp_pa
     assert iv.lo == iv.point == iv.hi  # what the note explains
     code, _, err = run(["leaderboard", "--results", str(one.root), "--reps", "300"], capsys)
     assert code == 0 and "3 of 6 groups have one seed" in err
+
+
+def test_the_interval_is_expanded_by_default_and_percentile_on_request(store, lb, capsys):
+    from alem_eval.analysis.bootstrap import expansion
+
+    plain = build_leaderboard(store, settings=BootstrapSettings(reps=500, method="percentile"))
+    assert lb.settings.method == "expanded"
+    k = expansion(3, 0.95)  # three seeds per group
+    for r, p in zip(lb.rows, plain.rows, strict=True):
+        iv, ip = r.score("easy", "total"), p.score("easy", "total")
+        assert iv.point == ip.point
+        assert iv.lo == pytest.approx(max(0.0, iv.point - k * (ip.point - ip.lo)))
+        assert iv.hi == pytest.approx(min(100.0, iv.point + k * (ip.hi - ip.point)))
+        assert iv.hi - iv.lo > 2 * (ip.hi - ip.lo)  # k = 2.69 with 3 seeds
+    for board, name in [(lb, "expanded percentile"), (plain, "plain percentile (rliable's)")]:
+        assert f"95% {name} bootstrap CI" in board.config
+        assert "each seed scored on the protocol's fixed worlds" in board.config
+        assert name in board.to_markdown() and name in board.to_latex()
+    base = ["leaderboard", "--results", str(store.root), "--format", "csv", "--reps", "500"]
+    code, out, err = run([*base, "--ci", "percentile"], capsys)
+    assert code == 0, err
+    assert out == plain.to_csv()
+    code, out, err = run([*base, "--ci", "bca"], capsys)
+    assert code == 2 and "--ci must be one of expanded, percentile" in err

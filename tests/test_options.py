@@ -104,6 +104,7 @@ def test_choices_are_what_the_library_accepts(tmp_path):
     assert _values(options.Protocol) == PROTOCOLS
     assert set(_values(options.EnvMismatch)) <= set(ENV_MISMATCH_POLICIES)
     assert _values(options.Runs) == bootstrap.RUNS_MODES
+    assert _values(options.CiMethod) == bootstrap.CI_METHODS
     assert _values(options.LeaderboardFormat) == LEADERBOARD_FORMATS
     assert _values(options.Difficulty) == DIFFICULTIES
     assert options.OutputFormat is OutputFormat

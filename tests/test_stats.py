@@ -67,7 +67,7 @@ def test_probability_of_improvement_of_separated_distributions():
 def test_counts_are_index_resamples_and_statistics_match_direct_computation():
     rng = np.random.default_rng(3)
     x = rng.normal(size=(7, 3))
-    bs = _bs(reps=50)
+    bs = _bs(reps=50, method="percentile")
     c = bs.counts(7, 3, ("s",))
     assert c.shape == (50, 3, 7) and (c.sum(axis=2) == 7).all()
     full = bs.aggregates(
@@ -87,6 +87,40 @@ def test_counts_are_index_resamples_and_statistics_match_direct_computation():
         assert full[k].lo == pytest.approx(lo, abs=1e-12) and full[k].hi == pytest.approx(
             hi, abs=1e-12
         )
+
+
+@pytest.mark.parametrize("n", [3, 5, 10])
+def test_the_expanded_interval_widens_the_percentile_one_about_the_estimate(n):
+    """expanded = point + k (percentile - point), k = sqrt(n/(n-1)) t_{n-1} / z for n runs
+    (two samples: the smaller n, n_x + n_y - 2 degrees of freedom); profiles and P(X > Y)
+    are clipped to [0, 1], as are fractions given bounds."""
+    rng = np.random.default_rng(n)
+    x, y = rng.beta(2, 8, (n, 1)), rng.beta(2, 6, (n + 2, 1))
+    k = B.expansion(n, 0.95)
+    assert k == pytest.approx(
+        np.sqrt(n / (n - 1)) * scipy.stats.t.ppf(0.975, n - 1) / scipy.stats.norm.ppf(0.975)
+    )
+    assert B.expansion(1, 0.95) == 1.0  # one run: a zero-width interval stays one
+    ex, pc = _bs(reps=3000), _bs(reps=3000, method="percentile")
+    for name in AGGREGATES:
+        e, p = ex.aggregates(x, ("g",))[name], pc.aggregates(x, ("g",))[name]
+        assert e.point == p.point
+        assert e.lo == pytest.approx(e.point - k * (p.point - p.lo), abs=1e-12)
+        assert e.hi == pytest.approx(e.point + k * (p.hi - p.point), abs=1e-12)
+    clipped = ex.aggregates(x, ("g",), bounds=(0.0, 1.0))["mean"]
+    assert clipped.lo == max(0.0, ex.aggregates(x, ("g",))["mean"].lo)
+    k2 = B.expansion(n, 0.95, 2 * n)
+    e, p = ex.difference(x, y, ("x",), ("y",)), pc.difference(x, y, ("x",), ("y",))
+    assert e.lo == pytest.approx(e.point - k2 * (p.point - p.lo), abs=1e-12)
+    assert e.hi == pytest.approx(e.point + k2 * (p.hi - p.point), abs=1e-12)
+    e, p = ex.improvement(x, y, ("x",), ("y",)), pc.improvement(x, y, ("x",), ("y",))
+    assert e.lo == pytest.approx(max(0.0, e.point - k2 * (p.point - p.lo)), abs=1e-12)
+    assert e.hi == pytest.approx(min(1.0, e.point + k2 * (p.hi - p.point)), abs=1e-12)
+    assert "expanded percentile" in BootstrapSettings().describe()
+    assert "fixed worlds" in BootstrapSettings().describe()
+    assert "rliable" in BootstrapSettings(method="percentile").describe()
+    with pytest.raises(UsageError, match="--ci must be one of expanded, percentile"):
+        BootstrapSettings(method="bca")
 
 
 def test_integer_percentiles_equal_numpy():
@@ -118,7 +152,7 @@ def test_seeded_bootstrap_reproduces_its_intervals_exactly():
 def test_interval_estimates_agree_with_rliable_within_monte_carlo_error():
     x = np.random.default_rng(5).beta(2, 5, size=(10, 3))
     reps = 5000
-    ours = _bs(reps=reps, seed=1).aggregates(
+    ours = _bs(reps=reps, seed=1, method="percentile").aggregates(
         x, ("g",), names=("iqm", "mean", "median_of_task_means", "optimality_gap")
     )
 
@@ -147,7 +181,7 @@ def test_improvement_and_profile_intervals_agree_with_rliable():
     rng = np.random.default_rng(11)
     x, y = rng.normal(0.55, 0.1, size=(12, 2)), rng.normal(0.5, 0.1, size=(10, 2))
     reps = 1000
-    ours = _bs(reps=reps, seed=2).improvement(x, y, ("x",), ("y",))
+    ours = _bs(reps=reps, seed=2, method="percentile").improvement(x, y, ("x",), ("y",))
     np.random.seed(1)
     point, ci = rly.get_interval_estimates({"p": [x, y]}, rlm.probability_of_improvement, reps=reps)
     assert ours.point == pytest.approx(float(point["p"]), abs=1e-12)
@@ -156,7 +190,7 @@ def test_improvement_and_profile_intervals_agree_with_rliable():
     assert abs(ours.hi - float(np.ravel(ci["p"])[1])) < 0.12 * width
 
     taus = np.linspace(0.2, 0.9, 8)
-    p, lo, hi = _bs(reps=reps, seed=3).profile(x, taus, ("x",))
+    p, lo, hi = _bs(reps=reps, seed=3, method="percentile").profile(x, taus, ("x",))
     np.random.seed(2)
     prof, prof_ci = rly.create_performance_profile({"x": x}, taus, reps=reps)
     np.testing.assert_allclose(p, prof["x"])
@@ -325,7 +359,7 @@ def test_collapsed_resamples_give_the_replicate_by_replicate_intervals():
     must equal the percentile over the individual replicates."""
     rng = np.random.default_rng(4)
     x, y = rng.normal(size=(5, 1)), rng.normal(size=(5, 1))
-    bs = _bs(reps=20000, seed=1)
+    bs = _bs(reps=20000, seed=1, method="percentile")
     res = bs.resamples(5, 1, ("x",))
     assert res.compressed and res.counts.shape[0] <= 126 and res.weights.sum() == 20000
     cx, cy = (

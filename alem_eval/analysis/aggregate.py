@@ -255,7 +255,9 @@ def summarize(
     names: Sequence[str] = ("mean",),
     bootstrap: StratifiedBootstrap | None = None,
 ) -> dict[str, dict[Group, AggregateRow]]:
-    """Interval estimates of ``names`` for every metric and group (standard rows only)."""
+    """Interval estimates of ``names`` for every metric and group (standard rows only):
+    ``settings.method``'s interval, expanded for the group's runs (seeds), a fraction
+    metric's clipped to [0, 1]."""
     bs = bootstrap or StratifiedBootstrap(settings)
     out: dict[str, dict[Group, AggregateRow]] = {}
     for metric in metrics:
@@ -263,7 +265,11 @@ def summarize(
         rows: dict[Group, AggregateRow] = {}
         for group, rs in run_scores(df, metric, runs=settings.runs).items():
             est = bs.aggregates(
-                rs.scores, _stream(rs), names=names, gamma=1.0 if info.fraction else None
+                rs.scores,
+                _stream(rs),
+                names=names,
+                gamma=1.0 if info.fraction else None,
+                bounds=(0.0, 1.0) if info.fraction else None,
             )
             rows[group] = AggregateRow(group, rs.n_runs, len(rs.seeds), rs.num_episodes, est)
         out[metric] = rows

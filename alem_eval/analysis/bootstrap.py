@@ -1,11 +1,10 @@
-"""The bootstrap engine: rliable's aggregates and a seeded, stratified percentile bootstrap.
+"""The bootstrap engine: rliable's aggregates and a seeded, stratified bootstrap.
 
 Every function takes scores as rliable does, an ``ndarray (num_runs x num_tasks)``
 (a 1-D array is one task), and returns floats or :class:`Interval` s:
 
 * ``aggregate_mean(scores) -> float``: mean over tasks of the per-task mean over runs,
-* ``aggregate_iqm(scores) -> float``: 25 % trimmed mean of all runs x tasks
-  (``scipy.stats.trim_mean``),
+* ``aggregate_iqm(scores) -> float``: 25 % trimmed mean of all runs x tasks (scipy's),
 * ``aggregate_median(scores) -> float``: median of all runs x tasks (the 50 % counterpart
   of the IQM; see below), ``aggregate_median_of_task_means(scores) -> float``: rliable's
   "median", the median over tasks of the per-task means,
@@ -15,10 +14,22 @@ Every function takes scores as rliable does, an ``ndarray (num_runs x num_tasks)
 * ``score_distribution(scores, taus (K,)) -> ndarray (K,)``: the fraction of runs x tasks
   above each tau (the performance profile),
 
-and :class:`StratifiedBootstrap` gives their percentile confidence intervals: runs are
-resampled with replacement within each task; X and Y are resampled independently for
-P(X > Y). Definitions follow rliable 1.2.0 ("Deep RL at the Edge of the Statistical
-Precipice").
+and :class:`StratifiedBootstrap` gives their confidence intervals: runs are resampled with
+replacement within each task; X and Y are resampled independently for P(X > Y).
+Definitions follow rliable 1.2.0 ("Deep RL at the Edge of the Statistical Precipice").
+
+The interval (:attr:`BootstrapSettings.method`):
+
+* ``"expanded"`` (default): the percentile interval widened about the estimate by ``k =
+  sqrt(n/(n-1)) t_{n-1}(1 - alpha/2) / z(1 - alpha/2)`` (:func:`expansion`), n the runs per
+  task (the seeds): Hesterberg's expanded percentile interval (2015; :func:`expanded_levels`)
+  with the expansion applied to distances, not quantile levels. The two agree on a normal
+  bootstrap distribution, but a mean of 3 seeds never resamples outside [min, max], so
+  expanded levels cover at most 75% there. Coverage: ``bench/interval_coverage.py``.
+  Two-sample statistics (P(X > Y), differences) use the smaller n and ``n_x + n_y - 2``
+  degrees of freedom; a profile point (a mean of indicators) is expanded like a mean;
+  ``bounds`` clip (fractions, P and profiles: [0, 1]).
+* ``"percentile"``: rliable's plain percentile interval, for parity with papers that used it.
 
 Alem reports each difficulty separately, so every aggregate of :mod:`alem_eval.analysis.aggregate`
 covers exactly one task. rliable's median of task means then equals the mean, so the
@@ -32,6 +43,7 @@ Nothing here knows about results frames, metrics or cells.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -55,10 +67,20 @@ AGGREGATE_LABELS: dict[str, str] = {
 RUNS_MODES: tuple[str, ...] = ("seeds", "episodes")
 
 RUNS_LABELS = {
-    "seeds": "runs = seeds: each seed's score is the mean over its episodes",
+    "seeds": "runs = seeds: each seed's score is the mean over its episodes on the "
+    "protocol's fixed worlds, so an interval is over training seeds only",
     "episodes": "runs = episodes: every (seed, episode) pair is a run; this ignores that "
     "episodes of one seed share a checkpoint, so the CIs are narrower than "
     "seed-level ones",
+}
+
+# The interval method (BootstrapSettings.method); see the module docstring.
+CI_METHODS: tuple[str, ...] = ("expanded", "percentile")
+CI_NAMES = {"expanded": "expanded percentile", "percentile": "plain percentile (rliable's)"}
+CI_LABELS = {
+    "expanded": "expanded percentile CIs (the percentile interval widened about the estimate "
+    "by sqrt(n/(n-1)) t_{n-1}/z, n = seeds per group)",
+    "percentile": "plain percentile CIs (rliable's)",
 }
 
 
@@ -139,12 +161,14 @@ class Interval:
 
 @dataclass(frozen=True)
 class BootstrapSettings:
-    """Stratified percentile bootstrap settings (validated: bad values are UsageErrors)."""
+    """Stratified bootstrap settings (validated: bad values are UsageErrors); ``method`` is
+    the interval, one of :data:`CI_METHODS`."""
 
     reps: int = 50_000
     seed: int = 0
     confidence: float = 0.95
     runs: str = "seeds"
+    method: str = "expanded"
 
     def __post_init__(self) -> None:
         if (
@@ -163,16 +187,54 @@ class BootstrapSettings:
             raise UsageError(f"confidence must be in (0, 1), got {self.confidence!r}")
         if self.runs not in RUNS_MODES:
             raise UsageError(f"--runs must be one of {', '.join(RUNS_MODES)}, got {self.runs!r}")
+        if self.method not in CI_METHODS:
+            raise UsageError(f"--ci must be one of {', '.join(CI_METHODS)}, got {self.method!r}")
 
     @property
     def runs_label(self) -> str:
         return RUNS_LABELS[self.runs]
 
+    @property
+    def method_name(self) -> str:
+        """``"expanded percentile"`` or ``"plain percentile (rliable's)"``."""
+        return CI_NAMES[self.method]
+
+    @property
+    def method_label(self) -> str:
+        return CI_LABELS[self.method]
+
     def describe(self) -> str:
         return (
-            f"stratified percentile bootstrap, {self.reps:,} replicates, seed {self.seed}, "
-            f"{self.confidence:.0%} CIs; {self.runs_label}"
+            f"stratified bootstrap, {self.reps:,} replicates, seed {self.seed}, "
+            f"{self.confidence:.0%} {self.method_label}; {self.runs_label}"
         )
+
+
+def expanded_z(n, confidence: float, df=None) -> np.ndarray:
+    """``n (X,) -> (X,)``: ``sqrt(n / (n - 1)) t_df(1/2 + confidence/2)``, the normal
+    quantile the expanded interval stands at (``df`` defaults to n - 1); NaN for n < 2."""
+    n = np.asarray(n, float)
+    ok = n >= 2
+    dof = np.where(ok, n - 1 if df is None else df, 1.0)
+    z = np.sqrt(np.where(ok, n, 2.0) / np.where(ok, n - 1, 1.0)) * scipy.stats.t.ppf(
+        0.5 + confidence / 2, dof
+    )
+    return np.where(ok, z, np.nan)
+
+
+def expanded_levels(n, confidence: float) -> tuple[np.ndarray, np.ndarray]:
+    """``n (X,) -> (lo, hi)``, each ``(X,)`` in [0, 1]: the quantile levels of Hesterberg's
+    expanded percentile interval for n independent units; NaN for n < 2."""
+    lo = scipy.stats.norm.cdf(-expanded_z(n, confidence))
+    return lo, 1.0 - lo
+
+
+@functools.lru_cache(maxsize=1024)
+def expansion(n: int, confidence: float, df: float | None = None) -> float:
+    """The factor the expanded interval widens the percentile interval by (about the
+    estimate): ``expanded_z / z``; 1 for n < 2 (one run: the interval has zero width)."""
+    z = float(expanded_z(n, confidence, df))
+    return z / float(scipy.stats.norm.ppf(0.5 + confidence / 2)) if math.isfinite(z) else 1.0
 
 
 def _stream_entropy(seed: int, stream: Sequence) -> list[int]:
@@ -303,13 +365,32 @@ class StratifiedBootstrap:
         counts = np.bincount(idx.ravel(), minlength=rows * n_runs).astype(dtype)
         return counts.reshape(self.reps, n_tasks, n_runs)
 
-    def interval(self, samples: np.ndarray, point, weights: np.ndarray | None = None):
-        """Percentile interval(s) of bootstrap ``samples`` (axis 0 = replicates, or
-        distinct resamples with ``weights``)."""
+    def interval(
+        self,
+        samples: np.ndarray,
+        point,
+        weights: np.ndarray | None = None,
+        *,
+        n: int,
+        df: float | None = None,
+        bounds: tuple[float, float] | None = None,
+    ):
+        """The interval(s) of bootstrap ``samples`` (axis 0 = replicates, or distinct
+        resamples with ``weights``) about ``point``: their percentiles, expanded for ``n``
+        independent runs (``df`` degrees of freedom) under ``method="expanded"``, clipped
+        to ``bounds``."""
         if weights is None:
             lo, hi = np.percentile(samples, self._quantiles, axis=0)
         else:
             lo, hi = weighted_percentiles(samples, weights, self._quantiles)
+        return self._finish(point, lo, hi, n=n, df=df, bounds=bounds)
+
+    def _finish(self, point, lo, hi, *, n: int, df: float | None, bounds):
+        if self.settings.method == "expanded":
+            k = expansion(n, self.settings.confidence, df)
+            lo, hi = point + k * (lo - point), point + k * (hi - point)
+        if bounds is not None:
+            lo, hi = np.clip(lo, *bounds), np.clip(hi, *bounds)
         if np.ndim(point) == 0:
             return Interval(float(point), float(lo), float(hi))
         return np.asarray(point, float), np.asarray(lo, float), np.asarray(hi, float)
@@ -322,10 +403,12 @@ class StratifiedBootstrap:
         *,
         names: Sequence[str] = AGGREGATES,
         gamma: float | None = 1.0,
+        bounds: tuple[float, float] | None = None,
     ) -> dict[str, Interval]:
         """``scores (num_runs x num_tasks) -> {name: Interval}``: interval estimates of the
         named aggregates (``optimality_gap`` needs a gamma; it is left out when ``gamma``
-        is None)."""
+        is None). The expansion's n is ``num_runs`` (runs per task: the seeds); ``bounds``
+        clips every interval (fractions: (0, 1))."""
         x = _as_matrix(scores)
         n_runs, n_tasks = x.shape
         res = self.resamples(n_runs, n_tasks, stream)
@@ -342,7 +425,9 @@ class StratifiedBootstrap:
                 if gamma is None:
                     continue
                 samples = gamma - _weighted_task_means(c, np.minimum(xt, gamma)).mean(axis=1)
-                out[name] = self.interval(samples, aggregate_optimality_gap(x, gamma), w)
+                out[name] = self.interval(
+                    samples, aggregate_optimality_gap(x, gamma), w, n=n_runs, bounds=bounds
+                )
                 continue
             elif name in ("iqm", "median"):
                 if pooled is None:
@@ -356,7 +441,7 @@ class StratifiedBootstrap:
                 samples = pooled.window_mean(lo, hi)
             else:
                 raise ValueError(f"unknown aggregate {name!r}")
-            out[name] = self.interval(samples, _POINT[name](x), w)
+            out[name] = self.interval(samples, _POINT[name](x), w, n=n_runs, bounds=bounds)
         return out
 
     def _paired(self, rx: Resamples, ry: Resamples, table, per_replicate) -> tuple:
@@ -416,7 +501,10 @@ class StratifiedBootstrap:
             )
 
         samples, w = self._paired(rx, ry, table, per_replicate)
-        return self.interval(samples, probability_of_improvement(x, y), w)
+        n, df = _two_sample(x, y)
+        return self.interval(
+            samples, probability_of_improvement(x, y), w, n=n, df=df, bounds=(0.0, 1.0)
+        )
 
     def difference(
         self, x: np.ndarray, y: np.ndarray, stream_x: Sequence, stream_y: Sequence
@@ -431,7 +519,8 @@ class StratifiedBootstrap:
         samples, w = self._paired(
             rx, ry, lambda: mx[:, None] - my[None, :], lambda cx, cy: mx[rx.index] - my[ry.index]
         )
-        return self.interval(samples, aggregate_mean(x) - aggregate_mean(y), w)
+        n, df = _two_sample(x, y)
+        return self.interval(samples, aggregate_mean(x) - aggregate_mean(y), w, n=n, df=df)
 
     def profile(self, scores: np.ndarray, taus: np.ndarray, stream: Sequence):
         """``scores (num_runs x num_tasks), taus (K,) -> (point, lo, hi)``, each ``(K,)``:
@@ -446,7 +535,13 @@ class StratifiedBootstrap:
             lo, hi = weighted_percentiles(k, res.weights, self._quantiles) / x.size
         else:
             lo, hi = _integer_percentiles(k, x.size, self._quantiles) / x.size
-        return score_distribution(x, taus), lo, hi
+        point = score_distribution(x, taus)
+        return self._finish(point, lo, hi, n=x.shape[0], df=None, bounds=(0.0, 1.0))
+
+
+def _two_sample(x: np.ndarray, y: np.ndarray) -> tuple[int, int]:
+    """(n, df) of a two-sample expansion: the smaller runs per task, n_x + n_y - 2 dof."""
+    return min(x.shape[0], y.shape[0]), max(x.shape[0] + y.shape[0] - 2, 1)
 
 
 def _as_matrix(scores) -> np.ndarray:

@@ -40,9 +40,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import scipy.stats
 
-from alem_eval.analysis.bootstrap import BootstrapSettings, Interval, _lerp, stream_rng
+from alem_eval.analysis.bootstrap import (
+    BootstrapSettings,
+    Interval,
+    _lerp,
+    expanded_levels,
+    stream_rng,
+)
 from alem_eval.core.errors import EvaluationError, UsageError
 from alem_eval.analysis.metrics import TOTAL, metric_info
 
@@ -111,17 +116,6 @@ def gap_statistic(d: np.ndarray, w: np.ndarray, counts: np.ndarray, runs: str) -
                 means, teams, out=np.full_like(means, np.nan), where=teams > 0
             )
     return out
-
-
-def expanded_levels(num_worlds: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
-    """``(X,) -> (lo, hi)``, each ``(X,)`` in [0, 1]: the quantile levels of the expanded
-    percentile interval for n worlds; NaN for n < 2."""
-    n = np.asarray(num_worlds, float)
-    ok = n >= 2
-    df = np.where(ok, n - 1, 1.0)
-    z = np.sqrt(np.where(ok, n, 2.0) / df) * scipy.stats.t.ppf(0.5 + confidence / 2, df)
-    lo = np.where(ok, scipy.stats.norm.cdf(-z), np.nan)
-    return lo, 1.0 - lo
 
 
 def row_quantiles(samples: np.ndarray, q: np.ndarray) -> np.ndarray:

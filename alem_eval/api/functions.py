@@ -286,11 +286,16 @@ def leaderboard(
     reps: int = 50_000,
     seed: int = 0,
     protocol: str | None = None,
+    ci: str = "expanded",
 ) -> Leaderboard:
     """Base% / Coord% / Total% per difficulty of the scored cells (all when no selector;
     ``Cell`` s work as selectors), from the results store ``results`` (None: the user
     cache's): mean over seeds with a stratified bootstrap CI (``reps`` resamples,
-    ``seed``). ``protocol``: which one to read when the store holds several.
+    ``seed``) over the training seeds, each scored on the protocol's fixed worlds.
+    ``ci``: ``"expanded"`` (the percentile interval widened for the number of seeds: it
+    covers its 95% label from 3 seeds on) or ``"percentile"`` (rliable's plain interval,
+    for parity with papers that used it). ``protocol``: which one to read when the store
+    holds several.
 
     Returns :class:`~alem_eval.reporting.leaderboard.Leaderboard`: ``.to_frame()`` (one row per
     budget x algorithm, numbers in percent), ``.to_csv()``, ``.to_markdown()``,
@@ -303,7 +308,7 @@ def leaderboard(
     return build_leaderboard(
         open_store(results),
         _selectors(selectors) or None,
-        settings=BootstrapSettings(reps=reps, seed=seed),
+        settings=BootstrapSettings(reps=reps, seed=seed, method=ci),
         protocol=protocol,
     )
 
@@ -342,6 +347,7 @@ def report(
     seed: int = 0,
     runs: str = "seeds",
     protocol: str | None = None,
+    ci: str = "expanded",
     pdf: bool = False,
     jobs: int | None = None,
     clips: Any = None,
@@ -354,7 +360,8 @@ def report(
 
     ``metrics``: names, labels or aliases (``"total"``, ``"achievement"``,
     ``"Team/achievement_pct"``). ``runs``: ``"seeds"`` (each seed's mean is a run) or
-    ``"episodes"``. ``jobs``: processes drawing the figures. ``clips``: the source of the
+    ``"episodes"``. ``ci``: the interval, as for :func:`leaderboard` (every interval of
+    the report; see :mod:`alem_eval.analysis.bootstrap`). ``jobs``: processes drawing the figures. ``clips``: the source of the
     scored cells (``"hub"``, ``"demo"``, a directory, or a ``Cell`` of it) to draw a short
     self-play GIF per algorithm from, embedded in the report (``clip_steps`` steps each).
 
@@ -374,7 +381,7 @@ def report(
         out,
         selectors=_selectors(selectors) or None,
         metrics=tuple(metrics),
-        settings=BootstrapSettings(reps=reps, seed=seed, runs=runs),
+        settings=BootstrapSettings(reps=reps, seed=seed, runs=runs, method=ci),
         protocol=protocol,
         formats=("png", "pdf") if pdf else ("png",),
         jobs=jobs,

@@ -59,6 +59,13 @@ class Runs(StrEnum):
     episodes = "episodes"
 
 
+class CiMethod(StrEnum):
+    """``alem_eval.analysis.bootstrap.CI_METHODS``: the interval of the bootstrap."""
+
+    expanded = "expanded"
+    percentile = "percentile"
+
+
 class LeaderboardFormat(StrEnum):
     """``alem_eval.reporting.leaderboard.FORMATS``."""
 
@@ -337,6 +344,16 @@ RunsOpt = Annotated[
         help="seeds: each seed's mean over its episodes is a run; episodes: every "
         "episode is a run.",
         **choice(Runs, "--runs", "run unit"),
+    ),
+]
+CiOpt = Annotated[
+    CiMethod,
+    typer.Option(
+        "--ci",
+        help="expanded: the percentile interval widened for the number of seeds (covers "
+        "its 95% label from 3 seeds on); percentile: rliable's plain percentile interval, "
+        "for parity with papers that used it (narrower than its label with few seeds).",
+        **choice(CiMethod, "--ci", "interval"),
     ),
 ]
 PreferOpt = Annotated[

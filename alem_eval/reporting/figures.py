@@ -241,7 +241,7 @@ def plot_interval_estimates(a: MetricAnalysis):
     _budget_legend(fig, a, bars=True)
     fig.suptitle(
         f"{a.metric.label}: interval estimates ({a.settings.confidence:.0%} "
-        f"stratified bootstrap CIs, {a.settings.runs} as runs)",
+        f"{a.settings.method_name} bootstrap CIs, {a.settings.runs} as runs)",
         fontsize=11,
     )
     return fig

@@ -1,8 +1,9 @@
 """``alem-eval leaderboard``: Base% / Coord% / Total% per difficulty, ready to publish.
 
 Rows are (budget, algorithm); for each difficulty the three reward-normalised scores of
-SUBMISSION.md (spec §7) as the mean over seeds with a 95% stratified bootstrap CI, in
-percent. Formats: CSV (numeric columns), Markdown and LaTeX (``mean [lo, hi]``, best mean
+SUBMISSION.md (spec §7) as the mean over seeds with a 95% stratified bootstrap CI
+(expanded percentile by default, ``method="percentile"`` for rliable's; over the training
+seeds, the protocol's worlds being fixed), in percent. Formats: CSV (numeric columns), Markdown and LaTeX (``mean [lo, hi]``, best mean
 per column in bold; LaTeX uses booktabs) and JSON in the upstream leaderboard entry schema.
 A (budget, algorithm, difficulty) without scores is missing — empty / "–" / null — never 0.
 """
@@ -13,7 +14,7 @@ import csv
 import io
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 from collections.abc import Mapping, Sequence
 
@@ -165,7 +166,7 @@ def build_leaderboard(
 def leaderboard_from(prepared: PreparedResults, settings: BootstrapSettings) -> Leaderboard:
     from alem_eval.core.version import __version__
 
-    settings = BootstrapSettings(settings.reps, settings.seed, settings.confidence, "seeds")
+    settings = replace(settings, runs="seeds")
     prepared = with_one_seed_note(prepared, settings.runs)
     df = prepared.frame
     keys = [k for k in LEADERBOARD_METRICS.values() if k in df.columns]
@@ -251,8 +252,9 @@ def _config_text(prepared: PreparedResults, settings: BootstrapSettings) -> str:
         f"alem-eval protocol {prepared.protocol}; {plural(n_seeds, 'seed')} x "
         f"{plural(eps, 'episode')} per difficulty"
         + (f", max {span(steps)} steps" if steps else "")
-        + f"; mean over seeds with {settings.confidence:.0%} stratified bootstrap CI "
-        f"({settings.reps} reps, seed {settings.seed}); zero-shot, homogeneous 3-agent teams"
+        + f"; mean over seeds with {settings.confidence:.0%} {settings.method_name} bootstrap CI "
+        f"({settings.reps} reps, seed {settings.seed}) over the training seeds, each seed "
+        "scored on the protocol's fixed worlds; zero-shot, homogeneous 3-agent teams"
     )
 
 

@@ -197,6 +197,8 @@ def _stats_json(
             "confidence": settings.confidence,
             "runs": settings.runs,
             "runs_label": settings.runs_label,
+            "method": settings.method,
+            "method_label": settings.method_label,
         },
         "notes": list(prepared.notes),
         "scale": "raw metric values (fractions in [0, 1] are not multiplied by 100)",

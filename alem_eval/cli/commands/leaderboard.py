@@ -10,6 +10,8 @@ import typer
 from alem_eval.cli.app import app
 from alem_eval.cli.console import err_console
 from alem_eval.cli.options import (
+    CiMethod,
+    CiOpt,
     LeaderboardFormat,
     LeaderboardFormatOpt,
     OutFileOpt,
@@ -31,9 +33,11 @@ def leaderboard(
     reps: RepsOpt = 50_000,
     seed: SeedOpt = 0,
     protocol: ResultsProtocolOpt = None,
+    ci: CiOpt = CiMethod.expanded,
 ) -> None:
     """Rows = (budget, algorithm); per difficulty the mean over seeds [95% CI] of Base%,
-    Coord% and Total%. Missing cells are shown as missing, never as zero.
+    Coord% and Total%. Missing cells are shown as missing, never as zero. The CI is over
+    the training seeds (the protocol's worlds are fixed); --ci percentile gives rliable's.
 
     Examples:
 
@@ -50,6 +54,7 @@ def leaderboard(
         reps=reps,
         seed=seed,
         protocol=protocol and protocol.value,
+        ci=ci.value,
     )
     text = render(lb, fmt.value)
     for note in lb.notes:

@@ -11,6 +11,8 @@ from alem_eval.cli.app import app
 from alem_eval.cli.console import err_console
 from alem_eval.cli.options import (
     CacheDirOpt,
+    CiMethod,
+    CiOpt,
     ClipsOpt,
     MetricsOpt,
     OutDirOpt,
@@ -50,6 +52,7 @@ def report(
     reps: RepsOpt = 50_000,
     seed: SeedOpt = 0,
     runs: RunsOpt = Runs.seeds,
+    ci: CiOpt = CiMethod.expanded,
     protocol: ResultsProtocolOpt = None,
     pdf: Annotated[
         bool, typer.Option("--pdf", help="Also save every figure as PDF (vector; slower).")
@@ -107,6 +110,7 @@ def report(
         reps=reps,
         seed=seed,
         runs=runs.value,
+        ci=ci.value,
         protocol=protocol and protocol.value,
         pdf=pdf,
         jobs=jobs,
@@ -117,7 +121,7 @@ def report(
         err_console.print(f"[yellow]note[/yellow] {note}", highlight=False)
     err_console.print(
         f"report for {', '.join(res.metrics)} (protocol {res.protocol}, "
-        f"{runs.value} as runs, {reps:,} bootstrap reps): "
+        f"{runs.value} as runs, {reps:,} bootstrap reps, {ci.value} CIs): "
         f"{len(res.figures)} figure files in {res.out_dir / 'figures'}"
         + (f", {len(res.clips)} clips in {res.out_dir / 'clips'}" if res.clips else ""),
         highlight=False,
