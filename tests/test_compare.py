@@ -12,7 +12,7 @@ import pytest
 from alem_eval.evaluate import rollout
 from alem_eval.evaluate.rollout import RolloutProgress, StackResult
 from alem_eval.evaluate.settings import CHUNK, FAST_MAX_STEPS
-from alem_eval.scoring.compare import compare_scores, compare_sources
+from alem_eval.scoring.compare import compare_paired, compare_scores, compare_sources
 from alem_eval.core.errors import UsageError
 
 
@@ -28,6 +28,44 @@ def test_compare_scores_statement():
     assert worse["verdict"] == "B better" and worse["diff"] == -1.0
     with pytest.raises(UsageError, match="at least one run"):
         compare_scores(np.zeros(0), np.ones(3))
+
+
+def _correlated(rng, worlds=20, gap=0.02):
+    """One cell per side on the same worlds: a world's difficulty (sd 0.2) moves both sides
+    together; each side's own noise is small (sd 0.02); A is ``gap`` better on average."""
+    w = rng.normal(0.0, 0.2, worlds)
+    return (
+        0.5 + gap + w + rng.normal(0, 0.02, (1, worlds)),
+        0.5 + w + rng.normal(0, 0.02, (1, worlds)),
+    )
+
+
+def test_the_paired_comparison_resamples_worlds_jointly_and_is_narrower():
+    a, b = _correlated(np.random.default_rng(0))
+    paired = compare_paired(a, b, reps=2000)
+    apart = compare_scores(a[0], b[0], reps=2000)  # the sides resampled independently
+    assert paired["diff"] == pytest.approx(apart["diff"]) == pytest.approx(np.mean(a - b))
+    assert paired["p_improvement"] == apart["p_improvement"]
+    assert paired["diff_hi"] - paired["diff_lo"] < 0.25 * (apart["diff_hi"] - apart["diff_lo"])
+    assert paired["diff_lo"] > 0 > apart["diff_lo"]
+    # Missing values: an episode without a value drops out of its side only.
+    a[0, 3] = np.nan
+    one_less = compare_paired(a, b, reps=2000)
+    assert one_less["diff"] == pytest.approx(np.nanmean(a) - np.mean(b))
+    from alem_eval.core.errors import EvaluationError
+
+    with pytest.raises(EvaluationError, match="need the same number"):
+        compare_paired(a[:, :5], b, reps=10)
+
+
+def test_the_paired_difference_interval_holds_its_level():
+    rng = np.random.default_rng(1)
+    hits = 0
+    for i in range(1000):
+        a, b = _correlated(rng)
+        r = compare_paired(a, b, reps=1000, stream=(i,))
+        hits += r["diff_lo"] <= 0.02 <= r["diff_hi"]
+    assert hits / 1000 >= 0.93
 
 
 @pytest.fixture

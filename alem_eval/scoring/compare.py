@@ -4,8 +4,20 @@
 (:func:`alem_eval.scoring.score.score_cells`: the same episodes and worlds for both) and states
 how likely source A beats source B: the probability of improvement P(A > B) (the chance
 that a random run of A scores higher than a random run of B, ties counted one half) with a
-seeded stratified bootstrap CI, plus the mean difference. Runs are seeds when both sides
-have at least two cells, else episodes. Difficulties are compared separately, never pooled.
+seeded bootstrap CI, plus the mean difference. Difficulties are compared separately.
+
+* Runs are episodes (a side has one cell): episode i of every cell is world i, so the two
+  sides are paired by world. :func:`compare_paired` resamples the worlds, one multiset per
+  replicate applied to both sides (as the cross-play gap does,
+  :func:`~alem_eval.analysis.crossplay_stats.world_counts`): what a hard world costs both
+  sides cancels from the difference, and its interval is narrower than one that resamples
+  the sides independently when their scores move together world by world.
+* Runs are seeds (both sides have two cells or more): each seed's score is its mean over
+  the same fixed worlds, as on the leaderboard, and :func:`compare_scores` resamples each
+  side's seeds (independent training runs).
+
+Both intervals are the settings' ``method`` (expanded percentile by default, n = the worlds
+or the smaller side's seeds; see :mod:`alem_eval.analysis.bootstrap`).
 """
 
 from __future__ import annotations
@@ -34,9 +46,11 @@ def compare_scores(
     seed: int = 0,
     confidence: float = 0.95,
     stream: Sequence = (),
+    ci: str = "expanded",
 ) -> dict[str, Any]:
-    """``x (n_x,), y (n_y,)`` run scores -> P(X > Y) and mean(X) - mean(Y) with bootstrap
-    CIs, and a verdict ("A better" when the CI of P lies above 1/2, "B better" below).
+    """``x (n_x,), y (n_y,)`` independent run scores -> P(X > Y) and mean(X) - mean(Y) with
+    bootstrap CIs (each side resampled on its own), and a verdict ("A better" when the CI
+    of P lies above 1/2, "B better" below).
 
     Keys: ``p_improvement, p_lo, p_hi, diff, diff_lo, diff_hi, verdict``.
     """
@@ -46,9 +60,61 @@ def compare_scores(
     y = np.asarray(y, float).reshape(-1, 1)
     if len(x) == 0 or len(y) == 0:
         raise UsageError("compare needs at least one run on each side")
-    bs = StratifiedBootstrap(BootstrapSettings(reps=reps, seed=seed, confidence=confidence))
+    bs = StratifiedBootstrap(BootstrapSettings(reps, seed, confidence, method=ci))
     poi = bs.improvement(x, y, (*stream, "A"), (*stream, "B"))
     diff = bs.difference(x, y, (*stream, "A"), (*stream, "B"))
+    return _result(poi, diff)
+
+
+def compare_paired(
+    a: np.ndarray,
+    b: np.ndarray,
+    *,
+    reps: int = DEFAULT_COMPARE_REPS,
+    seed: int = 0,
+    confidence: float = 0.95,
+    stream: Sequence = (),
+    ci: str = "expanded",
+) -> dict[str, Any]:
+    """``a (K_a, E), b (K_b, E)``: per-episode scores of each side's cells, column i on
+    world i for both (NaN: no value) -> P(A > B) over the (cell, episode) runs and the
+    difference of their means, with CIs that resample the E worlds jointly for both sides
+    (n = the worlds with a value on both sides); the keys of :func:`compare_scores`."""
+    from alem_eval.analysis.bootstrap import (
+        BootstrapSettings,
+        Interval,
+        StratifiedBootstrap,
+        _pairwise,
+    )
+    from alem_eval.analysis.crossplay_stats import world_counts
+
+    a, b = np.atleast_2d(np.asarray(a, float)), np.atleast_2d(np.asarray(b, float))
+    if a.shape[1] != b.shape[1]:
+        raise EvaluationError(
+            f"the sides have {a.shape[1]} and {b.shape[1]} episodes; episode i is world i "
+            "of both, so they need the same number"
+        )
+    (ka, wa), (kb, wb) = np.nonzero(np.isfinite(a)), np.nonzero(np.isfinite(b))
+    if len(wa) == 0 or len(wb) == 0:
+        raise UsageError("compare needs at least one run on each side")
+    xa, xb = a[ka, wa], b[kb, wb]  # the runs, and their worlds wa / wb
+    bs = StratifiedBootstrap(BootstrapSettings(reps, seed, confidence, method=ci))
+    c = world_counts(a.shape[1], reps, seed, (*stream, "paired")).astype(float)
+    ca, cb = c[:, wa], c[:, wb]  # (reps, runs): how often each run is drawn
+    na, nb = ca.sum(axis=1), cb.sum(axis=1)
+    ok = (na > 0) & (nb > 0)  # a replicate that drew no world of a side has no statistic
+    ca, cb, na, nb = ca[ok], cb[ok], na[ok], nb[ok]
+    pairs = _pairwise(xa, xb).astype(float)
+    p_samples = np.einsum("bj,bj->b", ca @ pairs, cb) / (na * nb)
+    d_samples = ca @ xa / na - cb @ xb / nb
+    n = int(np.intersect1d(wa, wb).size)
+    poi = bs.interval(p_samples, float(pairs.mean()), n=n, bounds=(0.0, 1.0))
+    diff = bs.interval(d_samples, float(xa.mean() - xb.mean()), n=n)
+    assert isinstance(poi, Interval) and isinstance(diff, Interval)
+    return _result(poi, diff)
+
+
+def _result(poi, diff) -> dict[str, Any]:
     if poi.lo > 0.5:
         verdict = "A better"
     elif poi.hi < 0.5:
@@ -115,7 +181,8 @@ def score_source(
     on_episodes: Callable[[Any], None] | None = None,
     selected: tuple[Any, list[Any]] | None = None,
 ) -> dict[str, dict[str, list[float]]]:
-    """``{eval difficulty: {cell id: [per-episode values of metric]}}`` for one source
+    """``{eval difficulty: {cell id: [per-episode values of metric, NaN where an episode has
+    none]}}`` for one source
     (each cell on ``eval_difficulty``, default its own training difficulty), scored as
     ``score`` scores (:func:`~alem_eval.scoring.score.score_cells`: the same keys, stacks
     and store; both sources play the same worlds).
@@ -150,9 +217,10 @@ def score_source(
         for score in score_cells(
             src, group, options=options, store=store, on_progress=note, on_episodes=on_episodes
         ):
-            # A record drops a non-finite score: such episodes have no value of it.
-            values = [float(e[name]) for e in score.episodes if name in e]
-            if not values:
+            # A record drops a non-finite score: such episodes have no value of it (NaN);
+            # episode i stays at index i, world i.
+            values = [float(e.get(name, np.nan)) for e in score.episodes]
+            if not np.isfinite(values).any():
                 raise EvaluationError(f"{spec}:{score.cell.id}: no episode has a finite {name}")
             out[diff][score.cell.id] = values
     return out
@@ -170,14 +238,16 @@ def compare_sources(
     max_steps: int | None = None,
     reps: int = DEFAULT_COMPARE_REPS,
     seed: int = 0,
+    ci: str = "expanded",
     store=None,
     on_progress: Callable[[str, int, int], None] | None = None,
     on_episodes: Callable[[Any], None] | None = None,
     on_download: DownloadProgress | None = None,
 ) -> list[dict[str, Any]]:
     """Score the selected cells of two sources and compare them, one row per eval
-    difficulty: ``eval_difficulty, metric, A, B, runs ("seeds" | "episodes"), n_A, n_B,
-    mean_A, mean_B`` and the keys of :func:`compare_scores`. ``difficulties`` narrows the
+    difficulty: ``eval_difficulty, metric, A, B, runs ("seeds" | "episodes"), resampled
+    ("seeds of each side" | "worlds, jointly"), n_A, n_B, mean_A, mean_B`` and the keys of
+    :func:`compare_scores` (``ci``: the interval, as for the leaderboard). ``difficulties`` narrows the
     selection to cells of these training difficulties; ``eval_difficulty`` plays every
     cell on that difficulty's worlds (default: each its own). Both sources' scores are
     read from and written to ``store`` (see :func:`score_source`; the CLI's default is
@@ -214,13 +284,15 @@ def compare_sources(
         if not a or not b:
             raise UsageError(f"{diff}: only one source has cells to compare")
         by_seed = len(a) >= 2 and len(b) >= 2
+        kw: dict[str, Any] = {"reps": reps, "seed": seed, "stream": (diff, metric), "ci": ci}
         if by_seed:
-            x = np.array([np.mean(v) for v in a.values()])
-            y = np.array([np.mean(v) for v in b.values()])
+            x = np.array([np.nanmean(v) for v in a.values()])
+            y = np.array([np.nanmean(v) for v in b.values()])
+            res = compare_scores(x, y, **kw)
         else:
-            x = np.concatenate(list(a.values()))
-            y = np.concatenate(list(b.values()))
-        res = compare_scores(x, y, reps=reps, seed=seed, stream=(diff, metric))
+            x, y = np.concatenate(list(a.values())), np.concatenate(list(b.values()))
+            res = compare_paired(_episodes(a), _episodes(b), **kw)
+            x, y = x[np.isfinite(x)], y[np.isfinite(y)]
         rows.append(
             {
                 "eval_difficulty": diff,
@@ -228,6 +300,7 @@ def compare_sources(
                 "A": sources[0],
                 "B": sources[1],
                 "runs": "seeds" if by_seed else "episodes",
+                "resampled": "seeds of each side" if by_seed else "worlds, jointly",
                 "n_A": len(x),
                 "n_B": len(y),
                 "mean_A": float(np.mean(x)),
@@ -236,3 +309,15 @@ def compare_sources(
             }
         )
     return rows
+
+
+def _episodes(side: dict[str, list[float]]) -> np.ndarray:
+    """``{cell: per-episode values}`` -> ``(cells, episodes)``; every cell played the same
+    number of episodes (one ``episodes`` setting), world i at index i."""
+    lengths = {len(v) for v in side.values()}
+    if len(lengths) > 1:
+        raise EvaluationError(
+            f"the cells have {' or '.join(map(str, sorted(lengths)))} episodes; episode i is "
+            "world i of every cell, so they need the same number"
+        )
+    return np.array(list(side.values()), dtype=float)

@@ -19,6 +19,8 @@ from alem_eval.scoring.compare import (
 )
 from alem_eval.cli.console import EpisodeBar, OutputFormat, download_bar, emit_records, err_console
 from alem_eval.cli.options import (
+    CiMethod,
+    CiOpt,
     DifficultyFilterOpt,
     EpisodesOpt,
     EvalDifficultyOpt,
@@ -54,6 +56,7 @@ def compare(
     protocol: ProtocolOpt = Protocol.fast,
     reps: RepsOpt = DEFAULT_COMPARE_REPS,
     seed: SeedOpt = 0,
+    ci: CiOpt = CiMethod.expanded,
     fmt: FormatOpt = OutputFormat.table,
     store: Annotated[
         Path | None,
@@ -67,8 +70,10 @@ def compare(
 ) -> None:
     """Is source A's checkpoint better than source B's? P(A > B) with a bootstrap CI.
 
-    Runs are seeds when both sides have at least two cells, else episodes; difficulties
-    are compared separately, never pooled. Scores are kept (--store) and read back.
+    Runs are seeds when both sides have at least two cells, else episodes: both sides play
+    the same worlds, so the CI then resamples the worlds jointly for both (a paired
+    comparison). Difficulties are compared separately, never pooled. Scores are kept
+    (--store) and read back.
 
     Examples:
 
@@ -95,6 +100,7 @@ def compare(
             max_steps=max_steps,
             reps=reps,
             seed=seed,
+            ci=ci.value,
             store=ResultsStore(store.expanduser() if store else compare_dir()),
             on_progress=bar.cell_done,
             on_episodes=bar.update,
@@ -105,7 +111,8 @@ def compare(
             err_console.print(
                 f"{r['eval_difficulty']}: P(A > B) = {r['p_improvement']:.2f} "
                 f"[{r['p_lo']:.2f}, {r['p_hi']:.2f}] on {metric} (A = {r['A']}, B = {r['B']}; "
-                f"runs = {r['runs']}, {r['n_A']} vs {r['n_B']}; 95% bootstrap CI) "
+                f"runs = {r['runs']}, {r['n_A']} vs {r['n_B']}; 95% {ci.value} bootstrap CI "
+                f"resampling {r['resampled']}) "
                 f"-> {r['verdict']}",
                 highlight=False,
             )
