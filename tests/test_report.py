@@ -97,6 +97,10 @@ def test_single_budget_report_has_no_budget_figure_and_says_so(scored, tmp_path)
     assert len(names) == 2 * 3
     md = res.markdown.read_text()
     assert "Only one budget (1B)" in md and "Runs: episodes" in md and "### medium" not in md
+    # The intervals are named: the method, and that the worlds are the protocol's fixed ones.
+    assert "95% expanded percentile CIs" in md and "fixed worlds" in md
+    assert "expanded percentile bootstrap over the runs" in md  # the score table's caption
+    assert json.loads(res.stats_json.read_text())["settings"]["method"] == "expanded"
     assert res.metrics == ("Team/coord_reward_pct_of_max", "Team/achievement_pct")
 
 
