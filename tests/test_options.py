@@ -121,8 +121,9 @@ def test_choices_are_what_the_library_accepts(tmp_path):
     "command, choices",
     [
         ("score", ["[fast|reference]", "[error|warn]", "[table|json|csv]"]),
-        ("report", ["[seeds|episodes]", "[fast|reference]"]),
-        ("leaderboard", ["[md|csv|latex|json]"]),
+        ("report", ["[seeds|episodes]", "[fast|reference]", "[expanded|percentile]"]),
+        ("leaderboard", ["[md|csv|latex|json]", "[expanded|percentile]"]),
+        ("compare", ["[expanded|percentile]"]),
         ("merge", ["[ours|theirs]", "[table|json|csv]"]),
         ("export", ["[marl-eval]"]),
     ],

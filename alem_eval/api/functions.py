@@ -361,9 +361,10 @@ def report(
     ``metrics``: names, labels or aliases (``"total"``, ``"achievement"``,
     ``"Team/achievement_pct"``). ``runs``: ``"seeds"`` (each seed's mean is a run) or
     ``"episodes"``. ``ci``: the interval, as for :func:`leaderboard` (every interval of
-    the report; see :mod:`alem_eval.analysis.bootstrap`). ``jobs``: processes drawing the figures. ``clips``: the source of the
-    scored cells (``"hub"``, ``"demo"``, a directory, or a ``Cell`` of it) to draw a short
-    self-play GIF per algorithm from, embedded in the report (``clip_steps`` steps each).
+    the report; see :mod:`alem_eval.analysis.bootstrap`). ``jobs``: processes drawing the
+    figures. ``clips``: the source of the scored cells (``"hub"``, ``"demo"``, a directory,
+    or a ``Cell`` of it) to draw a short self-play GIF per algorithm from, embedded in the
+    report (``clip_steps`` steps each).
 
     Returns :class:`~alem_eval.reporting.report.ReportResult`: ``.markdown``, ``.stats_json``,
     ``.figures``, ``.clips``, ``.notes``.

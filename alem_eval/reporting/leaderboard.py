@@ -3,8 +3,9 @@
 Rows are (budget, algorithm); for each difficulty the three reward-normalised scores of
 SUBMISSION.md (spec §7) as the mean over seeds with a 95% stratified bootstrap CI
 (expanded percentile by default, ``method="percentile"`` for rliable's; over the training
-seeds, the protocol's worlds being fixed), in percent. Formats: CSV (numeric columns), Markdown and LaTeX (``mean [lo, hi]``, best mean
-per column in bold; LaTeX uses booktabs) and JSON in the upstream leaderboard entry schema.
+seeds, the protocol's worlds being fixed), in percent. Formats: CSV (numeric columns),
+Markdown and LaTeX (``mean [lo, hi]``, best mean per column in bold; LaTeX uses booktabs)
+and JSON in the upstream leaderboard entry schema.
 A (budget, algorithm, difficulty) without scores is missing — empty / "–" / null — never 0.
 """
 

@@ -64,8 +64,9 @@ def _headline_section(
         "",
         f"Mean over runs with its {settings.confidence:.0%} CI ({settings.method_name} "
         "bootstrap over the runs; the worlds are the protocol's fixed ones), in percent. "
-        "Base% / Coord% / Total% are the reward-normalised leaderboard scores (`Team/normal_reward_pct_of_max`, "
-        "`Team/coord_reward_pct_of_max`, `Team/reward_pct_of_max`); the achievement "
+        "Base% / Coord% / Total% are the reward-normalised leaderboard scores "
+        "(`Team/normal_reward_pct_of_max`, `Team/coord_reward_pct_of_max`, "
+        "`Team/reward_pct_of_max`); the achievement "
         "fractions (`Team/achievement_pct` and its normal / coordination variants) are "
         "shown beside them. Each is normalised on its own (Total is not Base + Coord).",
         "",

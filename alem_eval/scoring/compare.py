@@ -247,9 +247,9 @@ def compare_sources(
     """Score the selected cells of two sources and compare them, one row per eval
     difficulty: ``eval_difficulty, metric, A, B, runs ("seeds" | "episodes"), resampled
     ("seeds of each side" | "worlds, jointly"), n_A, n_B, mean_A, mean_B`` and the keys of
-    :func:`compare_scores` (``ci``: the interval, as for the leaderboard). ``difficulties`` narrows the
-    selection to cells of these training difficulties; ``eval_difficulty`` plays every
-    cell on that difficulty's worlds (default: each its own). Both sources' scores are
+    :func:`compare_scores` (``ci``: the interval, as for the leaderboard). ``difficulties``
+    narrows the selection to cells of these training difficulties; ``eval_difficulty``
+    plays every cell on that difficulty's worlds (default: each its own). Both sources' scores are
     read from and written to ``store`` (see :func:`score_source`; the CLI's default is
     ``<user cache>/compare``, kept apart from the results store; progress callbacks
     as there; ``on_download`` is told what a Hub source downloads)."""
