@@ -165,3 +165,22 @@ def resolve_metric(name: str, available: Iterable[str]) -> str:
         else "; try total, base, coord, achievement or a column such as Team/achievement_pct"
     )
     raise UsageError(f"unknown metric {name!r}{hint}")
+
+
+def pick_metrics(names: str | Iterable[str] | None, among: Iterable[str]) -> tuple[str, ...]:
+    """The keys of ``among`` that ``names`` (keys, labels, names or aliases: ``"total"``,
+    ``"Total%"``) pick, in their order (None: all of ``among``); else one UsageError."""
+    keys = tuple(among)
+    if names is None:
+        return keys
+    chosen = [names] if isinstance(names, str) else list(names)
+    choices = ", ".join(metric_info(k).name.lower() for k in keys)
+    if not chosen:
+        raise UsageError(f"no metric chosen: choose among {choices}")
+    out = []
+    for name in chosen:
+        try:
+            out.append(resolve_metric(name, keys))
+        except UsageError:
+            raise UsageError(f"unknown metric {name!r} here: choose among {choices}") from None
+    return tuple(dict.fromkeys(out))

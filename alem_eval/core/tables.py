@@ -22,7 +22,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from alem_eval.core.errors import UsageError
 
@@ -42,11 +42,23 @@ def fmt_number(x: float, decimals: int = 1) -> str:
     return text
 
 
-def fmt_interval(point: float, lo: float, hi: float, decimals: int = 1) -> str:
+class IntervalLike(Protocol):
+    """A point estimate and its bounds (``alem_eval.analysis.bootstrap.Interval``)."""
+
+    @property
+    def point(self) -> float: ...
+    @property
+    def lo(self) -> float: ...
+    @property
+    def hi(self) -> float: ...
+
+
+def fmt_interval(iv: IntervalLike, decimals: int = 1) -> str:
     """``point [lo, hi]`` by :func:`fmt_number`; ``point [no CI]`` when a bound is not finite."""
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return f"{fmt_number(point, decimals)} [no CI]"
-    return f"{fmt_number(point, decimals)} [{fmt_number(lo, decimals)}, {fmt_number(hi, decimals)}]"
+    point = fmt_number(iv.point, decimals)
+    if not (math.isfinite(iv.lo) and math.isfinite(iv.hi)):
+        return f"{point} [no CI]"
+    return f"{point} [{fmt_number(iv.lo, decimals)}, {fmt_number(iv.hi, decimals)}]"
 
 
 def check_decimals(decimals: int) -> int:
@@ -66,7 +78,7 @@ class Estimate:
     interval: bool = True  # the table reports an interval for this cell
 
     @classmethod
-    def of(cls, iv: Any, scale: float = 1.0) -> Estimate | None:
+    def of(cls, iv: IntervalLike | None, scale: float = 1.0) -> Estimate | None:
         """From anything with ``point, lo, hi`` (an ``Interval``), times ``scale``."""
         if iv is None:
             return None

@@ -35,7 +35,7 @@ from alem_eval.analysis.aggregate import (
 from alem_eval.analysis.bootstrap import BootstrapSettings, Interval
 from alem_eval.algorithms.config import DIFFICULTIES
 from alem_eval.core.errors import UsageError
-from alem_eval.analysis.metrics import LEADERBOARD_METRICS, UNITS, metric_info
+from alem_eval.analysis.metrics import LEADERBOARD_METRICS, UNITS, metric_info, pick_metrics
 from alem_eval.core.tables import (
     MISSING_LATEX,
     MISSING_MD,
@@ -238,20 +238,8 @@ def _pick(names: Sequence[str] | str, allowed: Sequence[str], what: str) -> tupl
 
 def _pick_scores(metrics: Sequence[str] | str) -> tuple[str, ...]:
     """Leaderboard score names from names, keys, labels or aliases (``"total"``, ``"Total%"``)."""
-    wanted = [metrics] if isinstance(metrics, str) else list(metrics)
-    out = []
-    for m in wanted:
-        low = str(m).strip().lower()
-        for name, key in LEADERBOARD_METRICS.items():
-            info = metric_info(key)
-            if low in (name, key.lower(), info.label.lower(), info.name.lower(), *info.aliases):
-                out.append(name)
-                break
-        else:
-            raise UsageError(f"unknown leaderboard metric {m!r}: choose among {', '.join(SCORES)}")
-    if not out:
-        raise UsageError(f"no leaderboard metric chosen: choose among {', '.join(SCORES)}")
-    return tuple(dict.fromkeys(out))
+    name_of = {key: name for name, key in LEADERBOARD_METRICS.items()}
+    return tuple(name_of[k] for k in pick_metrics(metrics, LEADERBOARD_METRICS.values()))
 
 
 def build_leaderboard(

@@ -32,7 +32,7 @@ MISSING = MISSING_MD
 
 
 def _fmt(iv: Interval | None, scale: float, digits: int = 1) -> str:
-    return MISSING if iv is None else fmt_interval(*iv.scaled(scale).as_list(), digits)
+    return MISSING if iv is None else fmt_interval(iv.scaled(scale), digits)
 
 
 def _headline_section(headline: Mapping[str, Mapping[Group, AggregateRow]], df) -> list[str]:

@@ -16,6 +16,8 @@ from alem_eval.cli.options import (
     RepsOpt,
     ResultsOpt,
     ResultsProtocolOpt,
+    Runs,
+    RunsOpt,
     SeedOpt,
 )
 
@@ -31,9 +33,13 @@ def leaderboard(
     reps: RepsOpt = 50_000,
     seed: SeedOpt = 0,
     protocol: ResultsProtocolOpt = None,
+    runs: RunsOpt = Runs.seeds,
 ) -> None:
     """Rows = (budget, algorithm); per difficulty the mean over seeds [95% CI] of Base%,
-    Coord% and Total%. Missing cells are shown as missing, never as zero.
+    Coord% and Total% (--runs episodes: every episode a run, for cells scored with one
+    seed). Missing cells are shown as missing, never as zero. md and latex are in percent
+    (a strict best per column in bold, a † on zero-width intervals), csv in fractions,
+    json in the upstream leaderboard schema (percent).
 
     Examples:
 
@@ -50,6 +56,7 @@ def leaderboard(
         reps=reps,
         seed=seed,
         protocol=protocol and protocol.value,
+        runs=runs.value,
     )
     text = render(lb, fmt.value)
     for note in lb.notes:
