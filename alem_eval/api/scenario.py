@@ -57,7 +57,11 @@ class Scenario:
         ``background``, ``stranger``, the slots and the metric means."""
         import pandas as pd
 
-        return pd.DataFrame(self.result.team_rows())
+        from alem_eval.analysis.metrics import UNITS
+
+        df = pd.DataFrame(self.result.team_rows())
+        df.attrs["units"] = UNITS
+        return df
 
     def to_json(self) -> dict[str, Any]:
         return self.result.as_json()
