@@ -323,7 +323,7 @@ PaperFormatOpt = Annotated[
         "--format",
         help="table (for people), md or latex (the paper table, in percent), json or csv "
         "(fractions, for programs).",
-        **choice(PaperFormat, "--format", "format"),
+        **choice(PaperFormat, "--format", "format", metavar="FORMAT"),
     ),
 ]
 LeaderboardFormatOpt = Annotated[
