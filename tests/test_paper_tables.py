@@ -280,3 +280,26 @@ def test_scenario_and_crossplay_commands_print_the_paper_tables(fmt, monkeypatch
     assert out.exit_code == 0, out.output
     for table in ("gap", "matrix"):
         assert (c.to_markdown(table) if fmt == "md" else c.to_latex(table)) in out.stdout
+
+
+def test_the_terminal_tables_mark_a_missing_interval_and_print_the_note(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    import alem_eval.scoring.crossplay as crossplay_module
+    import alem_eval.scoring.scenario as scenario_module
+    from alem_eval.cli.app import app
+
+    s = synthetic_scenario(1)
+    _stub_cli(monkeypatch, scenario_module, "run_scenario", s)
+    out = CliRunner().invoke(app, ["scenario", "--source", "demo", "--out", str(tmp_path / "s")])
+    assert out.exit_code == 0, out.output
+    assert "[no CI]†" in out.output and "fewer than 2 worlds" in out.output
+    with pytest.warns(ResultsWarning):
+        c = synthetic_crossplay(1)
+    _stub_cli(monkeypatch, crossplay_module, "run_crossplay", c)
+    out = CliRunner().invoke(app, ["crossplay", "--source", "demo", "--out", str(tmp_path / "c")])
+    assert out.exit_code == 0, out.output
+    assert "[no CI]†" in out.output and "fewer than 2 worlds" in out.output
+    _stub_cli(monkeypatch, crossplay_module, "run_crossplay", synthetic_crossplay(4))
+    out = CliRunner().invoke(app, ["crossplay", "--source", "demo", "--out", str(tmp_path / "d")])
+    assert out.exit_code == 0 and "†" not in out.output

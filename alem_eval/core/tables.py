@@ -61,6 +61,13 @@ def fmt_interval(iv: IntervalLike, decimals: int = 1) -> str:
     return f"{point} [{fmt_number(iv.lo, decimals)}, {fmt_number(iv.hi, decimals)}]"
 
 
+def fmt_marked(iv: IntervalLike, decimals: int = 1) -> str:
+    """:func:`fmt_interval` with :data:`MARK` after it when the interval has zero width
+    at this precision or there is none (terminal tables; their command prints the note)."""
+    flagged = Estimate(iv.point, iv.lo, iv.hi).flagged(decimals)
+    return fmt_interval(iv, decimals) + (MARK if flagged else "")
+
+
 def check_decimals(decimals: int) -> int:
     if isinstance(decimals, bool) or not isinstance(decimals, int) or not 0 <= decimals <= 6:
         raise UsageError(f"decimals must be an integer from 0 to 6, got {decimals!r}")

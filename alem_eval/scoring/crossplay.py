@@ -48,7 +48,7 @@ from alem_eval.analysis.crossplay_stats import (
     crossplay_gap,
 )
 from alem_eval.analysis.metrics import TOTAL, metric_info, units_fields
-from alem_eval.core.tables import fmt_interval, fmt_number
+from alem_eval.core.tables import PaperTable, fmt_marked, fmt_number
 from alem_eval.scoring.play import TEAM_METRICS, TeamScore, play_teams, resolve_worlds
 from alem_eval.scoring.teams import (
     DEFAULT_MAX_TEAMS,
@@ -177,7 +177,7 @@ class CrossplayResult:
                     "metric": info.label,
                     "self-play": fmt_number(g.self_score * k, 2),
                     "cross-play": fmt_number(g.cross * k, 2),
-                    "gap (self - cross)": fmt_interval(gap, 2),
+                    "gap (self - cross)": fmt_marked(gap, 2),
                     "teams": g.n_teams,
                     "runs": g.n_runs,
                     "worlds": g.n_worlds,
@@ -185,19 +185,20 @@ class CrossplayResult:
             )
         return rows
 
-    def to_markdown(self, table: str = "gap", **options: Any) -> str:
-        """The gap (``table="gap"``) or pair-matrix (``"matrix"``) table in Markdown, in
+    def paper_table(self, table: str = "gap", **options: Any) -> PaperTable:
+        """The gap (``table="gap"``) or pair-matrix (``"matrix"``) table for a paper, in
         percent (:func:`~alem_eval.scoring.crossplay_outputs.paper_table`: ``options``)."""
         from alem_eval.scoring.crossplay_outputs import paper_table
 
-        return paper_table(self, table, **options).to_markdown()
+        return paper_table(self, table, **options)
+
+    def to_markdown(self, table: str = "gap", **options: Any) -> str:
+        """:meth:`paper_table` in Markdown."""
+        return self.paper_table(table, **options).to_markdown()
 
     def to_latex(self, table: str = "gap", **options: Any) -> str:
-        """The gap or pair-matrix table in LaTeX (booktabs), in percent (see
-        :meth:`to_markdown`)."""
-        from alem_eval.scoring.crossplay_outputs import paper_table
-
-        return paper_table(self, table, **options).to_latex()
+        """:meth:`paper_table` in LaTeX (booktabs)."""
+        return self.paper_table(table, **options).to_latex()
 
     def matrix_rows(self) -> list[dict[str, Any]]:
         """The pair matrix for a human table (percent), row = partner A."""

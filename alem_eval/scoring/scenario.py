@@ -39,7 +39,7 @@ from alem_eval.analysis.bootstrap import Interval
 from alem_eval.analysis.crossplay_stats import DEFAULT_CONFIDENCE, DEFAULT_REPS, gap_intervals
 from alem_eval.analysis.metrics import metric_info, pick_metrics, units_fields
 from alem_eval.core.errors import UsageError
-from alem_eval.core.tables import Estimate, PaperTable, fmt_interval
+from alem_eval.core.tables import Estimate, PaperTable, fmt_marked
 from alem_eval.scoring.crossplay import GAP_METRICS
 from alem_eval.scoring.play import TeamScore, play_teams, resolve_worlds
 from alem_eval.scoring.teams import PROTOCOL, Team, check_int
@@ -268,13 +268,13 @@ class ScenarioResult:
         ]
 
     def table_rows(self) -> list[dict[str, Any]]:
-        """The human table: percent, ``point [lo, hi]``."""
+        """The human table: percent, ``point [lo, hi]`` (``†``: zero width or none)."""
         out = []
         for r in self.rows:
             k = metric_info(r.metric).scale
 
             def fmt(x: Interval | None, k: float = k) -> str:
-                return "-" if x is None else fmt_interval(x.scaled(k), 2)
+                return "-" if x is None else fmt_marked(x.scaled(k), 2)
 
             out.append(
                 {

@@ -191,6 +191,8 @@ def crossplay(
                 "self-play)"
             ),
         )
+    if fmt == PaperFormat.table and (table := result.paper_table(decimals=2)).flagged():
+        err_console.print(f"[yellow]note[/yellow] {table.zero_width_note}", highlight=False)
     err_console.print(
         f"{len(result.teams)} teams ({result.teams_scored} scored, "
         f"{result.teams_reused} read back); figure and tables in {out}",

@@ -182,6 +182,8 @@ def scenario(
                 f"({result.bootstrap['confidence']:.0%} CI over the worlds; percent)"
             ),
         )
+    if fmt == PaperFormat.table and (table := result.paper_table(decimals=2)).flagged():
+        err_console.print(f"[yellow]note[/yellow] {table.zero_width_note}", highlight=False)
     err_console.print(
         f"{len(result.scores)} teams ({result.teams_scored} scored, "
         f"{len(result.scores) - result.teams_scored} read back); figure in {out}",
