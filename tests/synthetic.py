@@ -216,3 +216,100 @@ def crossplay_sim(
         "episodes": float((finite * team_gap).sum() / finite.sum()),
     }
     return CrossplaySim(self_play, cross, slots, truth)
+
+
+# ----------------------------------------------------------------------------------------
+# Scenario and cross-play results without playing (the tables' and units' tests)
+# ----------------------------------------------------------------------------------------
+SIM_CELLS = ("1B/ippo-rnn/hard/seed0", "1B/ippo-rnn/hard/seed1", "1B/mappo-rnn/hard/seed0")
+
+
+def synthetic_team_scores(teams, num_worlds: int, *, seed: int = 0, constant: float | None = None):
+    """``{team: TeamScore}`` of made-up episodes: Base / Coord / Total fractions around
+    0.01-0.05 (the released agents' level), or all ``constant``."""
+    from alem_eval.analysis.metrics import BASE, COORD, TOTAL
+    from alem_eval.scoring.play import TeamScore
+
+    rng = np.random.default_rng(seed)
+    out = {}
+    for t in dict.fromkeys(teams):
+        eps = []
+        for _ in range(num_worlds):
+            base = float(rng.uniform(0.01, 0.05)) if constant is None else constant
+            coord = float(rng.uniform(0.0, 0.02)) if constant is None else constant
+            eps.append(
+                {
+                    BASE: base,
+                    COORD: coord,
+                    TOTAL: (217 * base + 159 * coord) / 376,
+                    "episode_return": float(rng.normal(3, 1)),
+                    "episode_length": float(rng.integers(50, 100)),
+                }
+            )
+        key = hashlib.sha256("/".join(t.slots).encode()).hexdigest()[:16]
+        out[t] = TeamScore(t, key, tuple(eps), False)
+    return out
+
+
+def synthetic_scenario(num_worlds: int = 4, *, constant: float | None = None, reps: int = 200):
+    """A :class:`~alem_eval.scoring.scenario.ScenarioResult` over :data:`SIM_CELLS`
+    (two populations), both modes, with :func:`synthetic_team_scores`."""
+    from alem_eval.scoring.scenario import (
+        FOCAL_PREFIX,
+        MODES,
+        ScenarioResult,
+        scenario_rows,
+        scenario_teams,
+    )
+
+    identity = "sim@0123abcd"
+    teams = scenario_teams(list(SIM_CELLS), MODES, FOCAL_PREFIX + identity)
+    scores = synthetic_team_scores([t.team for t in teams], num_worlds, constant=constant)
+    boot = {"reps": reps, "seed": 0, "confidence": 0.95}
+    return ScenarioResult(
+        focal="sim",
+        identity=identity,
+        cells=SIM_CELLS,
+        modes=MODES,
+        eval_difficulty="hard",
+        num_episodes=num_worlds,
+        max_steps=100,
+        teams=tuple(teams),
+        scores=scores,
+        rows=tuple(scenario_rows(teams, scores, **boot)),
+        bootstrap={**boot, "method": "expanded percentile bootstrap over the worlds"},
+        store=None,
+    )
+
+
+def synthetic_crossplay(num_worlds: int = 4, *, constant: float | None = None, reps: int = 200):
+    """A :class:`~alem_eval.scoring.crossplay.CrossplayResult` of the pairs scheme over
+    :data:`SIM_CELLS` with :func:`synthetic_team_scores`."""
+    from types import SimpleNamespace
+
+    from alem_eval.analysis.crossplay_stats import METHOD, crossplay_gap
+    from alem_eval.scoring.crossplay import (
+        GAP_METRICS,
+        MATRIX_METRIC,
+        CrossplayResult,
+        pair_matrix,
+    )
+    from alem_eval.scoring.teams import compositions
+
+    cells = [SimpleNamespace(id=c, algorithm=c.split("/")[1]) for c in SIM_CELLS]
+    teams = compositions(cells, "pairs")
+    scores = synthetic_team_scores(teams, num_worlds, constant=constant)
+    per = {m: {t: s.values(m) for t, s in scores.items()} for m in GAP_METRICS}
+    boot = {"reps": reps, "seed": 0, "confidence": 0.95}
+    return CrossplayResult(
+        cells=SIM_CELLS,
+        eval_difficulty="hard",
+        scheme="pairs",
+        num_episodes=num_worlds,
+        max_steps=100,
+        teams=tuple(scores.values()),
+        matrix=pair_matrix(SIM_CELLS, per[MATRIX_METRIC]),
+        gaps=tuple(crossplay_gap(per[m], metric=m, **boot) for m in GAP_METRICS),
+        bootstrap={**boot, "runs": "teams", "method": METHOD},
+        store=None,
+    )

@@ -110,7 +110,7 @@ def test_pair_matrix_pools_positions_and_puts_self_play_on_the_diagonal():
     m = pair_matrix([a, b], scores)
     np.testing.assert_allclose(m.values, [[0.6, 0.2], [0.4, 0.2]])
     doc = m.as_json()
-    assert doc["rows"] == doc["cols"] == [a, b] and doc["label"] == "Total%"
+    assert doc["rows"] == doc["cols"] == [a, b] and doc["label"] == "Total"
     assert pair_matrix([a, b], {Team((a, a, a)): [0.5]}).as_json()["values"] == [
         [0.5, None],
         [None, None],
@@ -311,7 +311,7 @@ def test_cli_json_has_the_pair_matrix_the_gaps_and_the_heatmap(scored):
     m = doc["pair_matrix"]
     assert m["metric"] == "Team/reward_pct_of_max" and m["rows"] == m["cols"] == CELLS
     assert all(v is not None and 0.0 <= v <= 1.0 for row in m["values"] for v in row)
-    assert [g["label"] for g in doc["gaps"]] == ["Total%", "Base%", "Coord%"]
+    assert [g["label"] for g in doc["gaps"]] == ["Total", "Base", "Coord"]
     for g in doc["gaps"]:
         assert g["n_teams"] == 6 and g["n_worlds"] == 8
         eps = 1e-12  # a bound can equal the gap, up to summation order

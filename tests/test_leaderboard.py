@@ -56,7 +56,7 @@ def test_rows_and_missing_cells(lb):
     missing = lb.rows[1]
     assert missing.score("hard", "total") is None and missing.score("easy", "total") is not None
     iv = lb.rows[0].score("easy", "base")
-    assert 10 < iv.point < 90 and iv.lo <= iv.point <= iv.hi  # percent, not a fraction
+    assert 0.1 < iv.point < 0.9 and iv.lo <= iv.point <= iv.hi  # a fraction, not percent
 
 
 def test_json_entries_validate_against_the_schema(lb):

@@ -341,7 +341,7 @@ def test_cli_scenario_reports_visitor_and_resident_beside_the_self_play(scenario
     # 1 self-play + 3 visitor + 3 resident positions; a population of one, alone: no stranger
     assert doc["teams_total"] == doc["teams_scored"] == 7
     rows = {(r["mode"], r["label"]): r for r in doc["rows"]}
-    assert set(rows) == {(m, x) for m in doc["modes"] for x in ("Total%", "Base%", "Coord%")}
+    assert set(rows) == {(m, x) for m in doc["modes"] for x in ("Total", "Base", "Coord")}
     for r in doc["rows"]:
         f, s, d = r["focal"], r["self_play"], r["focal_minus_self"]
         assert r["n_teams"] == 3 and r["n_worlds"] == FAST_EPISODES

@@ -206,7 +206,7 @@ class GapEstimate:
         info = metric_info(self.metric)
         return {
             "metric": self.metric,
-            "label": info.label,
+            "label": info.name,
             "self": self.self_score,
             "cross": self.cross,
             "gap": self.gap.point,

@@ -1,9 +1,15 @@
 """The metric registry: what each scored column is called, labelled and scaled for people.
 
 ONE table (:data:`METRICS`) that ``score`` (its summary table), ``report``, ``leaderboard``
-and ``export`` read. Keys are the verbatim ``compute_score`` columns of the results store;
-values are raw (fractions stay in [0, 1] in the store and in every JSON dump) and are
-multiplied by :attr:`MetricInfo.scale` only for display.
+and ``export`` read. Keys are the verbatim ``compute_score`` columns of the results store.
+
+Units (one convention, :data:`UNITS`): every machine output (JSON, CSV, DataFrames) holds
+the values as stored, fractions in [0, 1] for the fraction metrics, and names its unit (a
+JSON document's ``units`` / ``units_note``, :func:`units_fields`; a column is called by
+:attr:`MetricInfo.name`, never by a ``%`` label). Human tables (terminal, Markdown, LaTeX)
+multiply by :attr:`MetricInfo.scale` and say "percent". Two formats fix their own scale:
+the upstream leaderboard entry JSON (percent, as upstream's leaderboard publishes it) and
+the marl-eval export (its format's).
 
 =====================================  ==========  =====================================
 key                                    label       aliases (``--metric``)
@@ -44,6 +50,11 @@ class MetricInfo:
     def scale(self) -> float:
         """Display factor: 100 for fractions (shown in percent), else 1."""
         return 100.0 if self.fraction else 1.0
+
+    @property
+    def name(self) -> str:
+        """The label without its unit (``"Total"``): what machine outputs call the metric."""
+        return self.label.removesuffix("%").rstrip()
 
     @property
     def unit(self) -> str:
@@ -109,6 +120,19 @@ SUMMARY_METRICS: tuple[str, ...] = (TOTAL, BASE, COORD, ACHIEVEMENT)
 # What `report` analyses when no --metric is given.
 DEFAULT_METRIC = TOTAL
 
+# The unit of every machine output's metric values (see the module docstring).
+UNITS = "fraction"
+UNITS_NOTE = (
+    "fraction metrics (Team/*_pct*: Total, Base, Coord, Ach) are fractions in [0, 1] "
+    "(x100 for percent, as tables show them); other columns as compute_score logs them"
+)
+
+
+def units_fields() -> dict[str, str]:
+    """The ``units`` / ``units_note`` fields of a JSON document holding metric values."""
+    return {"units": UNITS, "units_note": UNITS_NOTE}
+
+
 _KNOWN = {m.key: m for m in METRICS}
 _FRACTION_KEY = re.compile(r"^(Team|Agent\d+)/\w*_pct(_of_max)?$")
 
@@ -141,3 +165,22 @@ def resolve_metric(name: str, available: Iterable[str]) -> str:
         else "; try total, base, coord, achievement or a column such as Team/achievement_pct"
     )
     raise UsageError(f"unknown metric {name!r}{hint}")
+
+
+def pick_metrics(names: str | Iterable[str] | None, among: Iterable[str]) -> tuple[str, ...]:
+    """The keys of ``among`` that ``names`` (keys, labels, names or aliases: ``"total"``,
+    ``"Total%"``) pick, in their order (None: all of ``among``); else one UsageError."""
+    keys = tuple(among)
+    if names is None:
+        return keys
+    chosen = [names] if isinstance(names, str) else list(names)
+    choices = ", ".join(metric_info(k).name.lower() for k in keys)
+    if not chosen:
+        raise UsageError(f"no metric chosen: choose among {choices}")
+    out = []
+    for name in chosen:
+        try:
+            out.append(resolve_metric(name, keys))
+        except UsageError:
+            raise UsageError(f"unknown metric {name!r} here: choose among {choices}") from None
+    return tuple(dict.fromkeys(out))

@@ -46,8 +46,8 @@ def run_demo(
     """Verify and score the demo cells (fast protocol, ``num_episodes`` episodes of at most
     ``max_steps`` steps) into the results store ``results`` (default: the user's, like
     ``score``; the cells' budget label ``demo`` keeps them apart from the baselines), then
-    write under ``out_dir``: ``report/`` (report.md, stats.json, figures/*.png; runs =
-    episodes, as each cell is one seed) and ``leaderboard.md``. ``clips``: also a GIF of
+    write under ``out_dir``: ``report/`` (report.md, stats.json, figures/*.png) and
+    ``leaderboard.md`` (runs = episodes in both, as each cell is one seed). ``clips``: also a GIF of
     each cell's episode 0 (:class:`.report.ClipRequest`), embedded in the report."""
     from alem_eval.analysis.bootstrap import BootstrapSettings
     from alem_eval.core.fsutil import write_text_atomic
@@ -83,7 +83,9 @@ def run_demo(
         protocol="fast",
         clips=ClipRequest(src, max_steps=max_steps) if clips else None,
     )
-    lb = build_leaderboard(store, selectors, settings=BootstrapSettings(reps=reps), protocol="fast")
+    lb = build_leaderboard(  # one seed per cell: episodes are the runs, as in the report
+        store, selectors, settings=BootstrapSettings(reps=reps, runs="episodes"), protocol="fast"
+    )
     text = render(lb, "md")
     lb_path = write_text_atomic(out / "leaderboard.md", text)
     return DemoOutcome(

@@ -287,19 +287,23 @@ def leaderboard(
     seed: int = 0,
     protocol: str | None = None,
     ci: str = "expanded",
+    runs: str = "seeds",
 ) -> Leaderboard:
     """Base% / Coord% / Total% per difficulty of the scored cells (all when no selector;
     ``Cell`` s work as selectors), from the results store ``results`` (None: the user
     cache's): mean over seeds with a stratified bootstrap CI (``reps`` resamples,
-    ``seed``) over the training seeds, each scored on the protocol's fixed worlds.
-    ``ci``: ``"expanded"`` (the percentile interval widened for the number of seeds: it
+    ``seed``) over the training seeds, each scored on the protocol's fixed worlds;
+    ``runs="episodes"`` makes every episode a run (cells scored with one seed).
+    ``ci``: ``"expanded"`` (the percentile interval widened for the number of runs: it
     covers its 95% label from 3 seeds on) or ``"percentile"`` (rliable's plain interval,
     for parity with papers that used it). ``protocol``: which one to read when the store
     holds several.
 
     Returns :class:`~alem_eval.reporting.leaderboard.Leaderboard`: ``.to_frame()`` (one row per
-    budget x algorithm, numbers in percent), ``.to_csv()``, ``.to_markdown()``,
-    ``.to_latex()`` (booktabs), ``.to_json()`` (the upstream entry schema), ``.notes``.
+    budget x algorithm, fractions in [0, 1]), ``.to_csv()`` (fractions),
+    ``.to_markdown()`` / ``.to_latex()`` (percent; ``difficulties``, ``metrics``,
+    ``decimals``, ``caption``, ``label``, ``ci``), ``.to_json()`` (the upstream entry
+    schema, percent), ``.notes``.
     """
     from alem_eval.analysis.bootstrap import BootstrapSettings
     from alem_eval.reporting.leaderboard import build_leaderboard
@@ -308,7 +312,7 @@ def leaderboard(
     return build_leaderboard(
         open_store(results),
         _selectors(selectors) or None,
-        settings=BootstrapSettings(reps=reps, seed=seed, method=ci),
+        settings=BootstrapSettings(reps=reps, seed=seed, method=ci, runs=runs),
         protocol=protocol,
     )
 
@@ -405,11 +409,21 @@ def _source_of(clips: Any) -> Source:
 # ----------------------------------------------------------------------------------------
 # Cross-play
 # ----------------------------------------------------------------------------------------
+def _fractions(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with its unit named (``.attrs["units"]``: the metric values are fractions)."""
+    from alem_eval.analysis.metrics import UNITS
+
+    df.attrs["units"] = UNITS
+    return df
+
+
 @dataclass(frozen=True)
 class CrossPlay:
     """What :func:`crossplay` scored: ``.result`` is the library's
     :class:`~alem_eval.scoring.crossplay.CrossplayResult` (``.as_json()``, ``.matrix``, ``.gaps``);
-    ``.outputs`` the files written with ``out=``. Values are raw fractions."""
+    ``.outputs`` the files written with ``out=``. Values are fractions in [0, 1]
+    (``.to_frame()``, ``.gap``, ``.matrix``, ``.to_json()``); ``.to_markdown()`` /
+    ``.to_latex()`` show percent."""
 
     result: CrossplayResult
     outputs: tuple[Path, ...] = ()
@@ -421,16 +435,16 @@ class CrossPlay:
         ``Team/coord_reward_pct_of_max``, ``episode_return``, ``episode_length``."""
         import pandas as pd
 
-        return pd.DataFrame(self.result.team_rows())
+        return _fractions(pd.DataFrame(self.result.team_rows()))
 
     @property
     def gap(self) -> pd.DataFrame:
-        """One row per metric (Total, Base, Coord): ``metric, label, self`` (slot-weighted
+        """One row per metric: ``metric, label`` (Total, Base, Coord), ``self`` (slot-weighted
         self-play of the members), ``cross`` (the cross-play teams), ``gap`` (self -
-        cross) with its bootstrap CI ``lo, hi``, ``n_teams, n_runs, n_strata``."""
+        cross) with its bootstrap CI ``lo, hi`` (fractions), ``n_teams, n_runs, n_worlds``."""
         import pandas as pd
 
-        return pd.DataFrame([g.as_json() for g in self.result.gaps])
+        return _fractions(pd.DataFrame([g.as_json() for g in self.result.gaps]))
 
     @property
     def matrix(self) -> pd.DataFrame:
@@ -439,10 +453,39 @@ class CrossPlay:
         import pandas as pd
 
         m = self.result.matrix
-        return pd.DataFrame(m.values, index=list(m.cells), columns=list(m.cells))
+        return _fractions(pd.DataFrame(m.values, index=list(m.cells), columns=list(m.cells)))
 
     def to_json(self) -> dict[str, Any]:
         return self.result.as_json()
+
+    def to_markdown(
+        self,
+        table: str = "gap",
+        metrics: Sequence[str] | None = None,
+        decimals: int = 1,
+        caption: str | None = None,
+        label: str | None = None,
+        ci: bool = True,
+    ) -> str:
+        """The paper table in Markdown, in percent: ``table="gap"`` (per metric: self-play,
+        cross-play and the gap with its interval) or ``"matrix"`` (the pair matrix)."""
+        return self.result.to_markdown(
+            table, metrics=metrics, decimals=decimals, caption=caption, label=label, ci=ci
+        )
+
+    def to_latex(
+        self,
+        table: str = "gap",
+        metrics: Sequence[str] | None = None,
+        decimals: int = 1,
+        caption: str | None = None,
+        label: str | None = None,
+        ci: bool = True,
+    ) -> str:
+        """The paper table in LaTeX (a booktabs ``tabular`` in a ``table``), in percent."""
+        return self.result.to_latex(
+            table, metrics=metrics, decimals=decimals, caption=caption, label=label, ci=ci
+        )
 
 
 def crossplay(

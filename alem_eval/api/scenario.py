@@ -5,8 +5,9 @@
 
     s = alem_eval.scenario(RandomLegal(), "demo/*", source="demo", episodes=4, max_steps=200)
     s.table   # one row per (population, mode, metric): focal, self_play, cross_play,
-              # focal_minus_self, each with _lo / _hi (raw fractions)
+              # focal_minus_self, each with _lo / _hi (fractions in [0, 1])
     s.teams   # one row per team
+    print(s.to_latex(caption="With the baselines", label="tab:scenario"))  # percent
 
 The focal is an agent object (any JAX or host agent: :mod:`alem_eval.evaluate.agents`)
 or a ``--focal`` SPEC string (``focal_args`` its factory's keyword arguments).
@@ -14,7 +15,7 @@ or a ``--focal`` SPEC string (``focal_args`` its factory's keyword arguments).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,19 +32,24 @@ if TYPE_CHECKING:
 class Scenario:
     """What :func:`scenario` played: ``.result`` is the library's
     :class:`~alem_eval.scoring.scenario.ScenarioResult`; ``.outputs`` the files written
-    with ``out=``. Values are raw fractions."""
+    with ``out=``. Values are fractions in [0, 1] (``.table``, ``.teams``, ``.to_json()``);
+    ``.to_markdown()`` / ``.to_latex()`` show percent."""
 
     result: ScenarioResult
     outputs: tuple[Path, ...] = ()
 
     @property
     def table(self) -> pd.DataFrame:
-        """One row per (population, mode, metric): ``focal``, ``self_play``,
+        """One row per (population, mode, metric: Total, Base, Coord): ``focal``, ``self_play``,
         ``cross_play``, ``focal_minus_self``, each with ``_lo`` / ``_hi`` (the world
-        bootstrap CI), ``n_teams``, ``n_worlds``."""
+        bootstrap CI), ``n_teams``, ``n_worlds``; fractions in [0, 1] (``.attrs["units"]``)."""
         import pandas as pd
 
-        return pd.DataFrame([r.flat() for r in self.result.rows])
+        from alem_eval.analysis.metrics import UNITS
+
+        df = pd.DataFrame([r.flat() for r in self.result.rows])
+        df.attrs["units"] = UNITS
+        return df
 
     @property
     def teams(self) -> pd.DataFrame:
@@ -51,10 +57,38 @@ class Scenario:
         ``background``, ``stranger``, the slots and the metric means."""
         import pandas as pd
 
-        return pd.DataFrame(self.result.team_rows())
+        from alem_eval.analysis.metrics import UNITS
+
+        df = pd.DataFrame(self.result.team_rows())
+        df.attrs["units"] = UNITS
+        return df
 
     def to_json(self) -> dict[str, Any]:
         return self.result.as_json()
+
+    def to_markdown(
+        self,
+        metrics: Sequence[str] | None = None,
+        decimals: int = 1,
+        caption: str | None = None,
+        label: str | None = None,
+        ci: bool = True,
+    ) -> str:
+        """The paper table in Markdown, in percent: per (population, mode, metric) the
+        focal, self-play, cross-play and focal - self with their intervals
+        (:meth:`~alem_eval.scoring.scenario.ScenarioResult.paper_table`)."""
+        return self.result.paper_table(metrics, decimals, caption, label, ci).to_markdown()
+
+    def to_latex(
+        self,
+        metrics: Sequence[str] | None = None,
+        decimals: int = 1,
+        caption: str | None = None,
+        label: str | None = None,
+        ci: bool = True,
+    ) -> str:
+        """The paper table in LaTeX (a booktabs ``tabular`` in a ``table``), in percent."""
+        return self.result.paper_table(metrics, decimals, caption, label, ci).to_latex()
 
 
 def scenario(

@@ -77,11 +77,14 @@ def emit_plan(plan: Any, fmt: OutputFormat) -> None:
 
 
 def _cell(v: Any) -> str:
+    """A value as a table cell: data, never rich markup (``[no CI]`` stays printed)."""
+    from rich.markup import escape
+
     if v is None:
         return "-"
     if isinstance(v, float):
         return f"{v:.4g}"
-    return str(v)
+    return escape(str(v))
 
 
 def emit_json(doc: Any) -> None:

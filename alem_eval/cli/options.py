@@ -93,6 +93,22 @@ class Difficulty(StrEnum):
     hard = "hard"
 
 
+class PaperFormat(StrEnum):
+    """:class:`~alem_eval.cli.console.OutputFormat` plus the paper tables (``md``,
+    ``latex``: :class:`alem_eval.core.tables.PaperTable`)."""
+
+    table = "table"
+    json = "json"
+    csv = "csv"
+    md = "md"
+    latex = "latex"
+
+    @property
+    def records(self) -> OutputFormat:
+        """What :func:`~alem_eval.cli.console.emit_records` prints for it (md, latex: table)."""
+        return OutputFormat(self.value) if self.value in {"json", "csv"} else OutputFormat.table
+
+
 class TeamRuns(StrEnum):
     """``alem_eval.scoring.crossplay.RUNS_MODES``: how crossplay's gap averages (a cross-play
     run is a team, not a seed as in :class:`Runs`)."""
@@ -306,6 +322,15 @@ FormatOpt = Annotated[
         "--format",
         help="table (for people), json or csv (for programs).",
         **choice(OutputFormat, "--format", "format"),
+    ),
+]
+PaperFormatOpt = Annotated[
+    PaperFormat,
+    typer.Option(
+        "--format",
+        help="table (for people), md or latex (the paper table, in percent), json or csv "
+        "(fractions, for programs).",
+        **choice(PaperFormat, "--format", "format", metavar="FORMAT"),
     ),
 ]
 LeaderboardFormatOpt = Annotated[

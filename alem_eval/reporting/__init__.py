@@ -6,5 +6,6 @@
   ``figures/``, optional episode clips), ``ReportResult``, ``ClipRequest``.
 * :mod:`alem_eval.reporting.figures`: the report's figures (``FIGURE_KINDS``), drawn in
   worker processes (``render_figures``).
-* :mod:`alem_eval.reporting.markdown`: ``md_table`` and the text of ``report.md``.
+* :mod:`alem_eval.reporting.markdown`: the text of ``report.md`` (its tables:
+  :mod:`alem_eval.core.tables`, shared with the leaderboard, scenario and cross-play).
 """

@@ -1,12 +1,15 @@
 """``alem-eval leaderboard``: Base% / Coord% / Total% per difficulty, ready to publish.
 
 Rows are (budget, algorithm); for each difficulty the three reward-normalised scores of
-SUBMISSION.md (spec §7) as the mean over seeds with a 95% stratified bootstrap CI
-(expanded percentile by default, ``method="percentile"`` for rliable's; over the training
-seeds, the protocol's worlds being fixed), in percent. Formats: CSV (numeric columns),
-Markdown and LaTeX (``mean [lo, hi]``, best mean per column in bold; LaTeX uses booktabs)
-and JSON in the upstream leaderboard entry schema.
-A (budget, algorithm, difficulty) without scores is missing — empty / "–" / null — never 0.
+SUBMISSION.md (spec §7) as the mean over the runs (seeds; episodes with ``runs="episodes"``)
+with a 95% stratified bootstrap CI (expanded percentile by default, ``method="percentile"``
+for rliable's; over the training seeds, the protocol's worlds being fixed). Units
+(:mod:`alem_eval.analysis.metrics`): the object, its DataFrame and CSV hold fractions in
+[0, 1]; the Markdown and LaTeX tables show percent
+(:class:`alem_eval.core.tables.PaperTable`: a strict best per column in bold, a note on
+zero-width intervals, LaTeX in booktabs); the JSON is the upstream leaderboard entry schema,
+in percent as upstream's leaderboard publishes it. A (budget, algorithm, difficulty)
+without scores is missing — empty / "–" / null — never 0.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import csv
 import io
 import json
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from collections.abc import Mapping, Sequence
 
@@ -34,7 +37,14 @@ from alem_eval.analysis.aggregate import (
 from alem_eval.analysis.bootstrap import BootstrapSettings, Interval
 from alem_eval.algorithms.config import DIFFICULTIES
 from alem_eval.core.errors import UsageError
-from alem_eval.analysis.metrics import LEADERBOARD_METRICS, metric_info
+from alem_eval.analysis.metrics import LEADERBOARD_METRICS, UNITS, metric_info, pick_metrics
+from alem_eval.core.tables import (
+    MISSING_LATEX,
+    MISSING_MD,
+    Estimate,
+    PaperTable,
+    latex_escape as latex_escape,  # re-exported: the leaderboard's LaTeX escaping
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -42,7 +52,8 @@ if TYPE_CHECKING:
 FORMATS: tuple[str, ...] = ("md", "csv", "latex", "json")
 SCORES: tuple[str, ...] = tuple(LEADERBOARD_METRICS)  # base, coord, total
 SCORE_LABELS = {name: metric_info(key).label for name, key in LEADERBOARD_METRICS.items()}
-MISSING = {"md": "–", "latex": "--", "csv": ""}
+MISSING = {"md": MISSING_MD, "latex": MISSING_LATEX, "csv": ""}
+PERCENT = 100.0  # fractions -> the percent of the human tables and the upstream JSON
 
 _TRIPLE: dict[str, Any] = {
     "type": ["array", "null"],
@@ -95,7 +106,7 @@ LEADERBOARD_ENTRY_SCHEMA: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class LeaderboardRow:
-    """One (budget, algorithm): per difficulty and score, an Interval in percent or None."""
+    """One (budget, algorithm): per difficulty and score, an Interval (fractions) or None."""
 
     entry: Entry
     scores: Mapping[str, Mapping[str, Interval | None]] = field(hash=False)
@@ -119,35 +130,118 @@ class Leaderboard:
     # The publishable renderings (``alem_eval.leaderboard(...)`` returns this object).
     def to_frame(self) -> pd.DataFrame:
         """One row per (budget, algorithm): ``budget, algorithm`` and per difficulty
-        ``<difficulty>_seeds`` and ``<difficulty>_<base|coord|total>[_lo|_hi]`` (percent,
-        the mean over seeds and its CI; NaN = not scored): the CSV's columns, as numbers."""
+        ``<difficulty>_seeds`` and ``<difficulty>_<base|coord|total>[_lo|_hi]`` (fractions
+        in [0, 1]: the mean and its CI; NaN = not scored): the CSV's columns, as numbers.
+        ``.attrs["units"]`` names the unit."""
         import pandas as pd
 
         header, rows = _table(self)
-        return pd.DataFrame(rows, columns=header)
+        df = pd.DataFrame(rows, columns=header)
+        df.attrs["units"] = UNITS
+        return df
 
     def to_csv(self) -> str:
         return to_csv(self)
 
-    def to_markdown(self) -> str:
-        return to_markdown(self)
+    def to_markdown(
+        self,
+        difficulties: Sequence[str] | None = None,
+        metrics: Sequence[str] | None = None,
+        decimals: int = 1,
+        caption: str | None = None,
+        label: str | None = None,
+        ci: bool = True,
+    ) -> str:
+        """The table in Markdown, in percent (see :meth:`paper_table` for the arguments)."""
+        return self.paper_table(difficulties, metrics, decimals, caption, label, ci).to_markdown()
 
-    def to_latex(self) -> str:
-        """A booktabs ``tabular`` (best mean per column in bold)."""
-        return to_latex(self)
+    def to_latex(
+        self,
+        difficulties: Sequence[str] | None = None,
+        metrics: Sequence[str] | None = None,
+        decimals: int = 1,
+        caption: str | None = None,
+        label: str | None = None,
+        ci: bool = True,
+    ) -> str:
+        """A ``table`` float around a booktabs ``tabular`` (``\\usepackage{booktabs}``), in
+        percent (see :meth:`paper_table` for the arguments)."""
+        return self.paper_table(difficulties, metrics, decimals, caption, label, ci).to_latex()
 
     def to_json(self) -> str:
-        """The upstream leaderboard entry schema, one entry per row."""
+        """The upstream leaderboard entry schema, one entry per row (percent)."""
         return to_json(self)
 
-    def best(self, difficulty: str, name: str, digits: int = 1) -> float | None:
-        """The best displayed (rounded) mean of a column, None if the column is empty."""
-        vals = [
-            round(iv.point, digits)
-            for r in self.rows
-            if (iv := r.score(difficulty, name)) is not None
+    @property
+    def scored_difficulties(self) -> tuple[str, ...]:
+        """The difficulties some row has a score on (the tables' default columns)."""
+        return tuple(d for d in self.difficulties if any(r.seeds.get(d) for r in self.rows))
+
+    def footer_notes(self) -> list[str]:
+        """The lines under the Markdown and LaTeX tables: what the numbers are, in what
+        unit, and how they were made (add a line here to add it to both)."""
+        what = "seeds" if self.settings.runs == "seeds" else "episodes (every episode a run)"
+        return [
+            f"Mean over {what} [{self.settings.confidence:.0%} CI], in percent; the strict "
+            "best mean of a column in bold; a dash = not scored.",
+            f"{self.config}.",
         ]
-        return max(vals) if vals else None
+
+    def paper_table(
+        self,
+        difficulties: Sequence[str] | None = None,
+        metrics: Sequence[str] | None = None,
+        decimals: int = 1,
+        caption: str | None = None,
+        label: str | None = None,
+        ci: bool = True,
+    ) -> PaperTable:
+        """The table both renderers draw: ``difficulties`` (default: the scored ones, in
+        order), ``metrics`` (``base``, ``coord``, ``total`` or their labels; default all
+        three), ``decimals`` places, an optional ``caption`` and ``label``, ``ci`` False
+        for the means alone."""
+        ds = (
+            self.scored_difficulties
+            if difficulties is None
+            else _pick(difficulties, self.difficulties, "difficulty")
+        )
+        names = SCORES if metrics is None else _pick_scores(metrics)
+        rows = tuple(
+            (r.entry.budget, r.entry.algorithm)
+            + tuple(Estimate.of(r.score(d, s), PERCENT) for d in ds for s in names)
+            for r in self.rows
+        )
+        runs = "seed" if self.settings.runs == "seeds" else "episode"
+        return PaperTable(
+            columns=("Budget", "Algorithm", *(SCORE_LABELS[s] for _ in ds for s in names)),
+            rows=rows,
+            stub=2,
+            groups=tuple((d, len(names)) for d in ds),
+            best="max",
+            notes=tuple(self.footer_notes()),
+            zero_width_note=f"† zero-width interval: one {runs}, or every {runs} scoring the "
+            "same, gives no measure of uncertainty (which is not certainty).",
+            caption=caption,
+            label=label,
+            decimals=decimals,
+            ci=ci,
+            title=f"alem-eval leaderboard: {self.config}",
+        )
+
+
+def _pick(names: Sequence[str] | str, allowed: Sequence[str], what: str) -> tuple[str, ...]:
+    chosen = [names] if isinstance(names, str) else list(names)
+    bad = [n for n in chosen if n not in allowed]
+    if bad or not chosen:
+        got = ", ".join(map(repr, bad)) if bad else "none"
+        raise UsageError(f"{what} must be among {', '.join(allowed)}, got {got}")
+    return tuple(dict.fromkeys(chosen))
+
+
+def _pick_scores(metrics: Sequence[str] | str) -> tuple[str, ...]:
+    """Leaderboard score names from names, keys, labels or aliases (``"total"``, ``"Total%"``)."""
+    name_of = {key: name for name, key in LEADERBOARD_METRICS.items()}
+    return tuple(name_of[k] for k in pick_metrics(metrics, LEADERBOARD_METRICS.values()))
 
 
 def build_leaderboard(
@@ -157,7 +251,8 @@ def build_leaderboard(
     settings: BootstrapSettings = BootstrapSettings(),
     protocol: str | None = None,
 ) -> Leaderboard:
-    """The leaderboard of the selected results (runs = seeds whatever ``settings.runs``)."""
+    """The leaderboard of the selected results (runs = ``settings.runs``: seeds, or every
+    episode a run)."""
     prepared = prepare(
         store, selectors, optional_metrics=list(LEADERBOARD_METRICS.values()), protocol=protocol
     )
@@ -167,7 +262,6 @@ def build_leaderboard(
 def leaderboard_from(prepared: PreparedResults, settings: BootstrapSettings) -> Leaderboard:
     from alem_eval.core.version import __version__
 
-    settings = replace(settings, runs="seeds")
     prepared = with_one_seed_note(prepared, settings.runs)
     df = prepared.frame
     keys = [k for k in LEADERBOARD_METRICS.values() if k in df.columns]
@@ -190,7 +284,7 @@ def leaderboard_from(prepared: PreparedResults, settings: BootstrapSettings) -> 
                 scores[d] = {}
                 for name, key in LEADERBOARD_METRICS.items():
                     row = sums.get(key, {}).get(g)
-                    scores[d][name] = row.estimates["mean"].scaled(100.0) if row else None
+                    scores[d][name] = row.estimates["mean"] if row else None
                     if row:
                         seeds[d] = row.n_seeds
             if seeds:
@@ -253,52 +347,38 @@ def _config_text(prepared: PreparedResults, settings: BootstrapSettings) -> str:
         f"alem-eval protocol {prepared.protocol}; {plural(n_seeds, 'seed')} x "
         f"{plural(eps, 'episode')} per difficulty"
         + (f", max {span(steps)} steps" if steps else "")
-        + f"; mean over seeds with {settings.confidence:.0%} {settings.method_name} bootstrap CI "
-        f"({settings.reps} reps, seed {settings.seed}) over the training seeds, each seed "
-        "scored on the protocol's fixed worlds; zero-shot, homogeneous 3-agent teams"
+        + f"; mean over {'seeds' if settings.runs == 'seeds' else 'episodes'} with "
+        f"{settings.confidence:.0%} {settings.method_name} bootstrap CI "
+        f"({settings.reps} reps, seed {settings.seed}) "
+        + (
+            "over the training seeds, each seed scored on the protocol's fixed worlds"
+            if settings.runs == "seeds"
+            else "over the episodes (the protocol's fixed worlds)"
+        )
+        + "; zero-shot, homogeneous 3-agent teams"
     )
 
 
 # ----------------------------------------------------------------------------------------
 # Renderers
 # ----------------------------------------------------------------------------------------
-def render(lb: Leaderboard, fmt: str) -> str:
+def render(lb: Leaderboard, fmt: str, **table: Any) -> str:
+    """``lb`` in ``fmt``; ``table``: the Markdown / LaTeX table's keyword arguments
+    (:meth:`Leaderboard.paper_table`)."""
     if fmt not in FORMATS:
         raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
-    return {"md": to_markdown, "csv": to_csv, "latex": to_latex, "json": to_json}[fmt](lb)
+    if fmt in ("md", "latex"):
+        return (to_markdown if fmt == "md" else to_latex)(lb, **table)
+    return {"csv": to_csv, "json": to_json}[fmt](lb)
 
 
-def _cell_text(iv: Interval | None, best: float | None, fmt: str, digits: int = 1) -> str:
-    if iv is None:
-        return MISSING[fmt]
-    mean = f"{iv.point:.{digits}f}"
-    ci = f"[{iv.lo:.{digits}f}, {iv.hi:.{digits}f}]"
-    is_best = best is not None and round(iv.point, digits) == best
-    if fmt == "latex":
-        return (f"\\textbf{{{mean}}}" if is_best else mean) + f" {{\\scriptsize {ci}}}"
-    return (f"**{mean}**" if is_best else mean) + f" {ci}"
-
-
-def to_markdown(lb: Leaderboard) -> str:
-    from alem_eval.reporting.markdown import md_table
-
-    header = ["Budget", "Algorithm"] + [
-        f"{d} {SCORE_LABELS[s]}" for d in lb.difficulties for s in SCORES
-    ]
-    rows = [
-        [r.entry.budget, r.entry.algorithm]
-        + [_cell_text(r.score(d, s), lb.best(d, s), "md") for d in lb.difficulties for s in SCORES]
-        for r in lb.rows
-    ]
-    foot = (
-        f"Mean over seeds [{lb.settings.confidence:.0%} CI], percent; best mean per column "
-        f"in bold; – = not scored. {lb.config}."
-    )
-    return md_table(header, rows) + "\n\n" + foot + "\n"
+def to_markdown(lb: Leaderboard, **table: Any) -> str:
+    """:meth:`Leaderboard.to_markdown` (``table``: its keyword arguments)."""
+    return lb.to_markdown(**table)
 
 
 def _table(lb: Leaderboard) -> tuple[list[str], list[list[Any]]]:
-    """(header, rows) of the numeric table: seeds an int, scores floats, None = not scored."""
+    """(header, rows) of the numeric table: seeds an int, scores fractions, None = not scored."""
     header = ["budget", "algorithm"]
     for d in lb.difficulties:
         header.append(f"{d}_seeds")
@@ -318,70 +398,26 @@ def _table(lb: Leaderboard) -> tuple[list[str], list[list[Any]]]:
 
 def to_csv(lb: Leaderboard) -> str:
     """One row per (budget, algorithm); ``<difficulty>_<score>[_lo|_hi]`` numeric columns
-    in percent, plus ``<difficulty>_seeds``; empty = not scored."""
+    (fractions in [0, 1]), plus ``<difficulty>_seeds``; empty = not scored."""
     header, rows = _table(lb)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(header)
     numeric = [i >= 2 and not h.endswith("_seeds") for i, h in enumerate(header)]
     for line in rows:
-        w.writerow(["" if v is None else f"{v:.4f}" if num else v for v, num in zip(line, numeric)])
+        w.writerow(["" if v is None else f"{v:.6f}" if num else v for v, num in zip(line, numeric)])
     return buf.getvalue()
 
 
-_LATEX_ESCAPES = {
-    "\\": r"\textbackslash{}",
-    "&": r"\&",
-    "%": r"\%",
-    "$": r"\$",
-    "#": r"\#",
-    "_": r"\_",
-    "{": r"\{",
-    "}": r"\}",
-    "~": r"\textasciitilde{}",
-    "^": r"\textasciicircum{}",
-}
-
-
-def latex_escape(text: str) -> str:
-    return "".join(_LATEX_ESCAPES.get(ch, ch) for ch in str(text))
-
-
-def to_latex(lb: Leaderboard) -> str:
-    """A booktabs ``tabular`` (needs ``\\usepackage{booktabs}``)."""
-    nd = len(lb.difficulties)
-    ns = len(SCORES)
-    lines = [
-        f"% alem-eval leaderboard: mean over seeds [{lb.settings.confidence:.0%} CI], percent; "
-        "best mean per column in bold; -- = not scored",
-        f"% {latex_escape(lb.config)}",
-        "\\begin{tabular}{ll" + "c" * (nd * ns) + "}",
-        "\\toprule",
-        " & & "
-        + " & ".join(
-            f"\\multicolumn{{{ns}}}{{c}}{{{latex_escape(d.capitalize())}}}" for d in lb.difficulties
-        )
-        + " \\\\",
-        "".join(f"\\cmidrule(lr){{{3 + i * ns}-{2 + (i + 1) * ns}}}" for i in range(nd)),
-        "Budget & Algorithm & "
-        + " & ".join(latex_escape(SCORE_LABELS[s]) for _ in lb.difficulties for s in SCORES)
-        + " \\\\",
-        "\\midrule",
-    ]
-    for r in lb.rows:
-        cells = [latex_escape(r.entry.budget), latex_escape(r.entry.algorithm)]
-        cells += [
-            _cell_text(r.score(d, s), lb.best(d, s), "latex")
-            for d in lb.difficulties
-            for s in SCORES
-        ]
-        lines.append(" & ".join(cells) + " \\\\")
-    lines += ["\\bottomrule", "\\end{tabular}"]
-    return "\n".join(lines) + "\n"
+def to_latex(lb: Leaderboard, **table: Any) -> str:
+    """:meth:`Leaderboard.to_latex` (``table``: its keyword arguments)."""
+    return lb.to_latex(**table)
 
 
 def to_entries(lb: Leaderboard) -> list[dict[str, Any]]:
-    """One upstream leaderboard entry (spec §7) per row; missing scores are null."""
+    """One upstream leaderboard entry (spec §7) per row, in percent as upstream publishes
+    it (the one machine output not in fractions: its schema fixes the scale); missing
+    scores are null."""
     out = []
     for r in lb.rows:
         a, b = r.entry.algorithm, r.entry.budget
@@ -404,7 +440,7 @@ def to_entries(lb: Leaderboard) -> list[dict[str, Any]]:
                         s: (
                             None
                             if (iv := r.score(d, s)) is None
-                            else [round(v, 2) for v in iv.as_list()]
+                            else [round(v, 2) for v in iv.scaled(PERCENT).as_list()]
                         )
                         for s in SCORES
                     }

@@ -1,5 +1,6 @@
-"""The report's Markdown: :func:`md_table` (GitHub-flavoured tables, also the leaderboard's)
-and the text of ``report.md`` (:func:`report_markdown`).
+"""The text of ``report.md`` (:func:`report_markdown`); its tables are
+:func:`alem_eval.core.tables.md_table` s, its numbers :func:`~alem_eval.core.tables.fmt_interval` s
+(re-exported here).
 
 ``report.md`` holds the method, a headline table (Base% / Coord% / Total% and the
 achievement fractions, mean [95% CI], beside each other), one section per metric (interval
@@ -11,8 +12,6 @@ difficulty) combinations are shown as :data:`MISSING`, never as zero.
 from __future__ import annotations
 
 import datetime as _dt
-import re
-from typing import Any
 from collections.abc import Mapping, Sequence
 
 from alem_eval.analysis.aggregate import (
@@ -24,34 +23,16 @@ from alem_eval.analysis.aggregate import (
 )
 from alem_eval.analysis.bootstrap import AGGREGATE_LABELS, AGGREGATES, BootstrapSettings, Interval
 from alem_eval.analysis.metrics import metric_info
+from alem_eval.core.tables import MISSING_MD, fmt_interval, md_table
 from alem_eval.reporting.figures import FIGURE_KINDS
 
-MISSING = "–"
+__all__ = ["MISSING", "md_table", "report_markdown"]
 
-
-def md_table(
-    header: Sequence[str], rows: Sequence[Sequence[Any]], align: Sequence[str] | None = None
-) -> str:
-    """A GitHub-flavoured Markdown table ('|' in cells escaped)."""
-
-    def cell(v: Any) -> str:
-        return str(v).replace("|", "\\|").replace("\n", " ")
-
-    if align is None:  # numbers (and "–", and columns with nothing scored) right-aligned
-
-        def numeric(col: int) -> bool:
-            vals = [str(r[col]) for r in rows if str(r[col]) not in (MISSING, "")]
-            return all(re.match(r"^\*{0,2}[-+]?\d", v) for v in vals)
-
-        align = ["r" if numeric(i) else "l" for i in range(len(header))]
-    sep = ["---:" if a == "r" else ":---:" if a == "c" else ":---" for a in align]
-    lines = ["| " + " | ".join(cell(h) for h in header) + " |", "| " + " | ".join(sep) + " |"]
-    lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
-    return "\n".join(lines)
+MISSING = MISSING_MD
 
 
 def _fmt(iv: Interval | None, scale: float, digits: int = 1) -> str:
-    return MISSING if iv is None else iv.scaled(scale).fmt(digits)
+    return MISSING if iv is None else fmt_interval(iv.scaled(scale), digits)
 
 
 def _headline_section(
@@ -134,7 +115,7 @@ def _metric_section(a: MetricAnalysis, refs: Mapping[tuple[str, str], str]) -> l
         ]
     if a.improvements:
         rows = [
-            [r.difficulty, r.x.label, r.y.label, r.probability.fmt(2)]
+            [r.difficulty, r.x.label, r.y.label, _fmt(r.probability, 1.0, 2)]
             for r in sorted(
                 a.improvements,
                 key=lambda r: (
@@ -178,7 +159,7 @@ def _metric_section(a: MetricAnalysis, refs: Mapping[tuple[str, str], str]) -> l
                 _fmt(r.low_mean, s),
                 _fmt(r.high_mean, s),
                 _fmt(r.delta, s),
-                r.probability.fmt(2),
+                _fmt(r.probability, 1.0, 2),
             ]
             for r in a.budget_comparisons
         ]

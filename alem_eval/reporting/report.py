@@ -31,7 +31,7 @@ from alem_eval.analysis.aggregate import (
 )
 from alem_eval.analysis.bootstrap import BootstrapSettings, Interval
 from alem_eval.core.fsutil import write_text_atomic
-from alem_eval.analysis.metrics import DEFAULT_METRIC, HEADLINE_METRICS
+from alem_eval.analysis.metrics import DEFAULT_METRIC, HEADLINE_METRICS, units_fields
 from alem_eval.reporting.figures import DEFAULT_FORMATS, FIGURE_FORMATS, render_figures
 from alem_eval.reporting.markdown import report_markdown
 
@@ -190,6 +190,7 @@ def _stats_json(
         return {"budget": g.budget, "algorithm": g.algorithm, "difficulty": g.difficulty}
 
     return {
+        **units_fields(),
         "protocol": prepared.protocol,
         "settings": {
             "reps": settings.reps,

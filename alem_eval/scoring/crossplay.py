@@ -47,7 +47,8 @@ from alem_eval.analysis.crossplay_stats import (
     check_runs,
     crossplay_gap,
 )
-from alem_eval.analysis.metrics import TOTAL, metric_info
+from alem_eval.analysis.metrics import TOTAL, metric_info, units_fields
+from alem_eval.core.tables import PaperTable, fmt_marked, fmt_number
 from alem_eval.scoring.play import TEAM_METRICS, TeamScore, play_teams, resolve_worlds
 from alem_eval.scoring.teams import (
     DEFAULT_MAX_TEAMS,
@@ -81,7 +82,7 @@ class PairMatrix:
     def as_json(self) -> dict[str, Any]:
         return {
             "metric": self.metric,
-            "label": metric_info(self.metric).label,
+            "label": metric_info(self.metric).name,
             "rows": list(self.cells),
             "cols": list(self.cells),
             "values": [
@@ -144,6 +145,7 @@ class CrossplayResult:
 
     def as_json(self) -> dict[str, Any]:
         return {
+            **units_fields(),
             "eval_difficulty": self.eval_difficulty,
             "protocol": PROTOCOL,
             "scheme": self.scheme,
@@ -173,17 +175,30 @@ class CrossplayResult:
             rows.append(
                 {
                     "metric": info.label,
-                    "self-play": f"{g.self_score * k:.2f}",
-                    "cross-play": f"{g.cross * k:.2f}",
-                    "gap (self - cross)": gap.fmt(2)
-                    if math.isfinite(gap.lo)
-                    else f"{gap.point:.2f} [no CI]",
+                    "self-play": fmt_number(g.self_score * k, 2),
+                    "cross-play": fmt_number(g.cross * k, 2),
+                    "gap (self - cross)": fmt_marked(gap, 2),
                     "teams": g.n_teams,
                     "runs": g.n_runs,
                     "worlds": g.n_worlds,
                 }
             )
         return rows
+
+    def paper_table(self, table: str = "gap", **options: Any) -> PaperTable:
+        """The gap (``table="gap"``) or pair-matrix (``"matrix"``) table for a paper, in
+        percent (:func:`~alem_eval.scoring.crossplay_outputs.paper_table`: ``options``)."""
+        from alem_eval.scoring.crossplay_outputs import paper_table
+
+        return paper_table(self, table, **options)
+
+    def to_markdown(self, table: str = "gap", **options: Any) -> str:
+        """:meth:`paper_table` in Markdown."""
+        return self.paper_table(table, **options).to_markdown()
+
+    def to_latex(self, table: str = "gap", **options: Any) -> str:
+        """:meth:`paper_table` in LaTeX (booktabs)."""
+        return self.paper_table(table, **options).to_latex()
 
     def matrix_rows(self) -> list[dict[str, Any]]:
         """The pair matrix for a human table (percent), row = partner A."""

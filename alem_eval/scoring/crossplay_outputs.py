@@ -1,4 +1,5 @@
-"""Cross-play outputs: ``crossplay.json``, ``teams.csv`` and the pair-matrix heatmap.
+"""Cross-play outputs: ``crossplay.json``, ``teams.csv``, the pair-matrix heatmap and the
+paper tables (:func:`paper_table`: the gap or the pair matrix, Markdown or LaTeX).
 
 :func:`write_outputs` writes what ``alem-eval crossplay --out DIR`` (and
 ``alem_eval.crossplay(out=...)``) leaves behind: ``pair_matrix.{png,pdf}``
@@ -14,11 +15,87 @@ from pathlib import Path
 
 import numpy as np
 
-from alem_eval.analysis.metrics import metric_info
-from alem_eval.scoring.crossplay import CrossplayResult
+from alem_eval.analysis.metrics import metric_info, pick_metrics
+from alem_eval.core.errors import UsageError
+from alem_eval.core.tables import Estimate, PaperTable
+from alem_eval.scoring.crossplay import GAP_METRICS, CrossplayResult
 
 
 FIGURE_FORMATS: tuple[str, ...] = ("png", "pdf")
+TABLES: tuple[str, ...] = ("gap", "matrix")
+
+
+def paper_table(
+    result: CrossplayResult,
+    table: str = "gap",
+    *,
+    metrics: Sequence[str] | None = None,
+    decimals: int = 1,
+    caption: str | None = None,
+    label: str | None = None,
+    ci: bool = True,
+) -> PaperTable:
+    """A table for a paper, in percent. ``"gap"``: per metric (``metrics``: Total, Base,
+    Coord; default all) the self-play and cross-play means and the gap (self - cross)
+    with its interval over the worlds (``ci`` False: the gap alone), the teams and worlds.
+    ``"matrix"``: the pair matrix (rows: the partner A in all slots but one, columns: the
+    newcomer B, diagonal: self-play). ``decimals`` places; optional ``caption`` / ``label``."""
+    if table not in TABLES:
+        raise UsageError(f"table must be one of {', '.join(TABLES)}, got {table!r}")
+    b = result.bootstrap
+    where = (
+        f"on {result.eval_difficulty} ({result.scheme} teams; {result.num_episodes} world{'' if result.num_episodes == 1 else 's'}, at "
+        f"most {result.max_steps} steps)"
+    )
+    common = dict(caption=caption, label=label, decimals=decimals, ci=ci)
+    if table == "matrix":
+        m = result.matrix
+        info = metric_info(m.metric)
+        prefix, names = _short_labels(m.cells)
+        rows = tuple(
+            (a,)
+            + tuple(
+                None if not np.isfinite(v) else Estimate(v * info.scale, interval=False)
+                for v in row
+            )
+            for a, row in zip(names, m.values, strict=True)
+        )
+        return PaperTable(
+            columns=("A \\ B", *names),
+            rows=rows,
+            notes=(
+                f"Cross-play {info.label} {where}, in percent: row A in all slots but one, "
+                "column B in the other (every position), the diagonal self-play; a dash = "
+                "not played." + (f" Cells {prefix}/..." if prefix else ""),
+            ),
+            title=f"alem-eval crossplay pair matrix: {info.label}",
+            **common,  # type: ignore[arg-type]
+        )
+    rows = tuple(
+        (
+            metric_info(g.metric).label,
+            Estimate(g.self_score * metric_info(g.metric).scale, interval=False),
+            Estimate(g.cross * metric_info(g.metric).scale, interval=False),
+            Estimate.of(g.gap, metric_info(g.metric).scale),
+            str(g.n_teams),
+            str(g.n_worlds),
+        )
+        for k in pick_metrics(metrics, GAP_METRICS)
+        for g in result.gaps
+        if g.metric == k
+    )
+    return PaperTable(
+        columns=("Metric", "Self-play", "Cross-play", "Gap (self - cross)", "Teams", "Worlds"),
+        rows=rows,
+        notes=(
+            f"Cross-play {where}, in percent (the gap in percentage points); the gap's "
+            f"{b['confidence']:.0%} CI: {b['method']}; runs = {b['runs']}.",
+        ),
+        zero_width_note="† no interval, or a zero-width one: fewer than 2 worlds, or every "
+        "world scoring the same, gives no measure of uncertainty.",
+        title=f"alem-eval crossplay gap on {result.eval_difficulty}",
+        **common,  # type: ignore[arg-type]
+    )
 
 
 def write_outputs(result: CrossplayResult, out_dir: str | Path) -> list[Path]:

@@ -37,8 +37,9 @@ import numpy as np
 
 from alem_eval.analysis.bootstrap import Interval
 from alem_eval.analysis.crossplay_stats import DEFAULT_CONFIDENCE, DEFAULT_REPS, gap_intervals
-from alem_eval.analysis.metrics import metric_info
+from alem_eval.analysis.metrics import metric_info, pick_metrics, units_fields
 from alem_eval.core.errors import UsageError
+from alem_eval.core.tables import Estimate, PaperTable, fmt_marked
 from alem_eval.scoring.crossplay import GAP_METRICS
 from alem_eval.scoring.play import TeamScore, play_teams, resolve_worlds
 from alem_eval.scoring.teams import PROTOCOL, Team, check_int
@@ -141,7 +142,7 @@ class ScenarioRow:
             "population": self.population,
             "mode": self.mode,
             "metric": self.metric,
-            "label": metric_info(self.metric).label,
+            "label": metric_info(self.metric).name,
             "focal": iv(self.focal),
             "self_play": iv(self.self_play),
             "cross_play": iv(self.cross),
@@ -151,11 +152,12 @@ class ScenarioRow:
         }
 
     def flat(self) -> dict[str, Any]:
-        """One flat row (raw fractions): ``<what>``, ``<what>_lo``, ``<what>_hi``."""
+        """One flat row (fractions in [0, 1]): ``metric`` (its name: Total, Base, Coord;
+        no unit), ``<what>``, ``<what>_lo``, ``<what>_hi``."""
         out: dict[str, Any] = {
             "population": self.population,
             "mode": self.mode,
-            "metric": metric_info(self.metric).label,
+            "metric": metric_info(self.metric).name,
         }
         for name, x in (
             ("focal", self.focal),
@@ -266,16 +268,13 @@ class ScenarioResult:
         ]
 
     def table_rows(self) -> list[dict[str, Any]]:
-        """The human table: percent, ``point [lo, hi]``."""
+        """The human table: percent, ``point [lo, hi]`` (``†``: zero width or none)."""
         out = []
         for r in self.rows:
             k = metric_info(r.metric).scale
 
             def fmt(x: Interval | None, k: float = k) -> str:
-                if x is None:
-                    return "-"
-                y = x.scaled(k)
-                return y.fmt(2) if math.isfinite(y.lo) else f"{y.point:.2f} [no CI]"
+                return "-" if x is None else fmt_marked(x.scaled(k), 2)
 
             out.append(
                 {
@@ -292,8 +291,70 @@ class ScenarioResult:
             )
         return out
 
+    def paper_table(
+        self,
+        metrics: Sequence[str] | None = None,
+        decimals: int = 1,
+        caption: str | None = None,
+        label: str | None = None,
+        ci: bool = True,
+    ) -> PaperTable:
+        """The table for a paper, in percent: per (population, mode, metric) the focal,
+        self-play and cross-play means and focal - self, each with its interval over the
+        worlds (``ci`` False: the means alone); ``metrics`` names (Total, Base, Coord;
+        default all), ``decimals`` places, an optional ``caption`` / ``label``."""
+        keys = pick_metrics(metrics, GAP_METRICS)
+        rows = tuple(
+            (r.population, r.mode, metric_info(r.metric).label)
+            + tuple(
+                Estimate.of(x, metric_info(r.metric).scale)
+                for x in (r.focal, r.self_play, r.cross, r.diff)
+            )
+            for r in self.rows
+            if r.metric in keys
+        )
+        conf = f"{self.bootstrap['confidence']:.0%}"
+        return PaperTable(
+            columns=(
+                "Population",
+                "Mode",
+                "Metric",
+                "Focal",
+                "Self-play",
+                "Cross-play",
+                "Focal - self",
+            ),
+            rows=rows,
+            stub=3,
+            notes=(
+                f"{self.focal} with the baselines on {self.eval_difficulty}: means over "
+                f"the teams and {_worlds(self.num_episodes)} (at most {self.max_steps} steps) "
+                f"[{conf} CI, {self.bootstrap.get('method', 'bootstrap over the worlds')}], "
+                "in percent (focal - self in percentage points).",
+                "Visitor: 1 focal + 2 background agents; resident: 2 focal + 1; self-play: "
+                "the background alone; cross-play: a trained stranger in the focal's slots "
+                "(a dash: no stranger).",
+            ),
+            zero_width_note="† no interval, or a zero-width one: fewer than 2 worlds, or "
+            "every world scoring the same, gives no measure of uncertainty.",
+            caption=caption,
+            label=label,
+            decimals=decimals,
+            ci=ci,
+            title=f"alem-eval scenario: {self.focal} ({self.identity})",
+        )
+
+    def to_markdown(self, **table: Any) -> str:
+        """:meth:`paper_table` in Markdown (``table``: its keyword arguments)."""
+        return self.paper_table(**table).to_markdown()
+
+    def to_latex(self, **table: Any) -> str:
+        """:meth:`paper_table` in LaTeX (booktabs; ``table``: its keyword arguments)."""
+        return self.paper_table(**table).to_latex()
+
     def as_json(self) -> dict[str, Any]:
         return {
+            **units_fields(),
             "focal": self.focal,
             "identity": self.identity,
             "eval_difficulty": self.eval_difficulty,
@@ -310,6 +371,10 @@ class ScenarioResult:
             "teams": self.team_rows(),
             "store": str(self.store) if self.store is not None else None,
         }
+
+
+def _worlds(n: int) -> str:
+    return f"{n} world" + ("" if n == 1 else "s")
 
 
 def run_scenario(

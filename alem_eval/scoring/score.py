@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from collections.abc import Callable, Mapping, Sequence
 
 from alem_eval.core.errors import DatasetError, UsageError
-from alem_eval.analysis.metrics import SUMMARY_METRICS, metric_info
+from alem_eval.analysis.metrics import SUMMARY_METRICS, metric_info, units_fields
 
 if TYPE_CHECKING:
     from alem_eval.evaluate.rollout import RolloutProgress
@@ -82,6 +82,7 @@ class CellScore:
     def as_record(self) -> dict[str, Any]:
         c = self.cell
         return {
+            **units_fields(),
             "cell": c.id,
             "budget": c.budget,
             "algorithm": c.algorithm,

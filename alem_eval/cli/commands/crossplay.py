@@ -6,6 +6,7 @@ Parses, calls :func:`alem_eval.scoring.crossplay.run_crossplay`, writes its figu
 
 from __future__ import annotations
 
+import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -24,9 +25,10 @@ from alem_eval.cli.options import (
     EnvMismatchOpt,
     EpisodesOpt,
     EvalDifficultyOpt,
-    FormatOpt,
     MaxStepsOpt,
     OutDirOpt,
+    PaperFormat,
+    PaperFormatOpt,
     RepoOpt,
     RepsOpt,
     ResultsOpt,
@@ -98,7 +100,7 @@ def crossplay(
     ] = Path("alem-eval-crossplay"),
     on_env_mismatch: EnvMismatchOpt = EnvMismatch.error,
     dry_run: DryRunOpt = False,
-    fmt: FormatOpt = OutputFormat.table,
+    fmt: PaperFormatOpt = PaperFormat.table,
 ) -> None:
     """Cross-play vs self-play: how much do teams lose when their agents come from
     different checkpoints?
@@ -111,7 +113,9 @@ def crossplay(
     as team rows (never mixed into report or leaderboard), so a rerun scores only the
     teams it has not seen. --seed seeds both the team sample (distinct, mixed) and the
     bootstrap. The cells play on their shared training difficulty's worlds unless
-    --eval-difficulty names others.
+    --eval-difficulty names others. --format md / latex print the gap and pair-matrix
+    tables for a paper (percent, a † where an interval has zero width); json and csv
+    hold fractions.
 
     Examples:
 
@@ -119,6 +123,7 @@ def crossplay(
       alem-eval crossplay 'demo/*' --source demo --episodes 2 --max-steps 100 \\
           --out xplay/
     """
+    from alem_eval.analysis.metrics import metric_info
     from alem_eval.scoring.crossplay import run_crossplay
     from alem_eval.scoring.crossplay_outputs import write_outputs
     from alem_eval.analysis.results import collect_warnings, open_store
@@ -140,7 +145,7 @@ def crossplay(
         from alem_eval.cli.console import emit_plan
         from alem_eval.scoring.plan import plan_crossplay
 
-        emit_plan(plan_crossplay(src, cells, **play), fmt)
+        emit_plan(plan_crossplay(src, cells, **play), fmt.records)
         return
     enable_compilation_cache()
     with collect_warnings() as notes, EpisodeBar("crossplay") as bar:
@@ -158,15 +163,21 @@ def crossplay(
     for note in notes:
         err_console.print(f"[yellow]warning[/yellow] {note}", highlight=False)
     paths = write_outputs(result, out)
-    if fmt == OutputFormat.json:
+    if fmt in (PaperFormat.md, PaperFormat.latex):
+        render = result.to_markdown if fmt == PaperFormat.md else result.to_latex
+        sys.stdout.write(render("gap") + "\n" + render("matrix"))
+    elif fmt == PaperFormat.json:
         emit_json({**result.as_json(), "outputs": [str(p) for p in paths]})
-    elif fmt == OutputFormat.csv:
+    elif fmt == PaperFormat.csv:
         rows = result.team_rows()
-        emit_records(rows, fmt, columns=list(dict.fromkeys(k for r in rows for k in r)))
+        emit_records(
+            rows, OutputFormat.csv, columns=list(dict.fromkeys(k for r in rows for k in r))
+        )
     else:
+        fmt_table = OutputFormat.table
         emit_records(
             result.gap_rows(),
-            fmt,
+            fmt_table,
             title=(
                 f"cross-play gap on {result.eval_difficulty} ({result.scheme}; runs = "
                 f"{result.bootstrap['runs']}; {result.bootstrap['confidence']:.0%} CI)"
@@ -174,12 +185,14 @@ def crossplay(
         )
         emit_records(
             result.matrix_rows(),
-            fmt,
+            fmt_table,
             title=(
-                f"{result.matrix.as_json()['label']}: A in two slots + B in one (diagonal: "
+                f"{metric_info(result.matrix.metric).label}: A in two slots + B in one (diagonal: "
                 "self-play)"
             ),
         )
+    if fmt == PaperFormat.table and (table := result.paper_table(decimals=2)).flagged():
+        err_console.print(f"[yellow]note[/yellow] {table.zero_width_note}", highlight=False)
     err_console.print(
         f"{len(result.teams)} teams ({result.teams_scored} scored, "
         f"{result.teams_reused} read back); figure and tables in {out}",

@@ -18,6 +18,8 @@ from alem_eval.cli.options import (
     RepsOpt,
     ResultsOpt,
     ResultsProtocolOpt,
+    Runs,
+    RunsOpt,
     SeedOpt,
 )
 
@@ -34,10 +36,14 @@ def leaderboard(
     seed: SeedOpt = 0,
     protocol: ResultsProtocolOpt = None,
     ci: CiOpt = CiMethod.expanded,
+    runs: RunsOpt = Runs.seeds,
 ) -> None:
     """Rows = (budget, algorithm); per difficulty the mean over seeds [95% CI] of Base%,
-    Coord% and Total%. Missing cells are shown as missing, never as zero. The CI is over
-    the training seeds (the protocol's worlds are fixed); --ci percentile gives rliable's.
+    Coord% and Total% (--runs episodes: every episode a run, for cells scored with one
+    seed). Missing cells are shown as missing, never as zero. The CI is over the training
+    seeds (the protocol's worlds are fixed); --ci percentile gives rliable's. md and latex
+    are in percent (a strict best per column in bold, a † on zero-width intervals), csv in
+    fractions, json in the upstream leaderboard schema (percent).
 
     Examples:
 
@@ -55,6 +61,7 @@ def leaderboard(
         seed=seed,
         protocol=protocol and protocol.value,
         ci=ci.value,
+        runs=runs.value,
     )
     text = render(lb, fmt.value)
     for note in lb.notes:

@@ -6,6 +6,7 @@ Parses, calls :func:`alem_eval.scoring.scenario.run_scenario`, writes its figure
 
 from __future__ import annotations
 
+import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -21,9 +22,10 @@ from alem_eval.cli.options import (
     EnvMismatchOpt,
     EpisodesOpt,
     EvalDifficultyOpt,
-    FormatOpt,
     MaxStepsOpt,
     OutDirOpt,
+    PaperFormat,
+    PaperFormatOpt,
     RepoOpt,
     RepsOpt,
     ResultsOpt,
@@ -98,7 +100,7 @@ def scenario(
         Path, override(OutDirOpt, help="Output directory (scenario.png, scenario.json).")
     ] = Path("alem-eval-scenario"),
     on_env_mismatch: EnvMismatchOpt = EnvMismatch.error,
-    fmt: FormatOpt = OutputFormat.table,
+    fmt: PaperFormatOpt = PaperFormat.table,
 ) -> None:
     """Your agent with the baselines: how does it do with partners it never trained with?
 
@@ -111,7 +113,9 @@ def scenario(
     population's other seeds, or the other selected cells), and focal - self-play, with
     bootstrap CIs over the worlds. Teams are kept in the results store, keyed by the
     focal's identity (its name and a digest of its source and parameters), so a rerun
-    scores only what it has not seen.
+    scores only what it has not seen. --format md / latex print the table for a paper
+    (percent, intervals over the worlds, a † where an interval has zero width); json and
+    csv hold fractions.
 
     Examples:
 
@@ -162,20 +166,24 @@ def scenario(
     paths = save_figure(plot_scenario(result), out / "scenario", formats=("png",))
     doc = {**result.as_json(), "outputs": [str(p) for p in paths]}
     paths.append(write_text_atomic(out / "scenario.json", json_text(doc) + "\n"))
-    if fmt == OutputFormat.json:
+    if fmt in (PaperFormat.md, PaperFormat.latex):
+        sys.stdout.write(result.to_markdown() if fmt == PaperFormat.md else result.to_latex())
+    elif fmt == PaperFormat.json:
         emit_json({**doc, "outputs": [str(p) for p in paths]})
-    elif fmt == OutputFormat.csv:
+    elif fmt == PaperFormat.csv:
         rows = [r.flat() for r in result.rows]
-        emit_records(rows, fmt, columns=list(rows[0]))
+        emit_records(rows, OutputFormat.csv, columns=list(rows[0]))
     else:
         emit_records(
             result.table_rows(),
-            fmt,
+            OutputFormat.table,
             title=(
                 f"{result.focal} with the baselines on {result.eval_difficulty} "
                 f"({result.bootstrap['confidence']:.0%} CI over the worlds; percent)"
             ),
         )
+    if fmt == PaperFormat.table and (table := result.paper_table(decimals=2)).flagged():
+        err_console.print(f"[yellow]note[/yellow] {table.zero_width_note}", highlight=False)
     err_console.print(
         f"{len(result.scores)} teams ({result.teams_scored} scored, "
         f"{len(result.scores) - result.teams_scored} read back); figure in {out}",
