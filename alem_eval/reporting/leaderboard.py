@@ -10,6 +10,7 @@ A (budget, algorithm, difficulty) without scores is missing — empty / "–" / 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import re
@@ -30,6 +31,7 @@ from alem_eval.analysis.aggregate import (
     with_one_seed_note,
 )
 from alem_eval.analysis.bootstrap import BootstrapSettings, Interval
+from alem_eval.analysis.digests import Digests, footer_digest_line, prepared_digests
 from alem_eval.algorithms.config import DIFFICULTIES
 from alem_eval.core.errors import UsageError
 from alem_eval.analysis.metrics import LEADERBOARD_METRICS, metric_info
@@ -113,6 +115,8 @@ class Leaderboard:
     harness_version: str
     config: str  # free-text description of how the numbers were made
     notes: tuple[str, ...] = ()
+    # The results and config digests of the numbers (alem_eval.analysis.digests)
+    digests: Digests | None = field(default=None, compare=False)
 
     # The publishable renderings (``alem_eval.leaderboard(...)`` returns this object).
     def to_frame(self) -> pd.DataFrame:
@@ -194,6 +198,12 @@ def leaderboard_from(prepared: PreparedResults, settings: BootstrapSettings) -> 
             if seeds:
                 rows.append(LeaderboardRow(Entry(b, a), scores, seeds, params.get(Entry(b, a))))
     harness = ", ".join(sorted({str(v) for v in df["alem_eval_version"].dropna().unique()}))
+    digests = prepared_digests(
+        prepared.root,
+        prepared.entries,
+        df,
+        {"command": "leaderboard", "bootstrap": dataclasses.asdict(settings)},
+    )
     return Leaderboard(
         tuple(rows),
         difficulties,
@@ -202,6 +212,7 @@ def leaderboard_from(prepared: PreparedResults, settings: BootstrapSettings) -> 
         f"alem-eval {harness or __version__}",
         _config_text(prepared, settings),
         prepared.notes,
+        digests,
     )
 
 
@@ -291,7 +302,8 @@ def to_markdown(lb: Leaderboard) -> str:
         f"Mean over seeds [{lb.settings.confidence:.0%} CI], percent; best mean per column "
         f"in bold; – = not scored. {lb.config}."
     )
-    return md_table(header, rows) + "\n\n" + foot + "\n"
+    digest = footer_digest_line(lb.digests)
+    return md_table(header, rows) + "\n\n" + foot + (f" {digest}" if digest else "") + "\n"
 
 
 def _table(lb: Leaderboard) -> tuple[list[str], list[list[Any]]]:
@@ -352,6 +364,7 @@ def to_latex(lb: Leaderboard) -> str:
         f"% alem-eval leaderboard: mean over seeds [{lb.settings.confidence:.0%} CI], percent; "
         "best mean per column in bold; -- = not scored",
         f"% {latex_escape(lb.config)}",
+        *([f"% {footer_digest_line(lb.digests)}"] if lb.digests is not None else []),
         "\\begin{tabular}{ll" + "c" * (nd * ns) + "}",
         "\\toprule",
         " & & "
@@ -390,7 +403,7 @@ def to_entries(lb: Leaderboard) -> list[dict[str, Any]]:
             {
                 "id": f"{a}-{b}".lower(),
                 "name": name,
-                "config": f"{lb.config}; seeds per difficulty: {seeds}",
+                "config": f"{lb.config}; seeds per difficulty: {seeds}" + _digest_text(lb),
                 "type": "open-weight",
                 "family": algo.family,
                 "params": r.params,
@@ -410,6 +423,17 @@ def to_entries(lb: Leaderboard) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def _digest_text(lb: Leaderboard) -> str:
+    """The digests in an entry's free-text ``config`` (the upstream schema has no field
+    for them)."""
+    d = lb.digests
+    return (
+        ""
+        if d is None
+        else f"; results digest {d.results} ({d.algorithm}), config digest {d.config}"
+    )
 
 
 def to_json(lb: Leaderboard) -> str:
