@@ -253,3 +253,52 @@ def test_leaderboard_and_report_name_the_digests_of_the_records_they_used(tmp_pa
     assert stats["digests"]["results"] == used.results
     assert f"Results digest {used.results}" in res.markdown.read_text()
     assert verify_results(res.stats_json).ok
+
+
+def test_a_crossplay_json_names_the_digests_of_its_teams_and_verifies(tmp_path, monkeypatch):
+    """``run_teams`` faked (no compile): the teams' records go to the store, crossplay.json
+    names their digests, and verify-results checks it against that store."""
+    from alem_eval.evaluate import rollout
+    from alem_eval.evaluate.rollout import StackResult
+    from alem_eval.evaluate.settings import CHUNK
+    from alem_eval.hub.sources import open_source
+    from alem_eval.scoring.crossplay import GAP_METRICS, run_crossplay
+    from alem_eval.scoring.crossplay_outputs import write_outputs
+
+    from .conftest import FIXTURES
+
+    def run_teams(cfgs, weights, teams, *, num_episodes, on_team=None, **_):
+        records = [
+            [
+                {**dict.fromkeys(GAP_METRICS, 0.1 * i + 0.01 * e), "episode_length": 4.0}
+                for e in range(num_episodes)
+            ]
+            for i in range(len(teams))
+        ]
+        for i, recs in enumerate(records):
+            on_team(i, recs)
+        return StackResult(records, [], "fast", "hard", CHUNK)
+
+    monkeypatch.setattr(rollout, "run_teams", run_teams)
+    source = open_source(str(FIXTURES))
+    store = ResultsStore(tmp_path / "results")
+    result = run_crossplay(
+        source,
+        source.select(["tiny/ippo-rnn"]),
+        eval_difficulty="hard",
+        num_episodes=2,
+        max_steps=32,
+        reps=10,
+        store=store,
+    )
+    keys = [t.result_key for t in result.teams]
+    expected = store_digests(store, keys, {})
+    assert result.digests.results == expected.results and len(result.digests.files) == 8
+    assert result.digests.document["settings"]["scheme"] == "pairs"
+    paths = write_outputs(result, tmp_path / "out")
+    doc = json.loads(paths[-1].read_text())
+    assert doc["digests"]["results"] == expected.results
+    assert verify_results(paths[-1]).ok
+    _rewrite(store.path_for(keys[3]), _set_value("episode_length", 1, 5.0))
+    d = verify_results(paths[-1]).first_difference
+    assert (d.episode, d.column) == (1, "episode_length") and "team " in d.where
