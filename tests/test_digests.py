@@ -302,3 +302,28 @@ def test_a_crossplay_json_names_the_digests_of_its_teams_and_verifies(tmp_path, 
     _rewrite(store.path_for(keys[3]), _set_value("episode_length", 1, 5.0))
     d = verify_results(paths[-1]).first_difference
     assert (d.episode, d.column) == (1, "episode_length") and "team " in d.where
+
+
+def test_the_documented_recipe_recomputes_the_results_digest_without_alem_eval(tmp_path):
+    """docs/results-digests.md's Python (pyarrow and the standard library only) gives the
+    digest alem-eval computes, NaN metrics included."""
+    import math
+    import re
+
+    from alem_eval.analysis.result_keys import build_rows
+
+    from .conftest import REPO
+    from .synthetic import key_for, synthetic_records
+
+    text = (REPO / "docs" / "results-digests.md").read_text()
+    [code] = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    recipe: dict = {}
+    exec(code, recipe)  # noqa: S102 - the documentation's own code
+    store, keys = _store(tmp_path)
+    key = key_for("1B", "pqn-vdn-rnn", "easy", 0, num_episodes=3)
+    records = synthetic_records("1B", "pqn-vdn-rnn", "easy", 0, num_episodes=3)
+    records[1]["Team/achievement_pct"] = math.nan
+    store.write(build_rows(key, records), key)
+    keys.append(key)
+    paths = [store.path_for(k) for k in keys]
+    assert recipe["results_digest"](paths) == store_digests(store, keys, {}).results
