@@ -17,6 +17,7 @@ from alem_eval.analysis.digests import (
     store_digests,
 )
 from alem_eval.analysis.results import ResultsStore
+from alem_eval.core.errors import UsageError
 from alem_eval.analysis.verify_results import verify_results
 
 from .synthetic import fill_store
@@ -81,6 +82,7 @@ def test_results_digest_is_stable_and_insensitive_to_file_and_row_order(tmp_path
     table = pq.read_table(path)
     pq.write_table(table.take(list(range(table.num_rows))[::-1]), path)
     assert store_digests(store, keys, {"command": "t"}).results == first.results
+    assert verify_results(path).ok  # its rows, in another order, still match its seal
     # Another setting of the output changes the config digest only.
     changed = store_digests(store, keys, {"command": "t", "reps": 2})
     assert changed.results == first.results and changed.config != first.config
@@ -107,6 +109,10 @@ def test_one_edited_value_is_named_by_file_episode_and_column(tmp_path):
     assert (d.episode, d.column) == (3, "Team/reward_pct_of_max")
     assert keys[1].cell in d.where and keys[1].relpath.as_posix() in d.where
     assert "episode 3, column Team/reward_pct_of_max differs" in report.summary()
+    frame = report.to_frame().set_index("path")
+    rel = keys[1].relpath.as_posix()
+    assert frame.loc[rel, "status"] == "differs" and "episode 3" in frame.loc[rel, "difference"]
+    assert (frame.drop(index=rel)["status"] == "ok").all()
     # The file alone says the same.
     alone = verify_results(path).first_difference
     assert (alone.episode, alone.column) == (3, "Team/reward_pct_of_max")
@@ -129,6 +135,7 @@ def test_a_key_setting_changed_in_place_is_named(tmp_path):
 
 def test_files_written_before_seals_are_reported_unsealed_not_failed(tmp_path):
     store, keys = _store(tmp_path)
+    sealed = store_digests(store, keys, {})
 
     def unseal(meta):
         return {k: v for k, v in meta.items() if k != META_SEAL}
@@ -137,6 +144,9 @@ def test_files_written_before_seals_are_reported_unsealed_not_failed(tmp_path):
     report = verify_results(store.root)
     assert report.ok and report.unsealed == (keys[0].relpath.as_posix(),)
     assert "1 unsealed" in report.summary()
+    # Its records enter an output's digests all the same, computed from its rows.
+    unsealed = store_digests(store, keys, {})
+    assert (unsealed.results, unsealed.config) == (sealed.results, sealed.config)
 
 
 def _output(tmp_path, store, keys, settings=None):
@@ -247,6 +257,10 @@ def test_leaderboard_and_report_name_the_digests_of_the_records_they_used(tmp_pa
     assert f"Results digest {used.results}" in lb.to_markdown()
     assert f"% Results digest {used.results}" in lb.to_latex()
     assert all(used.results in e["config"] for e in json.loads(lb.to_json()))
+    entries = tmp_path / "leaderboard.json"
+    entries.write_text(lb.to_json())
+    with pytest.raises(UsageError, match="digests in their config text"):
+        verify_results(entries)
 
     res = build_report(store, tmp_path / "report", settings=settings, jobs=1)
     stats = json.loads(res.stats_json.read_text())
@@ -318,7 +332,7 @@ def test_the_documented_recipe_recomputes_the_results_digest_without_alem_eval(t
     text = (REPO / "docs" / "results-digests.md").read_text()
     [code] = re.findall(r"```python\n(.*?)```", text, flags=re.S)
     recipe: dict = {}
-    exec(code, recipe)  # noqa: S102 - the documentation's own code
+    exec(code, recipe)
     store, keys = _store(tmp_path)
     key = key_for("1B", "pqn-vdn-rnn", "easy", 0, num_episodes=3)
     records = synthetic_records("1B", "pqn-vdn-rnn", "easy", 0, num_episodes=3)

@@ -91,6 +91,24 @@ def _encode_column(column: pa.ChunkedArray | pa.Array) -> list[Any]:
 
 
 @dataclass(frozen=True)
+class FileDigest:
+    """What one results file contributes to an output's digests: its key, its records
+    root and the versions its rows name."""
+
+    key: Mapping[str, Any]  # the ResultKey's fields (ResultKey.to_json's document)
+    records_root: str
+    versions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def key_bytes(self) -> bytes:
+        return canonical_json(self.key)
+
+    def file_leaf(self) -> bytes:
+        """This file's leaf in the results tree."""
+        return leaf_hash(canonical_json({"key": dict(self.key), "records": self.records_root}))
+
+
+@dataclass(frozen=True)
 class FileRecords:
     """One results file's episodes as digest leaves (ordered by episode index)."""
 
@@ -106,12 +124,8 @@ class FileRecords:
         return merkle_root(list(self.leaves)).hex()
 
     @property
-    def key_bytes(self) -> bytes:
-        return canonical_json(self.key)
-
-    def file_leaf(self) -> bytes:
-        """This file's leaf in the results tree."""
-        return leaf_hash(canonical_json({"key": dict(self.key), "records": self.records_root}))
+    def digest(self) -> FileDigest:
+        return FileDigest(self.key, self.records_root, self.versions)
 
 
 def table_records(table: pa.Table, key: Mapping[str, Any]) -> FileRecords:
@@ -147,6 +161,7 @@ def seal_table(table: pa.Table, key_json: str) -> bytes:
             "records": recs.records_root,
             "episodes": [h.hex() for h in recs.leaves],
             "columns": dict(recs.column_hashes),
+            "versions": {c: list(v) for c, v in recs.versions.items()},
         }
     )
 
@@ -165,15 +180,29 @@ def read_file_records(path: Path) -> tuple[FileRecords, dict[str, Any] | None]:
     return records, seal if isinstance(seal, dict) else None
 
 
+def file_digest(path: Path) -> FileDigest:
+    """A results file's part of an output's digests, from its seal when it has one (its
+    metadata only: cheap; ``verify-results`` checks the seal against the rows), else
+    computed from its rows."""
+    meta = pq.read_metadata(path).metadata or {}
+    raw_key, raw_seal = meta.get(b"alem_eval.result_key"), meta.get(META_SEAL)
+    if raw_key is not None and raw_seal is not None:
+        seal = json.loads(raw_seal)
+        if isinstance(seal, dict) and seal.get("algorithm") == ALGORITHM and "versions" in seal:
+            versions = {c: tuple(v) for c, v in seal["versions"].items()}
+            return FileDigest(json.loads(raw_key), str(seal["records"]), versions)
+    return read_file_records(path)[0].digest
+
+
 # ----------------------------------------------------------------------------------------
 # An output's digests
 # ----------------------------------------------------------------------------------------
-def results_digest(files: Iterable[FileRecords]) -> str:
+def results_digest(files: Iterable[FileDigest]) -> str:
     ordered = sorted(files, key=lambda f: f.key_bytes)
     return merkle_root([f.file_leaf() for f in ordered]).hex()
 
 
-def config_document(files: Iterable[FileRecords], settings: Mapping[str, Any]) -> dict[str, Any]:
+def config_document(files: Iterable[FileDigest], settings: Mapping[str, Any]) -> dict[str, Any]:
     """What produced the records: per file (in the results digest's order) its key and
     the versions its rows name; the output's own settings."""
     ordered = sorted(files, key=lambda f: f.key_bytes)
@@ -220,7 +249,7 @@ class Digests:
 
 
 def digests_of(
-    records: Sequence[tuple[str, FileRecords]],
+    records: Sequence[tuple[str, FileDigest]],
     *,
     store: str | Path | None,
     settings: Mapping[str, Any],
@@ -254,7 +283,7 @@ def teams_digests(store, scores: Iterable[Any], settings: Mapping[str, Any]) -> 
 
 def path_digests(root: str | Path, paths: Iterable[Path], settings: Mapping[str, Any]) -> Digests:
     root = Path(root)
-    records = [(Path(p).relative_to(root).as_posix(), read_file_records(Path(p))[0]) for p in paths]
+    records = [(Path(p).relative_to(root).as_posix(), file_digest(Path(p))) for p in paths]
     return digests_of(records, store=root.resolve(), settings=settings)
 
 

@@ -23,6 +23,7 @@ first difference and exits non-zero when anything differs.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -59,6 +60,7 @@ class Difference:
     episode: int | None = None
     column: str | None = None
     setting: str | None = None
+    path: str | None = None  # the results file (relative to its store), when one differs
 
     def describe(self) -> str:
         return f"{self.where}: {self.what}"
@@ -125,7 +127,8 @@ class VerifyReport:
 
         first: dict[str, str] = {}
         for d in self.differences:
-            first.setdefault(d.where.split(" ")[0], d.what)
+            if d.path is not None:
+                first.setdefault(d.path, d.what)
         rows = [
             {
                 "path": f.path,
@@ -184,7 +187,7 @@ def check_file(
     except Exception as exc:
         return (
             FileStatus(rel, "unreadable"),
-            [Difference(rel, f"unreadable results file ({brief(exc, 200)})")],
+            [Difference(rel, f"unreadable results file ({brief(exc, 200)})", path=rel)],
             None,
         )
     where = _where(rel, records.key)
@@ -198,6 +201,7 @@ def check_file(
             diffs.append(Difference(where, f"its key belongs at {belongs}", setting="path"))
     if seal is not None:
         diffs += _against_seal(where, records, seal)
+    diffs = [dataclasses.replace(d, path=rel) for d in diffs]
     status = "unsealed" if seal is None else ("differs" if diffs else "ok")
     if diffs:
         status = "differs"
@@ -283,6 +287,12 @@ def _verify_output(path: Path, store: str | Path | None) -> VerifyReport:
     except (OSError, ValueError) as exc:
         raise UsageError(f"{path}: not a readable JSON file ({brief(exc)})") from None
     found = digest_objects(doc)
+    if not found and _leaderboard_entries(doc):
+        raise UsageError(
+            f"{path}: leaderboard entries carry their digests in their config text, not the "
+            "files they were computed from: check the store with `alem-eval verify-results "
+            "STORE` and compare the digests with a `leaderboard` of it"
+        )
     if not found:
         raise UsageError(
             f"{path}: names no digests (a crossplay, scenario, report stats.json or score "
@@ -298,6 +308,14 @@ def _verify_output(path: Path, store: str | Path | None) -> VerifyReport:
         recomputed.append(r)
     return VerifyReport(
         path, "output", tuple(statuses.values()), tuple(diffs), len(found), tuple(recomputed)
+    )
+
+
+def _leaderboard_entries(doc: Any) -> bool:
+    return (
+        isinstance(doc, list)
+        and bool(doc)
+        and all(isinstance(e, Mapping) and "results digest" in str(e.get("config")) for e in doc)
     )
 
 
@@ -321,13 +339,11 @@ def _check_digests(
         p = root / rel
         if not p.is_file():
             statuses.append(FileStatus(rel, "missing"))
-            diffs.append(Difference(prefix + rel, f"missing from the store {root}"))
+            diffs.append(Difference(prefix + rel, f"missing from the store {root}", path=rel))
             continue
         status, found, rec = check_file(p, rel)
         statuses.append(status)
-        diffs += [
-            Difference(prefix + d.where, d.what, d.episode, d.column, d.setting) for d in found
-        ]
+        diffs += [dataclasses.replace(d, where=prefix + d.where) for d in found]
         if rec is None:
             continue
         records.append(rec)
@@ -339,10 +355,12 @@ def _check_digests(
             )
             diffs.append(
                 Difference(
-                    _where(prefix + rel, rec.key), f"records differ from the output's: {why}"
+                    _where(prefix + rel, rec.key),
+                    f"records differ from the output's: {why}",
+                    path=rel,
                 )
             )
-    now = {"results": results_digest(records), "config": ""}
+    now = {"results": results_digest([r.digest for r in records]), "config": ""}
     if len(records) == len(files):
         if not diffs and now["results"] != digests.get("results"):
             diffs.append(
@@ -352,7 +370,7 @@ def _check_digests(
                     "recomputed from its files",
                 )
             )
-        redone = config_document(records, document.get("settings") or {})
+        redone = config_document([r.digest for r in records], document.get("settings") or {})
         now["config"] = config_digest(redone)
         setting = _first_difference(document, redone)
         if setting is not None:

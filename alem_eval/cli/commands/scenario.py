@@ -184,4 +184,4 @@ def scenario(
     if result.digests is not None:
         from alem_eval.analysis.digests import footer_digest_line
 
-        err_console.print(footer_digest_line(result.digests), highlight=False)
+        err_console.print(footer_digest_line(result.digests), highlight=False, soft_wrap=True)

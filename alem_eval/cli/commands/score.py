@@ -212,4 +212,6 @@ def score(
         f" ({steps / max(elapsed, 1e-9):,.0f} env-steps/s); results in {store.root}",
         highlight=False,
     )
-    err_console.print(footer_digest_line(score_digests(scores, store)), highlight=False)
+    err_console.print(
+        footer_digest_line(score_digests(scores, store)), highlight=False, soft_wrap=True
+    )
