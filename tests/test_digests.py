@@ -131,6 +131,9 @@ def test_a_key_setting_changed_in_place_is_named(tmp_path):
     d = verify_results(path).first_difference
     assert d.setting == "max_steps"
     assert "key setting max_steps is 20000, sealed as 10000" in d.what
+    # In its store: named first, then the file's key no longer matching its path.
+    store_report = verify_results(store.root)
+    assert [x.setting for x in store_report.differences] == ["max_steps", "path"]
 
 
 def test_files_written_before_seals_are_reported_unsealed_not_failed(tmp_path):

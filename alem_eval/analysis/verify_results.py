@@ -191,7 +191,7 @@ def check_file(
             None,
         )
     where = _where(rel, records.key)
-    diffs: list[Difference] = []
+    diffs = [] if seal is None else _against_seal(where, records, seal)
     if root is not None:
         try:
             belongs = ResultKey.from_json(json.dumps(dict(records.key))).relpath.as_posix()
@@ -199,12 +199,8 @@ def check_file(
             belongs = f"nowhere ({exc})"
         if belongs != rel:
             diffs.append(Difference(where, f"its key belongs at {belongs}", setting="path"))
-    if seal is not None:
-        diffs += _against_seal(where, records, seal)
     diffs = [dataclasses.replace(d, path=rel) for d in diffs]
-    status = "unsealed" if seal is None else ("differs" if diffs else "ok")
-    if diffs:
-        status = "differs"
+    status = "differs" if diffs else ("unsealed" if seal is None else "ok")
     return FileStatus(rel, status, len(records.leaves), records.records_root), diffs, records
 
 
@@ -243,7 +239,8 @@ def _against_seal(where: str, records: FileRecords, seal: Mapping[str, Any]) -> 
     if changed:
         what += f", column {changed[0]}"
         if len(changed) > 1:
-            what += f" (columns differing: {', '.join(changed[:5])}{', ...' if len(changed) > 5 else ''})"
+            more = ", ..." if len(changed) > 5 else ""
+            what += f" (columns differing: {', '.join(changed[:5])}{more})"
     what += " differs from the record sealed when the file was written"
     diffs.append(Difference(where, what, episode=episode, column=changed[0] if changed else None))
     return diffs
