@@ -53,6 +53,12 @@ class Scenario:
 
         return pd.DataFrame(self.result.team_rows())
 
+    @property
+    def digests(self) -> Any:
+        """The results and config digests of the teams' records
+        (:class:`~alem_eval.analysis.digests.Digests`; None without a results store)."""
+        return self.result.digests
+
     def to_json(self) -> dict[str, Any]:
         return self.result.as_json()
 
