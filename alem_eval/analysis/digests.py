@@ -17,9 +17,11 @@ Two digests name every ``score``, ``crossplay``, ``scenario``, ``leaderboard`` a
   settings (the bootstrap, the scheme, the focal agent).
 
 Every results file is sealed when written (:func:`seal_table`, kept in the Parquet
-metadata): its key, its records root, each episode's leaf hash and a hash per column, so
-``alem-eval verify-results`` can name the episode and column of a file edited afterwards
-(:mod:`alem_eval.analysis.verify_results`).
+metadata): its key, its records root, each episode's leaf hash, a hash per column and the
+versions its rows name, so ``alem-eval verify-results`` can name the episode and column of
+a file edited afterwards (:mod:`alem_eval.analysis.verify_results`). An output takes a
+sealed file's part of its digests from the seal (:func:`file_digest`: the file's metadata
+only); an unsealed file's is computed from its rows.
 """
 
 from __future__ import annotations
@@ -198,6 +200,7 @@ def file_digest(path: Path) -> FileDigest:
 # An output's digests
 # ----------------------------------------------------------------------------------------
 def results_digest(files: Iterable[FileDigest]) -> str:
+    """The Merkle root over the files' leaves, sorted by their keys' canonical JSON."""
     ordered = sorted(files, key=lambda f: f.key_bytes)
     return merkle_root([f.file_leaf() for f in ordered]).hex()
 
@@ -214,6 +217,7 @@ def config_document(files: Iterable[FileDigest], settings: Mapping[str, Any]) ->
 
 
 def config_digest(document: Mapping[str, Any]) -> str:
+    """SHA-256 (hex) of the config document's canonical JSON."""
     return sha256_hex(canonical_json(document))
 
 
@@ -245,6 +249,7 @@ class Digests:
         }
 
     def footer(self) -> str:
+        """The tables' footer line (:func:`footer_digest_line`)."""
         return footer_digest_line(self)
 
 
