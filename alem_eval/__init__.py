@@ -40,6 +40,7 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(("load_policy", "make_env", "Policy", "Env"), "api.agents"),
     **dict.fromkeys(("scenario", "Scenario"), "api.scenario"),
     "Leaderboard": "reporting.leaderboard",
+    **dict.fromkeys(("verify_results", "VerifyReport"), "analysis.verify_results"),
     "enable_compilation_cache": "core.runtime",
 }
 
@@ -57,6 +58,8 @@ __all__ = [
     "scenario",
     "Scenario",
     "Leaderboard",
+    "verify_results",
+    "VerifyReport",
     "load_policy",
     "make_env",
     "Policy",
@@ -78,6 +81,7 @@ if TYPE_CHECKING:
         select,
         verify,
     )
+    from alem_eval.analysis.verify_results import VerifyReport, verify_results
     from alem_eval.api.scenario import Scenario, scenario
     from alem_eval.core.runtime import enable_compilation_cache
     from alem_eval.reporting.leaderboard import Leaderboard

@@ -328,6 +328,10 @@ def test_cli_json_has_the_pair_matrix_the_gaps_and_the_heatmap(scored):
     assert (root / "out" / "pair_matrix.pdf").read_bytes()[:5] == b"%PDF-"
     assert json.loads((root / "out" / "crossplay.json").read_text())["gaps"] == doc["gaps"]
     assert str(png) in doc["outputs"]
+    from alem_eval.analysis.verify_results import verify_results
+
+    assert len(doc["digests"]["files"]) == doc["teams_total"]
+    assert verify_results(root / "out" / "crossplay.json").ok
 
 
 @pytest.mark.xdist_group(DEMO_PROGRAMS)

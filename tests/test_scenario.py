@@ -351,6 +351,15 @@ def test_cli_scenario_reports_visitor_and_resident_beside_the_self_play(scenario
     teams = {t["kind"] for t in doc["teams"]}
     assert teams == {"focal", "self"}
     assert (root / "out" / "scenario.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The JSON names the digests of the teams' records (the focal's identity in its
+    # config document) and verifies against the store it names.
+    from alem_eval.analysis.verify_results import verify_results
+
+    assert doc["digests"]["config_document"]["settings"]["agents"] == {
+        f"focal:{doc['identity']}": doc["identity"]
+    }
+    assert len(doc["digests"]["files"]) == 7
+    assert verify_results(root / "out" / "scenario.json").ok
 
 
 @pytest.mark.xdist_group("scenario-cli")

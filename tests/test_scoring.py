@@ -526,3 +526,36 @@ def test_reference_difficulty_filter_keeps_every_difficulty_the_run_evaluated(
     )
     assert result.exit_code == 0, result.output
     assert [r["eval_difficulty"] for r in json.loads(result.stdout)] == ["hard", "easy"]
+
+
+def test_score_json_records_name_their_digests_and_verify(
+    cell_copy, fake_evaluator, tmp_path, monkeypatch
+):
+    """``score --format json``: each cell's record has the ``digests`` of its results file;
+    the printed JSON verifies against the store, and an edited episode is named."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from alem_eval.analysis.verify_results import verify_results
+
+    root = cell_copy(CELL).parents[3]
+    args = ["score", "tiny/ippo-rnn/easy", "--source", str(root), "--format", "json"]
+    args += ["--results", str(tmp_path / "res"), "--episodes", "2", "--max-steps", "4"]
+    result = _invoke(monkeypatch, args)
+    assert result.exit_code == 0, result.output
+    [record] = json.loads(result.stdout)
+    digests = record["digests"]
+    assert digests["algorithm"] == "sha256-merkle-v1" and len(digests["files"]) == 1
+    assert digests["config_document"]["runs"][0]["max_steps"] == 4
+    out = tmp_path / "score.json"
+    out.write_text(result.stdout)
+    assert verify_results(out).ok
+    path = tmp_path / "res" / digests["files"][0]["path"]
+    table = pq.read_table(path)
+    i = table.column_names.index("Team/achievement_pct")
+    table = table.set_column(i, "Team/achievement_pct", pa.array([0.25, 0.5]))
+    pq.write_table(table, path)
+    d = verify_results(out).first_difference
+    assert (d.episode, d.column) == (1, "Team/achievement_pct") and CELL in d.where

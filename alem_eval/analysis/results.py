@@ -9,8 +9,9 @@ scored on one eval difficulty under one provenance; the keys, columns and rows a
 :mod:`alem_eval.analysis.result_keys`'), one row per episode. Columns (CONTRACTS.md):
 ``cell, budget, algorithm, difficulty, seed, eval_difficulty, episode, protocol,
 checkpoint_hash, env_version, jax_version, alem_eval_version, config_hash``, then the
-metric columns named verbatim (``Team/achievement_pct`` ...). The key itself, the write time and optional extras
-(e.g. ``num_params``) are kept in the Parquet file metadata.
+metric columns named verbatim (``Team/achievement_pct`` ...). The key itself, the write time, optional extras
+(e.g. ``num_params``) and the file's seal (its records digest, per episode and column:
+:func:`alem_eval.analysis.digests.seal_table`) are kept in the Parquet file metadata.
 
 Writes are atomic (:func:`alem_eval.core.fsutil.atomic_write`: temp file in the same directory,
 fsync, ``os.replace``), so a ``score`` that is interrupted leaves complete files and, at
@@ -46,6 +47,7 @@ from alem_eval.analysis.result_keys import (
     _rows_to_table,
     parse_cell_id,
 )
+from alem_eval.analysis.digests import META_SEAL, seal_table
 from alem_eval.core.errors import AlemEvalError, brief
 from alem_eval.core.fsutil import TMP_PREFIX, atomic_write
 
@@ -212,6 +214,7 @@ class ResultsStore:
             _META_KEY: key.to_json().encode(),
             _META_WRITTEN: _dt.datetime.now(_dt.UTC).isoformat(timespec="microseconds").encode(),
             _META_EXTRA: json.dumps(dict(extra or {}), sort_keys=True).encode(),
+            META_SEAL: seal_table(table, key.to_json()),
         }
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
         return self._atomic_write(table, self.path_for(key))

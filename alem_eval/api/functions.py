@@ -455,6 +455,12 @@ class CrossPlay:
         m = self.result.matrix
         return _fractions(pd.DataFrame(m.values, index=list(m.cells), columns=list(m.cells)))
 
+    @property
+    def digests(self) -> Any:
+        """The results and config digests of the teams' records
+        (:class:`~alem_eval.analysis.digests.Digests`; None without a results store)."""
+        return self.result.digests
+
     def to_json(self) -> dict[str, Any]:
         return self.result.as_json()
 

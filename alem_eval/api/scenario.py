@@ -63,6 +63,12 @@ class Scenario:
         df.attrs["units"] = UNITS
         return df
 
+    @property
+    def digests(self) -> Any:
+        """The results and config digests of the teams' records
+        (:class:`~alem_eval.analysis.digests.Digests`; None without a results store)."""
+        return self.result.digests
+
     def to_json(self) -> dict[str, Any]:
         return self.result.as_json()
 

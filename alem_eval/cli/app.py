@@ -53,6 +53,7 @@ COMMAND_MODULES = (
     "list_",
     "pull",
     "verify",
+    "verify_results",
     "score",
     "demo",
     "report",

@@ -15,6 +15,7 @@ without scores is missing — empty / "–" / null — never 0.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import re
@@ -35,6 +36,7 @@ from alem_eval.analysis.aggregate import (
     with_one_seed_note,
 )
 from alem_eval.analysis.bootstrap import BootstrapSettings, Interval
+from alem_eval.analysis.digests import Digests, footer_digest_line, prepared_digests
 from alem_eval.algorithms.config import DIFFICULTIES
 from alem_eval.core.errors import UsageError
 from alem_eval.analysis.metrics import LEADERBOARD_METRICS, UNITS, metric_info, pick_metrics
@@ -126,6 +128,8 @@ class Leaderboard:
     harness_version: str
     config: str  # free-text description of how the numbers were made
     notes: tuple[str, ...] = ()
+    # The results and config digests of the numbers (alem_eval.analysis.digests)
+    digests: Digests | None = field(default=None, compare=False)
 
     # The publishable renderings (``alem_eval.leaderboard(...)`` returns this object).
     def to_frame(self) -> pd.DataFrame:
@@ -185,6 +189,7 @@ class Leaderboard:
             f"Mean over {what} [{self.settings.confidence:.0%} CI], in percent; the strict "
             "best mean of a column in bold; a dash = not scored.",
             f"{self.config}.",
+            *([footer_digest_line(self.digests)] if self.digests is not None else []),
         ]
 
     def paper_table(
@@ -290,6 +295,12 @@ def leaderboard_from(prepared: PreparedResults, settings: BootstrapSettings) -> 
             if seeds:
                 rows.append(LeaderboardRow(Entry(b, a), scores, seeds, params.get(Entry(b, a))))
     harness = ", ".join(sorted({str(v) for v in df["alem_eval_version"].dropna().unique()}))
+    digests = prepared_digests(
+        prepared.root,
+        prepared.entries,
+        df,
+        {"command": "leaderboard", "bootstrap": dataclasses.asdict(settings)},
+    )
     return Leaderboard(
         tuple(rows),
         difficulties,
@@ -298,6 +309,7 @@ def leaderboard_from(prepared: PreparedResults, settings: BootstrapSettings) -> 
         f"alem-eval {harness or __version__}",
         _config_text(prepared, settings),
         prepared.notes,
+        digests,
     )
 
 
@@ -429,7 +441,7 @@ def to_entries(lb: Leaderboard) -> list[dict[str, Any]]:
             {
                 "id": f"{a}-{b}".lower(),
                 "name": name,
-                "config": f"{lb.config}; seeds per difficulty: {seeds}",
+                "config": f"{lb.config}; seeds per difficulty: {seeds}" + _digest_text(lb),
                 "type": "open-weight",
                 "family": algo.family,
                 "params": r.params,
@@ -449,6 +461,17 @@ def to_entries(lb: Leaderboard) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def _digest_text(lb: Leaderboard) -> str:
+    """The digests in an entry's free-text ``config`` (the upstream schema has no field
+    for them)."""
+    d = lb.digests
+    return (
+        ""
+        if d is None
+        else f"; results digest {d.results} ({d.algorithm}), config digest {d.config}"
+    )
 
 
 def to_json(lb: Leaderboard) -> str:

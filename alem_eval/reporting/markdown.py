@@ -22,6 +22,7 @@ from alem_eval.analysis.aggregate import (
     grid,
 )
 from alem_eval.analysis.bootstrap import AGGREGATE_LABELS, AGGREGATES, BootstrapSettings, Interval
+from alem_eval.analysis.digests import Digests, footer_digest_line
 from alem_eval.analysis.metrics import metric_info
 from alem_eval.core.tables import MISSING_MD, fmt_interval, md_table
 from alem_eval.reporting.figures import FIGURE_KINDS
@@ -197,7 +198,7 @@ def _metric_section(a: MetricAnalysis, refs: Mapping[tuple[str, str], str]) -> l
     return out
 
 
-def _provenance_section(prepared: PreparedResults) -> list[str]:
+def _provenance_section(prepared: PreparedResults, digests: Digests | None = None) -> list[str]:
     df = prepared.frame
     per_cell = (
         df.groupby(["cell", "eval_difficulty"], sort=False)
@@ -236,6 +237,7 @@ def _provenance_section(prepared: PreparedResults) -> list[str]:
         f"{len(per_cell)} scored cells, {len(df)} episodes",
         f"- env versions: {uniq('env_version')}; jax: {uniq('jax_version')}; "
         f"alem-eval: {uniq('alem_eval_version')}",
+        *([f"- {footer_digest_line(digests)}"] if digests is not None else []),
         "",
         "<details><summary>Per cell</summary>",
         "",
@@ -264,6 +266,8 @@ def report_markdown(
     analyses: Sequence[MetricAnalysis],
     headline,
     refs,
+    *,
+    digests: Digests | None = None,
 ) -> str:
     """The text of ``report.md``: ``headline`` is :func:`.aggregate.summarize` of the
     headline metrics, ``refs[(metric key, kind)]`` the relative path of each PNG figure."""
@@ -312,5 +316,5 @@ def report_markdown(
     lines += _headline_section(headline, df, settings)
     for a in analyses:
         lines += _metric_section(a, refs)
-    lines += _provenance_section(prepared)
+    lines += _provenance_section(prepared, digests)
     return "\n".join(lines).replace("\n\n\n", "\n\n") + "\n"

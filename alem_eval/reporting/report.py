@@ -14,6 +14,7 @@ are drawn by :mod:`alem_eval.reporting.figures` (in worker processes), the Markd
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -30,6 +31,7 @@ from alem_eval.analysis.aggregate import (
     with_one_seed_note,
 )
 from alem_eval.analysis.bootstrap import BootstrapSettings, Interval
+from alem_eval.analysis.digests import Digests, prepared_digests
 from alem_eval.core.fsutil import write_text_atomic
 from alem_eval.analysis.metrics import DEFAULT_METRIC, HEADLINE_METRICS, units_fields
 from alem_eval.reporting.figures import DEFAULT_FORMATS, FIGURE_FORMATS, render_figures
@@ -48,6 +50,7 @@ class ReportResult:
     protocol: str
     notes: tuple[str, ...]
     clips: tuple[Path, ...] = ()  # clips/<algorithm>.gif, embedded in report.md
+    digests: Digests | None = None  # of the records the report used (also in stats.json)
 
 
 @dataclass(frozen=True)
@@ -161,15 +164,31 @@ def write_report(
         png = next(p for p in paths if p.suffix == ".png")
         figure_refs[(metric_key, kind)] = png.relative_to(out_dir).as_posix()
 
+    digests = prepared_digests(
+        prepared.root,
+        prepared.entries,
+        df,
+        {
+            "command": "report",
+            "metrics": list(prepared.metrics),
+            "bootstrap": dataclasses.asdict(settings),
+        },
+    )
     md = write_text_atomic(
-        out_dir / "report.md", report_markdown(prepared, settings, analyses, headline, figure_refs)
+        out_dir / "report.md",
+        report_markdown(prepared, settings, analyses, headline, figure_refs, digests=digests),
     )
-    js = write_text_atomic(
-        out_dir / "stats.json",
-        json.dumps(_stats_json(prepared, settings, analyses, headline), indent=1, allow_nan=False),
-    )
+    stats = {**_stats_json(prepared, settings, analyses, headline), "digests": digests.as_json()}
+    js = write_text_atomic(out_dir / "stats.json", json.dumps(stats, indent=1, allow_nan=False))
     return ReportResult(
-        out_dir, md, js, tuple(figures), prepared.metrics, prepared.protocol, prepared.notes
+        out_dir,
+        md,
+        js,
+        tuple(figures),
+        prepared.metrics,
+        prepared.protocol,
+        prepared.notes,
+        digests=digests,
     )
 
 

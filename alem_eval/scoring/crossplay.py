@@ -47,6 +47,7 @@ from alem_eval.analysis.crossplay_stats import (
     check_runs,
     crossplay_gap,
 )
+from alem_eval.analysis.digests import Digests, teams_digests
 from alem_eval.analysis.metrics import TOTAL, metric_info, units_fields
 from alem_eval.core.tables import PaperTable, fmt_marked, fmt_number
 from alem_eval.scoring.play import TEAM_METRICS, TeamScore, play_teams, resolve_worlds
@@ -133,6 +134,7 @@ class CrossplayResult:
     gaps: tuple[GapEstimate, ...]
     bootstrap: Mapping[str, Any]  # reps, seed, confidence, runs, method
     store: Path | None
+    digests: Digests | None = None  # of the teams' records in the store (None: no store)
 
     @property
     def teams_scored(self) -> int:
@@ -160,6 +162,7 @@ class CrossplayResult:
             "bootstrap": dict(self.bootstrap),
             "teams": [t.row() for t in self.teams],
             "store": str(self.store) if self.store is not None else None,
+            "digests": self.digests.as_json() if self.digests is not None else None,
         }
 
     def team_rows(self) -> list[dict[str, Any]]:
@@ -271,6 +274,13 @@ def run_crossplay(
         for m in GAP_METRICS
     )
     ids = tuple(c.id for c in cells)
+    bootstrap = {
+        "reps": reps,
+        "seed": seed,
+        "confidence": confidence,
+        "runs": runs,
+        "method": METHOD,
+    }
     return CrossplayResult(
         cells=ids,
         eval_difficulty=w.eval_difficulty,
@@ -280,12 +290,11 @@ def run_crossplay(
         teams=scores,
         matrix=pair_matrix(ids, per_metric[MATRIX_METRIC]),
         gaps=gaps,
-        bootstrap={
-            "reps": reps,
-            "seed": seed,
-            "confidence": confidence,
-            "runs": runs,
-            "method": METHOD,
-        },
+        bootstrap=bootstrap,
         store=store.root if store is not None else None,
+        digests=teams_digests(
+            store,
+            scores,
+            {"command": "crossplay", "scheme": scheme, "cells": ids, "bootstrap": bootstrap},
+        ),
     )

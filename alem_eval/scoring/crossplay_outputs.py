@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from alem_eval.analysis.digests import footer_digest_line
 from alem_eval.analysis.metrics import metric_info, pick_metrics
 from alem_eval.core.errors import UsageError
 from alem_eval.core.tables import Estimate, PaperTable
@@ -48,6 +49,7 @@ def paper_table(
         f"most {result.max_steps} steps)"
     )
     common = dict(caption=caption, label=label, decimals=decimals, ci=ci)
+    digest_notes = [footer_digest_line(result.digests)] if result.digests is not None else []
     if table == "matrix":
         m = result.matrix
         info = metric_info(m.metric)
@@ -67,6 +69,7 @@ def paper_table(
                 f"Cross-play {info.label} {where}, in percent: row A in all slots but one, "
                 "column B in the other (every position), the diagonal self-play; a dash = "
                 "not played." + (f" Cells {prefix}/..." if prefix else ""),
+                *digest_notes,
             ),
             title=f"alem-eval crossplay pair matrix: {info.label}",
             **common,  # type: ignore[arg-type]
@@ -90,6 +93,7 @@ def paper_table(
         notes=(
             f"Cross-play {where}, in percent (the gap in percentage points); the gap's "
             f"{b['confidence']:.0%} CI: {b['method']}; runs = {b['runs']}.",
+            *digest_notes,
         ),
         zero_width_note="† no interval, or a zero-width one: fewer than 2 worlds, or every "
         "world scoring the same, gives no measure of uncertainty.",

@@ -236,6 +236,7 @@ class TeamScore:
     key: str  # the team's digest (ResultKey.team_hash)
     episodes: tuple[Mapping[str, float], ...]
     reused: bool
+    result_key: Any = None  # its ResultKey: where the store keeps it (the outputs' digests)
 
     def values(self, metric: str) -> np.ndarray:
         """``(episodes,)``; NaN where an episode lacks the metric."""
@@ -328,6 +329,7 @@ def play_teams(
             keys[t].team_hash,
             tuple(fresh[t] if t in fresh else stored[t]),
             reused=t not in fresh,
+            result_key=keys[t],
         )
         for t in teams
     }

@@ -37,6 +37,7 @@ import numpy as np
 
 from alem_eval.analysis.bootstrap import Interval
 from alem_eval.analysis.crossplay_stats import DEFAULT_CONFIDENCE, DEFAULT_REPS, gap_intervals
+from alem_eval.analysis.digests import Digests, footer_digest_line, teams_digests
 from alem_eval.analysis.metrics import metric_info, pick_metrics, units_fields
 from alem_eval.core.errors import UsageError
 from alem_eval.core.tables import Estimate, PaperTable, fmt_marked
@@ -246,6 +247,7 @@ class ScenarioResult:
     bootstrap: Mapping[str, Any]
     store: Path | None
     steps_per_s: float | None = None  # env steps per second of the rollout (None: all reused)
+    digests: Digests | None = None  # of the teams' records in the store (None: no store)
 
     @property
     def teams_scored(self) -> int:
@@ -334,6 +336,7 @@ class ScenarioResult:
                 "Visitor: 1 focal + 2 background agents; resident: 2 focal + 1; self-play: "
                 "the background alone; cross-play: a trained stranger in the focal's slots "
                 "(a dash: no stranger).",
+                *([footer_digest_line(self.digests)] if self.digests is not None else []),
             ),
             zero_width_note="† no interval, or a zero-width one: fewer than 2 worlds, or "
             "every world scoring the same, gives no measure of uncertainty.",
@@ -370,6 +373,7 @@ class ScenarioResult:
             "bootstrap": dict(self.bootstrap),
             "teams": self.team_rows(),
             "store": str(self.store) if self.store is not None else None,
+            "digests": self.digests.as_json() if self.digests is not None else None,
         }
 
 
@@ -422,6 +426,7 @@ def run_scenario(
     )
     scores = played.scores
     boot: dict[str, Any] = {"reps": reps, "seed": seed, "confidence": confidence}
+    bootstrap = {**boot, "method": "expanded percentile bootstrap over the worlds"}
     return ScenarioResult(
         focal=group.label,
         identity=group.identity,
@@ -430,9 +435,20 @@ def run_scenario(
         teams=tuple(teams),
         scores=scores,
         rows=tuple(scenario_rows(teams, scores, **boot)),
-        bootstrap={**boot, "method": "expanded percentile bootstrap over the worlds"},
+        bootstrap=bootstrap,
         store=store.root if store is not None else None,
         steps_per_s=played.steps_per_s,
+        digests=teams_digests(
+            store,
+            scores.values(),
+            {
+                "command": "scenario",
+                "focal": group.label,
+                "agents": {label: group.identity},
+                "modes": modes,
+                "bootstrap": bootstrap,
+            },
+        ),
         **w.settings,
     )
 

@@ -122,6 +122,29 @@ def episode_rows(scores: Sequence[CellScore]) -> list[dict[str, Any]]:
     ]
 
 
+def score_digests(scores: Sequence[CellScore], store) -> Any:
+    """The :class:`~alem_eval.analysis.digests.Digests` of ``scores`` as ``store`` keeps
+    them (one cell-difficulty's with a one-element ``scores``); None when none of them
+    names a stored file (no provenance)."""
+    from alem_eval.analysis.digests import store_digests
+    from alem_eval.analysis.result_keys import ResultKey
+
+    keys = [ResultKey(**s.provenance) for s in scores if s.provenance]
+    return store_digests(store, keys, {"command": "score"}) if keys else None
+
+
+def records_with_digests(scores: Sequence[CellScore], store) -> list[dict[str, Any]]:
+    """``as_record()`` of every score with the ``digests`` of its results file
+    (``score --format json``); None for a score that names no stored file (no provenance)."""
+    return [
+        {
+            **s.as_record(),
+            "digests": d.as_json() if (d := score_digests([s], store)) is not None else None,
+        }
+        for s in scores
+    ]
+
+
 def env_steps(scores: Sequence[CellScore]) -> float:
     """Env steps actually run for ``scores`` (cells read back from the store count 0)."""
     return sum(ep.get("episode_length", 0) for s in scores if not s.reused for ep in s.episodes)

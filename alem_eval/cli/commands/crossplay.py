@@ -198,3 +198,7 @@ def crossplay(
         f"{result.teams_reused} read back); figure and tables in {out}",
         highlight=False,
     )
+    if result.digests is not None:
+        from alem_eval.analysis.digests import footer_digest_line
+
+        err_console.print(footer_digest_line(result.digests), highlight=False, soft_wrap=True)

@@ -66,6 +66,10 @@ def leaderboard(
     text = render(lb, fmt.value)
     for note in lb.notes:
         err_console.print(f"[yellow]note[/yellow] {note}", highlight=False)
+    if lb.digests is not None:
+        from alem_eval.analysis.digests import footer_digest_line
+
+        err_console.print(footer_digest_line(lb.digests), highlight=False, soft_wrap=True)
     if out is None:
         sys.stdout.write(text)
     else:

@@ -119,6 +119,10 @@ def report(
     )
     for note in res.notes:
         err_console.print(f"[yellow]note[/yellow] {note}", highlight=False)
+    if res.digests is not None:
+        from alem_eval.analysis.digests import footer_digest_line
+
+        err_console.print(footer_digest_line(res.digests), highlight=False, soft_wrap=True)
     err_console.print(
         f"report for {', '.join(res.metrics)} (protocol {res.protocol}, "
         f"{runs.value} as runs, {reps:,} bootstrap reps, {ci.value} CIs): "

@@ -189,3 +189,7 @@ def scenario(
         f"{len(result.scores) - result.teams_scored} read back); figure in {out}",
         highlight=False,
     )
+    if result.digests is not None:
+        from alem_eval.analysis.digests import footer_digest_line
+
+        err_console.print(footer_digest_line(result.digests), highlight=False, soft_wrap=True)

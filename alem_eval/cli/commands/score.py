@@ -141,8 +141,11 @@ def score(
         ScoreOptions,
         env_steps,
         episode_rows,
+        records_with_digests,
         score_cells,
+        score_digests,
     )
+    from alem_eval.analysis.digests import footer_digest_line
     from alem_eval.hub.selectors import parse_shard, require_selection, shard_cells
 
     n_devices = parse_devices(devices)
@@ -192,7 +195,7 @@ def score(
             record_dir=record,
         )
     if fmt == OutputFormat.json:
-        emit_records([s.as_record() for s in scores], fmt)
+        emit_records(records_with_digests(scores, store), fmt)
     elif fmt == OutputFormat.csv:
         rows = episode_rows(scores)
         emit_records(rows, fmt, columns=list(dict.fromkeys(k for r in rows for k in r)))
@@ -209,3 +212,6 @@ def score(
         f" ({steps / max(elapsed, 1e-9):,.0f} env-steps/s); results in {store.root}",
         highlight=False,
     )
+    digest = footer_digest_line(score_digests(scores, store))
+    if digest:
+        err_console.print(digest, highlight=False, soft_wrap=True)
