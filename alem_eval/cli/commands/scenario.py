@@ -94,6 +94,13 @@ def scenario(
     seed: SeedOpt = 0,
     reps: RepsOpt = DEFAULT_REPS,
     results: ResultsOpt = None,
+    fresh: Annotated[
+        bool,
+        typer.Option(
+            "--fresh",
+            help="Play every team again, whatever the results store holds (and store it anew).",
+        ),
+    ] = False,
     out: Annotated[
         Path, override(OutDirOpt, help="Output directory (scenario.png, scenario.json).")
     ] = Path("alem-eval-scenario"),
@@ -110,8 +117,8 @@ def scenario(
     focal must match) and its cross-play (a trained stranger in the focal's slots: the
     population's other seeds, or the other selected cells), and focal - self-play, with
     bootstrap CIs over the worlds. Teams are kept in the results store, keyed by the
-    focal's identity (its name and a digest of its source and parameters), so a rerun
-    scores only what it has not seen.
+    focal's identity (its name and a digest of its class's source, its state and the
+    factory's arguments), so a rerun scores only what it has not seen (--fresh: all).
 
     Examples:
 
@@ -154,6 +161,7 @@ def scenario(
             seed=seed,
             store=open_store(results),
             on_env_mismatch=on_env_mismatch.value,
+            fresh=fresh,
             on_progress=progress,
         )
     for note in notes:
