@@ -331,7 +331,10 @@ def _report_illegal(group: AgentGroup, actions: jax.Array, mask: jax.Array) -> N
     action = actions.reshape(-1)[first]
 
     def report(a):
-        _fail(group.key, f"focal {group.label}: act chose action {int(a)}, which is not legal")
+        # (JAX hands callbacks device arrays: a value still in transfer is not waited for,
+        # so a callback never blocks on the devices running its own program)
+        what = f"action {int(a)}" if getattr(a, "is_ready", lambda: True)() else "an action"
+        _fail(group.key, f"focal {group.label}: act chose {what}, which is not legal")
 
     jax.lax.cond(jnp.all(legal), lambda a: None, lambda a: jax.debug.callback(report, a), action)
 
@@ -487,11 +490,11 @@ class _HostCall:
 
     def __call__(self, obs, mask, fresh, keys, player, state):
         zeros = np.zeros((obs.shape[0],), np.int32)
-        if self.key in _FAILURES:  # (the rest of the call in which the fault came)
-            return zeros
         binding = _HOST.get(self.key)
         if binding is None:
             raise EvaluationError(NO_BINDING)
+        if self.key in _FAILURES:  # (the rest of the call in which the fault came)
+            return zeros
         try:
             return binding.step(obs, mask, fresh, keys, player, state)
         except EvaluationError as exc:
@@ -537,8 +540,8 @@ def check_bound(groups: Sequence[AgentGroup]) -> None:
 @contextlib.contextmanager
 def _bound(groups: Sequence[AgentGroup], difficulty: str, world: Any) -> Iterator[None]:
     """Bind the host agents among ``groups`` to their callbacks for one run (and clear
-    the faults recorded for ``groups``). One run with host agents at a time in a process:
-    another one is refused."""
+    the faults recorded for ``groups``, before and after). One run with host agents at a
+    time in a process: another one is refused."""
     hosts = [g for g in groups if g.host]
     keys = {g.key for g in hosts}
     if len(keys) < len(hosts):
@@ -563,3 +566,5 @@ def _bound(groups: Sequence[AgentGroup], difficulty: str, world: Any) -> Iterato
         with _LOCK:
             for g in hosts:
                 _HOST.pop(g.key, None)
+            for g in groups:
+                _FAILURES.pop(g.key, None)
