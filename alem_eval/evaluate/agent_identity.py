@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-MAX_DEPTH = 6  # attributes of attributes ... this deep; below, the type alone
+MAX_DEPTH = 8  # objects' attributes of attributes ... this deep; below, the type alone
 MAX_ITEMS = 10_000  # elements of one list / dict walked; past it, their count
 
 
@@ -68,24 +68,30 @@ def state_digest(obj: Any) -> bytes:
 
 
 def _feed(h: Any, x: Any, depth: int, seen: set[int]) -> None:
-    """Feed ``x`` into the hash ``h``, a type tag before every value."""
+    """Feed ``x`` into the hash ``h``, a type tag before every value. ``depth`` counts
+    the objects walked into (containers of values, e.g. a parameter tree, do not count:
+    every array leaf of a tree is hashed, however deep)."""
     if x is None or isinstance(x, (bool, int, float, complex, str, bytes)):
         h.update(f"{type(x).__name__}:{x!r};".encode())
         return
     if id(x) in seen:  # a cycle (or a shared object: its first place counts)
         h.update(b"<seen>;")
         return
+    try:
+        _feed_value(h, x, depth, seen)
+    except Exception:  # an object that cannot be read: its type stands for it
+        h.update(f"<unreadable {type(x).__qualname__}>;".encode())
+
+
+def _feed_value(h: Any, x: Any, depth: int, seen: set[int]) -> None:
     array = _as_array(x)
     if array is not None:
         h.update(f"array:{array.shape}:{array.dtype};".encode())
         h.update(np.ascontiguousarray(array).tobytes() if array.dtype != object else b"")
         if array.dtype == object:
-            _feed(h, array.tolist(), depth + 1, seen)
+            _feed(h, array.tolist(), depth, seen)
         return
     h.update(f"{type(x).__module__}.{type(x).__qualname__}".encode())
-    if depth >= MAX_DEPTH:
-        h.update(b"<deep>;")
-        return
     seen = seen | {id(x)}
     if isinstance(x, Mapping):
         items = sorted(((repr(k), v) for k, v in x.items()), key=lambda kv: kv[0])
@@ -107,15 +113,17 @@ def _feed(h: Any, x: Any, depth: int, seen: set[int]) -> None:
             _feed(h, x.state_dict(), depth + 1, seen)
         except Exception:
             h.update(b"<state_dict?>;")
+    elif depth >= MAX_DEPTH:
+        h.update(b"<deep>;")
     else:
-        _feed_object(h, x, depth, seen)
+        _feed_object(h, x, depth + 1, seen)
 
 
 def _feed_items(h: Any, items: list[tuple[Any, Any]], depth: int, seen: set[int]) -> None:
     h.update(f"[{len(items)}]".encode())
     for k, v in items[:MAX_ITEMS]:
         h.update(f"{k}=".encode())
-        _feed(h, v, depth + 1, seen)
+        _feed(h, v, depth, seen)
 
 
 def _feed_function(h: Any, fn: Any, depth: int, seen: set[int]) -> None:
