@@ -369,7 +369,7 @@ def test_cli_scenario_reports_visitor_and_resident_beside_the_self_play(scenario
 
 
 @pytest.mark.xdist_group("scenario-cli")
-def test_cli_scenario_rerun_reads_every_team_back_and_a_bad_spec_stores_nothing(
+def test_cli_scenario_rerun_reads_every_team_back_fresh_plays_again_a_bad_spec_stores_nothing(
     scenario_run, tmp_path
 ):
     root, env, results, first = scenario_run
@@ -383,8 +383,10 @@ def test_cli_scenario_rerun_reads_every_team_back_and_a_bad_spec_stores_nothing(
         f"under its identity {doc['identity']}" in " ".join(again.stderr.split())
     )
     assert doc["rows"] == json.loads(first.stdout)["rows"]
-    table = run_cli([*ARGS, *out, "--results", str(results)], env, timeout=600)
+    # --fresh plays every team again, whatever the store holds (here as a table)
+    table = run_cli([*ARGS, *out, "--results", str(results), "--fresh"], env, timeout=900)
     assert "focal - self" in table.stdout and "resident" in table.stdout
+    assert "7 teams (7 scored, 0 read back)" in " ".join(table.stderr.split())
     bad = [*ARGS, *out, "--results", str(tmp_path / "r")]
     bad[2] = "examples/agents.py:nope"
     proc = run_cli(bad, env, timeout=600)

@@ -239,6 +239,8 @@ def _drive(
     to call), so the device computes while the host reports and records; the one call
     queued after the end changes nothing. ``on_status`` also gets the queued call's output
     buffer (device arrays: every episode the status counts as finished is final in it).
+    When ``on_status`` raises (an agent's fault), the queued call ends before the error
+    leaves: nothing of it runs on after its caller has moved on.
     """
     pending = prog.advance(loop, *call_args)
     while True:
