@@ -453,7 +453,7 @@ class _Binding:
             kwargs["info"] = HostInfo(
                 player=np.asarray(player),
                 fresh=fresh,
-                state=state,
+                state=None if state is None else jax.tree_util.tree_map(np.asarray, state),
                 difficulty=self.difficulty,
                 world=self.world,
             )
