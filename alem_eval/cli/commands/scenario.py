@@ -22,6 +22,7 @@ from alem_eval.cli.options import (
     EpisodesOpt,
     EvalDifficultyOpt,
     FormatOpt,
+    FreshOpt,
     MaxStepsOpt,
     OutDirOpt,
     RepoOpt,
@@ -96,8 +97,8 @@ def scenario(
     results: ResultsOpt = None,
     fresh: Annotated[
         bool,
-        typer.Option(
-            "--fresh",
+        override(
+            FreshOpt,
             help="Play every team again, whatever the results store holds (and store it anew).",
         ),
     ] = False,
