@@ -242,21 +242,36 @@ def _boom(obs, mask):
     raise RuntimeError("the model server is down")
 
 
+class _Later:
+    """Answers legal actions ``calls`` times (its probe step and the first rollout
+    steps), then raises: a fault inside the rollout's callback."""
+
+    def __init__(self, calls):
+        self.left = calls
+
+    def __call__(self, obs, mask):
+        self.left -= 1
+        if self.left < 0:
+            raise RuntimeError("out of credit")
+        return np.argmax(mask, axis=1).astype(np.int32)
+
+
 @pytest.mark.parametrize(
     ("agent", "message"),
     [
         (_Host("raises", _boom), "act raised RuntimeError: the model server is down"),
         (
             _Host("short", lambda o, m: np.zeros(len(o) - 1, np.int32)),
-            # 4 rows: the host team's 4 batch slots (16 / 4 teams) x its one slot
-            "act must return 4 integer actions (one per row), got int32 [3]",
+            # on its probe step (one row: a visitor's slot), before the rollout compiles
+            "act must return 1 integer actions (one per row), got int32 [0]",
         ),
         (
             _Host("illegal", lambda o, m: np.full(len(o), 10_000)),
             "act chose action 10000, which is not legal",
         ),
+        (_Host("later", _Later(3)), "act raised RuntimeError: out of credit"),
     ],
-    ids=["raises", "wrong-length", "illegal"],
+    ids=["raises", "wrong-length", "illegal", "in-the-rollout"],
 )
 @pytest.mark.xdist_group("scenario-play")
 def test_a_faulty_host_agent_is_one_error_naming_it_and_no_team_reaches_the_caller(
@@ -363,7 +378,7 @@ def test_cli_scenario_reports_visitor_and_resident_beside_the_self_play(scenario
 
 
 @pytest.mark.xdist_group("scenario-cli")
-def test_cli_scenario_rerun_reads_every_team_back_and_a_bad_spec_stores_nothing(
+def test_cli_scenario_rerun_reads_every_team_back_fresh_plays_again_a_bad_spec_stores_nothing(
     scenario_run, tmp_path
 ):
     root, env, results, first = scenario_run
@@ -372,9 +387,15 @@ def test_cli_scenario_rerun_reads_every_team_back_and_a_bad_spec_stores_nothing(
     assert again.returncode == 0, again.stderr
     doc = json.loads(again.stdout)
     assert doc["teams_scored"] == 0 and doc["teams_reused"] == 7
+    assert (
+        f"focal {ARGS[2]}: 6 of its teams read back from the results store, played before "
+        f"under its identity {doc['identity']}" in " ".join(again.stderr.split())
+    )
     assert doc["rows"] == json.loads(first.stdout)["rows"]
-    table = run_cli([*ARGS, *out, "--results", str(results)], env, timeout=600)
+    # --fresh plays every team again, whatever the store holds (here as a table)
+    table = run_cli([*ARGS, *out, "--results", str(results), "--fresh"], env, timeout=900)
     assert "focal - self" in table.stdout and "resident" in table.stdout
+    assert "7 teams (7 scored, 0 read back)" in " ".join(table.stderr.split())
     bad = [*ARGS, *out, "--results", str(tmp_path / "r")]
     bad[2] = "examples/agents.py:nope"
     proc = run_cli(bad, env, timeout=600)

@@ -109,6 +109,7 @@ def scenario(
     seed: int = 0,
     reps: int = 10_000,
     results: str | Path | None = None,
+    fresh: bool = False,
     out: str | Path | None = None,
     source: SourceSpec = "hub",
     repo: str | None = None,
@@ -119,7 +120,9 @@ def scenario(
     """``focal`` with the background ``cells``, as ``alem-eval scenario``: ``mode``
     ``"visitor"`` (1 focal + 2 background agents), ``"resident"`` (2 + 1) or ``"both"``,
     every slot position, beside the background's self-play and cross-play on the same
-    worlds. Teams are kept in the results store (team rows) and read back on a rerun.
+    worlds. Teams are kept in the results store (team rows) and read back on a rerun
+    (keyed by the focal's identity: its code, factory arguments and state); ``fresh=True``
+    plays every team again (and stores it anew).
     ``out``: also write ``scenario.png`` and ``scenario.json`` there. Returns
     :class:`Scenario` (``.table``, ``.teams``: DataFrames)."""
     _before_compiling()
@@ -142,6 +145,7 @@ def scenario(
         reps=reps,
         seed=seed,
         store=open_store(results),
+        fresh=fresh,
         on_progress=(lambda m: err_console.print(m, highlight=False)) if show else None,
     )
     outputs: tuple[Path, ...] = ()

@@ -286,6 +286,12 @@ ResultsOpt = Annotated[
         "cache being $ALEM_EVAL_CACHE, else ~/.cache/alem-eval).",
     ),
 ]
+FreshOpt = Annotated[
+    bool,
+    typer.Option(
+        "--fresh", help="Start over: what an earlier run kept (resume state, results) is redone."
+    ),
+]
 ProtocolOpt = Annotated[
     Protocol,
     typer.Option(

@@ -1,9 +1,11 @@
 """Running teams with focal agents (:mod:`alem_eval.evaluate.agents`) through the play
-core: the agents checked on one real step first, then one :func:`run_teams` call with the
-host agents bound, and an agent's fault raised before any team's records are handed on."""
+core: the agents checked on one real step first (JAX and host agents alike), then one
+:func:`run_teams` call with the host agents bound, stopped by an agent's fault after the
+compiled call in which it came (no team that ends later reaches the caller)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -17,8 +19,10 @@ from alem_eval.evaluate.agents import (
     AgentGroup,
     _bound,
     _legal,
+    agent_traces,
     check_group,
     make_group,
+    probe_host,
     raise_failure,
 )
 from alem_eval.evaluate.rollout import run_teams
@@ -26,25 +30,28 @@ from alem_eval.evaluate.settings import check_eval_difficulty, eval_statics
 
 
 def probe_group(group: AgentGroup, world: Any, difficulty: str, batch: int) -> None:
-    """One concrete step of a JAX agent on the first world of the ``fast`` protocol, on
-    its first ``batch`` agent slots (with the reset program the rollout uses): an agent
-    whose first actions are illegal fails here, before minutes of compiling."""
-    import dataclasses
-
+    """One concrete step of an agent on the first world of the ``fast`` protocol, on its
+    first ``batch`` agent slots (with the reset program the rollout uses): a JAX agent
+    whose first actions are illegal or whose traced values escape ``act``, a host agent
+    with any fault, fails here, in seconds, before minutes of compiling. (A host agent's
+    ``act`` is called once more than the run calls it.)"""
     from alem_eval.envs.eval_env import get_eval_env
     from alem_eval.evaluate.programs import world_programs
     from alem_eval.evaluate.settings import FAST_WORLD_SEED
 
-    if group.host:
-        return
     reset, _ = world_programs(world)
     env = get_eval_env(dataclasses.replace(world, action_masking=True))
     dyn: Any = env.difficulty_params(difficulty)
     key = jax.random.PRNGKey(FAST_WORLD_SEED)
     obs, state = reset(key, dyn)
     obs, mask = obs[:batch], env.action_mask(state, dyn)[:batch]
+    if group.host:
+        probe_host(group, np.asarray(obs), np.asarray(mask), key, state, difficulty, world)
+        return
     carry = group.init_carry(batch)
-    _, actions = jax.jit(group.jax_step)(carry, obs, mask, jax.random.fold_in(key, FOCAL_SALT))
+    with agent_traces(group):
+        step = jax.jit(group.jax_step)
+        _, actions = step(carry, obs, mask, jax.random.fold_in(key, FOCAL_SALT))
     legal = np.asarray(_legal(actions, mask, jnp))
     if not legal.all():
         bad = int(np.asarray(actions)[np.argmin(legal)])
@@ -61,33 +68,54 @@ def run_agent_teams(
     agents: Mapping[int, Any],
     *,
     on_team: Callable[[int, list[dict[str, float]]], None] | None = None,
+    on_progress: Callable[[Any], None] | None = None,
+    on_note: Callable[[str], None] | None = None,
     **kwargs: Any,
 ):
     """:func:`alem_eval.evaluate.rollout.run_teams` with members driven by agents:
     ``agents[k]`` (an agent, or an :class:`AgentGroup` from :func:`make_group`) drives the
     slots of member ``k``; ``cfgs[k]`` is the env it plays in (e.g. a background
     checkpoint's config) and ``weights[k]`` is ignored. A fault of an agent raises
-    :class:`EvaluationError` before any team's records reach ``on_team`` (or the caller)."""
+    :class:`EvaluationError` after the compiled call in which it came: the teams whose
+    records reached ``on_team`` in earlier calls never saw it; no other team's records
+    reach ``on_team`` (or the caller). ``on_note(line)``: a line worth telling (host
+    agents on one of several devices)."""
     check_eval_difficulty(kwargs.get("eval_difficulty", ""))
     groups: dict[int, AgentGroup] = {}
     batches: dict[int, list[int]] = {}
+    hosts = 0
     for k, agent in agents.items():
         st = eval_statics(cfgs[k])
         batches[k] = sorted({list(team).count(k) for team in teams if k in team} or {1})
-        groups[k] = check_group(make_group(agent), st.obs_dim, st.num_actions, batches[k])
+        group = make_group(agent)
+        if group.host:  # each host agent its own callback
+            group, hosts = dataclasses.replace(group, host_slot=hosts), hosts + 1
+        groups[k] = check_group(group, st.obs_dim, st.num_actions, batches[k])
     if not groups:
         raise UsageError("run_agent_teams needs at least one agent")
     first = eval_statics(cfgs[next(iter(groups))])
     unique = list({g.key: g for g in groups.values()}.values())
     for k, g in groups.items():
         probe_group(g, first.world, kwargs["eval_difficulty"], batches[k][0])
+    if hosts and jax.local_device_count() > 1 and on_note is not None:
+        on_note(
+            f"host agents play on one of the {jax.local_device_count()} devices (one "
+            "callback per step holds all of an agent's rows)"
+        )
 
     def guarded(i: int, records: list[dict[str, float]]) -> None:
         raise_failure(unique)
         if on_team is not None:
             on_team(i, records)
 
+    def progress(p: Any) -> None:  # after every compiled call: stop at a fault
+        raise_failure(unique)
+        if on_progress is not None:
+            on_progress(p)
+
     with _bound(unique, kwargs.get("eval_difficulty", ""), first.world):
-        result = run_teams(cfgs, weights, teams, agents=groups, on_team=guarded, **kwargs)
+        result = run_teams(
+            cfgs, weights, teams, agents=groups, on_team=guarded, on_progress=progress, **kwargs
+        )
         raise_failure(unique)
     return result

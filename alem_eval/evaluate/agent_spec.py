@@ -5,7 +5,8 @@ reference agent (:data:`alem_eval.evaluate.reference_agents.REFERENCE_AGENTS`); 
 factory is called with the ``--focal-arg k=v`` keyword arguments (values parsed as JSON
 where they are JSON: ``n=3`` an int, ``name=x`` a string) and returns the agent. The
 agent's identity, which stored results are keyed by, is its name and a digest of its
-class's source file, its ``params`` (if it has them), the factory's file and arguments.
+class's source file, its state (or declared ``identity`` / ``version``), the factory's
+file and arguments (:mod:`alem_eval.evaluate.agent_identity`).
 Every fault is one line naming the spec.
 """
 

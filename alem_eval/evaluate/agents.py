@@ -18,37 +18,41 @@ the baselines' key chains, and so their records, stay what they are without a fo
 
 A **host agent** (``host = True``: PyTorch, scripted, an LLM) gets numpy arrays, once per
 step for ALL of its slots in the batch (one ``jax.experimental.io_callback``): ``obs
-[R, obs_dim]``, ``mask [R, A]``, ``key`` uint32 ``[R, 2]`` (row r's key, as a JAX agent
-of its episode would get), its carry ``init(R)`` with the rows that start an episode
-re-initialised (``init(R)``'s rows for them); it returns ``R`` integer actions. With
-``wants_info = True``, ``act`` also gets ``info=``:class:`HostInfo` (which agent each
-row is, which rows start an episode; with ``wants_state = True`` also each row's env
-state and :meth:`HostInfo.text`, Alem's own language view of a row from ``alem.llm``).
+[R, obs_dim]``, ``mask [R, A]``, ``key`` uint32 ``[R, 2]`` (row r's key: its episode's
+focal key, as a JAX agent of that episode gets it, with the row's slot folded in), its
+carry ``init(R)`` with the rows that start an episode re-initialised (``init(R)``'s rows
+for them); it returns ``R`` integer actions. With ``wants_info = True``, ``act`` also
+gets ``info=``:class:`HostInfo` (which agent each row is, which rows start an episode;
+with ``wants_state = True`` also each row's env state and :meth:`HostInfo.text`, Alem's
+own language view of a row from ``alem.llm``). A run with host agents plays on ONE
+device, whatever the device count (one call per step holds all of an agent's rows, and
+its carry); each host agent of a run has its own callback; one run with host agents at
+a time per process (another is refused); a callback with no agent bound raises.
 
-Faults never leave a half-run behind silently: a wrong output shape or dtype and an
-exception in a JAX ``act`` are :class:`EvaluationError` s at trace time; an illegal action
-(JAX or host), an exception in a host ``act`` and a host result of the wrong length are
-recorded as the step runs and raised by :func:`~alem_eval.evaluate.agent_runs.run_agent_teams` before a team's records
-reach its caller. Every message starts with ``focal <label>:``.
+Faults never leave a half-run behind silently: a wrong output shape or dtype, an
+exception in a JAX ``act`` and a traced value escaping it are :class:`EvaluationError` s
+at trace time; a host agent's first step runs once before the rollout compiles
+(:func:`probe_host`); an illegal action (JAX or host), an exception in a host ``act``
+and a host result of the wrong length are recorded as the step runs, and
+:func:`~alem_eval.evaluate.agent_runs.run_agent_teams` raises them after that call of
+the rollout, before any later team's records reach its caller. Every message starts
+with ``focal <label>:``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import inspect
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, runtime_checkable
-
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from alem_eval.core.errors import EvaluationError, UsageError, brief
+from alem_eval.evaluate.agent_identity import agent_digest
 
 FOCAL_SALT = 0xF0CA1  # fold_in(step_key, FOCAL_SALT): a focal's key, the step key untouched
 
@@ -105,34 +109,6 @@ _WRAPPERS: dict[Any, Any] = {}
 
 
 # ----------------------------------------------------------------------------------------
-# Identity
-# ----------------------------------------------------------------------------------------
-def _digest(*parts: bytes) -> str:
-    h = hashlib.sha256()
-    for p in parts:
-        h.update(hashlib.sha256(p).digest())
-    return h.hexdigest()[:16]
-
-
-def params_digest(tree: Any) -> bytes:
-    """The bytes of a pytree of arrays (shapes, dtypes and values), for an identity."""
-    leaves = jax.tree_util.tree_leaves(tree)
-    return b"".join(
-        repr((np.shape(x), str(np.asarray(x).dtype))).encode() + np.asarray(x).tobytes()
-        for x in leaves
-    )
-
-
-def source_digest(agent: Any) -> bytes:
-    """The source file of the agent's class (empty when it has none)."""
-    try:
-        path = inspect.getsourcefile(type(agent))
-        return Path(path).read_bytes() if path else b""
-    except (OSError, TypeError):
-        return b""
-
-
-# ----------------------------------------------------------------------------------------
 # The adapter: an agent as a play-core group
 # ----------------------------------------------------------------------------------------
 @dataclass(frozen=True, eq=False)
@@ -140,8 +116,9 @@ class AgentGroup:
     """An agent as a group of the play core (``teams.team_actions`` hands a role whose
     policy is one, :func:`~alem_eval.evaluate.teams.is_agent`, to :func:`role_actions`).
     ``label``: how errors name it (the CLI spec); ``identity``: ``name@digest`` (its
-    source file, its parameters, the factory's arguments), what stored results are keyed
-    by."""
+    class's source file, its state or declared ``identity`` / ``version``, the factory's
+    arguments: :mod:`~alem_eval.evaluate.agent_identity`), what stored results are keyed
+    by. ``host_slot``: which of a run's host agents it is (each has its own callback)."""
 
     agent: Any
     label: str
@@ -150,6 +127,7 @@ class AgentGroup:
     wants_info: bool = False
     wants_state: bool = False
     num_actions: int = 0  # set by run_agent_teams from the env
+    host_slot: int = 0  # set by run_agent_teams: the run's n-th host agent
     _id: int = field(default=0, repr=False)
 
     @property
@@ -164,10 +142,11 @@ class AgentGroup:
     @property
     def key(self) -> str:
         """The group key of the compiled program. Host agents share one program per
-        shape (their callback looks up the agent bound now); a JAX agent's code is traced
-        into its program, so the key names that very object."""
+        shape and place among the run's host agents (their callbacks look up the agents
+        bound now); a JAX agent's code is traced into its program, so the key names that
+        very object."""
         if self.host:
-            return f"host-agent:state={self.wants_state}:info={self.wants_info}"
+            return f"host-agent{self.host_slot}:state={self.wants_state}:info={self.wants_info}"
         return f"agent:{self.identity}:{self._id}"
 
     def prepare(self, variables: Any) -> Any:
@@ -192,12 +171,33 @@ class AgentGroup:
         )
         try:
             new, actions = self.agent.act(agent_carry, obs, mask, key)
+        except jax.errors.UnexpectedTracerError:
+            raise EvaluationError(leak_message(self.label)) from None
         except Exception as exc:
             raise EvaluationError(
                 f"focal {self.label}: act raised {type(exc).__name__}: {brief(exc)}"
             ) from None
         _check_actions(self.label, actions, k)
         return (jax.tree_util.tree_map(jnp.asarray, new), jnp.ones((), jnp.int32)), actions
+
+
+def leak_message(label: str) -> str:
+    """The one line for a JAX agent whose traced values escape ``act``."""
+    return (
+        f"focal {label}: act leaked a traced value (UnexpectedTracerError): act is traced, "
+        "so an array it builds and keeps on self (e.g. weights made inside act) escapes "
+        "its trace; build such arrays in __init__ or the factory, or pass them in the carry"
+    )
+
+
+@contextlib.contextmanager
+def agent_traces(group: AgentGroup) -> Iterator[None]:
+    """Where ``group``'s JAX code is traced: a traced value that escaped ``act`` (JAX
+    notices it when a later trace ends) is :func:`leak_message`'s one line."""
+    try:
+        yield
+    except jax.errors.UnexpectedTracerError:
+        raise EvaluationError(leak_message(group.label)) from None
 
 
 def _check_actions(label: str, actions: Any, k: int) -> None:
@@ -223,14 +223,10 @@ def make_group(agent: Any, label: str | None = None, extra: bytes = b"") -> Agen
         if not callable(getattr(agent, method, None)):
             raise UsageError(f"focal {label}: the agent has no {method}() method")
     host = bool(getattr(agent, "host", False))
-    params = getattr(agent, "params", None)
-    digest = _digest(
-        source_digest(agent), params_digest(params) if params is not None else b"", extra
-    )
     return AgentGroup(
         agent=agent,
         label=label,
-        identity=f"{name}@{digest}",
+        identity=f"{name}@{agent_digest(agent, extra)}",
         host=host,
         wants_info=bool(getattr(agent, "wants_info", False) or getattr(agent, "wants_state", 0)),
         wants_state=bool(getattr(agent, "wants_state", False)),
@@ -250,8 +246,9 @@ def check_group(
     group = dataclasses.replace(group, num_actions=num_actions)
     if group.host:
         return group
-    for k in sorted(set(batches)):
-        _check_batch(group, obs_dim, num_actions, k)
+    with agent_traces(group):
+        for k in sorted(set(batches)):
+            _check_batch(group, obs_dim, num_actions, k)
     return group
 
 
@@ -334,7 +331,10 @@ def _report_illegal(group: AgentGroup, actions: jax.Array, mask: jax.Array) -> N
     action = actions.reshape(-1)[first]
 
     def report(a):
-        _fail(group.key, f"focal {group.label}: act chose action {int(a)}, which is not legal")
+        # (JAX hands callbacks device arrays: a value still in transfer is not waited for,
+        # so a callback never blocks on the devices running its own program)
+        what = f"action {int(a)}" if getattr(a, "is_ready", lambda: True)() else "an action"
+        _fail(group.key, f"focal {group.label}: act chose {what}, which is not legal")
 
     jax.lax.cond(jnp.all(legal), lambda a: None, lambda a: jax.debug.callback(report, a), action)
 
@@ -361,12 +361,16 @@ def host_actions(roles: Sequence[HostRole]) -> list[jax.Array]:
         obs = jnp.concatenate([rows(r.obs, r) for r in parts])
         mask = jnp.concatenate([rows(r.mask, r) for r in parts])
         fresh = jnp.concatenate([per_row(r.fresh, r) for r in parts])
-        keys = jnp.concatenate([per_row(r.keys, r) for r in parts])
         player = jnp.concatenate(
             [
                 rows(jnp.broadcast_to(jnp.asarray(r.role.slots, jnp.int32), r.obs.shape[:3]), r)
                 for r in parts
             ]
+        )
+        # A row's key: its episode's focal key with its slot folded in (a resident's two
+        # slots draw apart).
+        keys = jax.vmap(jax.random.fold_in)(
+            jnp.concatenate([per_row(r.keys, r) for r in parts]), player
         )
         state = None
         if group.wants_state:
@@ -402,6 +406,10 @@ def host_actions(roles: Sequence[HostRole]) -> list[jax.Array]:
 # ----------------------------------------------------------------------------------------
 _LOCK = threading.Lock()
 _FAILURES: dict[str, str] = {}  # group key -> the first fault seen while it ran
+NO_BINDING = (
+    "a host agent's callback ran with no agent bound to it: host agents play through "
+    "alem_eval.evaluate.agent_runs.run_agent_teams"
+)
 
 
 def _fail(key: str, message: str) -> None:
@@ -411,7 +419,8 @@ def _fail(key: str, message: str) -> None:
 
 @dataclass
 class _Binding:
-    """The host agent a host program's callback drives now, and its rows' carry."""
+    """The host agent a host program's callback drives now, and its rows' carry (host
+    programs run on one device: one call per step holds all of the agent's rows)."""
 
     group: AgentGroup
     difficulty: str | None
@@ -419,69 +428,92 @@ class _Binding:
     carry: Any = None
     rows: int = -1
 
+    def step(self, obs, mask, fresh, keys, player, state) -> np.ndarray:
+        """One step of the agent's ``R`` rows -> ``R`` legal int32 actions; any fault is
+        an :class:`EvaluationError` naming the agent."""
+        g = self.group
+        obs, mask, fresh = np.asarray(obs), np.asarray(mask), np.asarray(fresh)
+        r = obs.shape[0]
+        try:
+            if self.rows != r:
+                self.carry, self.rows = g.agent.init(r), r
+            elif fresh.any():
+                new = g.agent.init(r)
+                self.carry = jax.tree_util.tree_map(
+                    lambda a, b: np.where(fresh.reshape((-1,) + (1,) * (np.ndim(a) - 1)), a, b),
+                    new,
+                    self.carry,
+                )
+        except Exception as exc:
+            raise EvaluationError(
+                f"focal {g.label}: init raised {type(exc).__name__}: {brief(exc)}"
+            ) from None
+        kwargs = {}
+        if g.wants_info:
+            kwargs["info"] = HostInfo(
+                player=np.asarray(player),
+                fresh=fresh,
+                state=None if state is None else jax.tree_util.tree_map(np.asarray, state),
+                difficulty=self.difficulty,
+                world=self.world,
+            )
+        try:
+            self.carry, actions = g.agent.act(self.carry, obs, mask, np.asarray(keys), **kwargs)
+        except Exception as exc:  # the agent's own code: anything may come back
+            raise EvaluationError(
+                f"focal {g.label}: act raised {type(exc).__name__}: {brief(exc)}"
+            ) from None
+        actions = np.asarray(actions)
+        if actions.shape != (r,) or not np.issubdtype(actions.dtype, np.integer):
+            raise EvaluationError(
+                f"focal {g.label}: act must return {r} integer actions (one per row), got "
+                f"{actions.dtype} {list(actions.shape)}"
+            )
+        legal = _legal(actions, mask, np)
+        if not legal.all():
+            bad = int(actions[np.argmin(legal)])
+            raise EvaluationError(f"focal {g.label}: act chose action {bad}, which is not legal")
+        return actions.astype(np.int32)
+
 
 _HOST: dict[str, _Binding] = {}
 
 
 @dataclass(frozen=True)
 class _HostCall:
-    """The callback of a host program (keyed, so every host agent of that shape shares
-    the compiled program): runs the bound agent, never raises (a fault is recorded and
-    the step gets action 0; the run's records are then discarded)."""
+    """The callback of a host program (keyed, so every host agent of that shape and
+    place shares the compiled program): runs the bound agent. A fault is recorded and
+    the step gets action 0 (the run stops after this call of the rollout and its records
+    are discarded); with no agent bound it raises (never a silent NOOP)."""
 
     key: str
 
     def __call__(self, obs, mask, fresh, keys, player, state):
-        r = obs.shape[0]
-        zeros = np.zeros((r,), np.int32)
+        zeros = np.zeros((obs.shape[0],), np.int32)
         binding = _HOST.get(self.key)
-        if binding is None or self.key in _FAILURES:
+        if binding is None:
+            raise EvaluationError(NO_BINDING)
+        if self.key in _FAILURES:  # (the rest of the call in which the fault came)
             return zeros
-        g = binding.group
         try:
-            return self._step(binding, g, obs, mask, fresh, keys, player, state)
-        except Exception as exc:  # the agent's own code: anything may come back
-            _fail(self.key, f"focal {g.label}: act raised {type(exc).__name__}: {brief(exc)}")
+            return binding.step(obs, mask, fresh, keys, player, state)
+        except EvaluationError as exc:
+            _fail(self.key, str(exc))
             return zeros
 
-    def _step(self, binding, g, obs, mask, fresh, keys, player, state):
-        r = obs.shape[0]
-        agent = g.agent
-        obs, mask = np.asarray(obs), np.asarray(mask)
-        fresh = np.asarray(fresh)
-        if binding.rows != r:
-            binding.carry, binding.rows = agent.init(r), r
-        elif fresh.any():
-            new = agent.init(r)
-            binding.carry = jax.tree_util.tree_map(
-                lambda a, b: np.where(fresh.reshape((-1,) + (1,) * (np.ndim(a) - 1)), a, b),
-                new,
-                binding.carry,
-            )
-        kwargs = {}
-        if g.wants_info:
-            kwargs["info"] = HostInfo(
-                player=np.asarray(player),
-                fresh=fresh,
-                state=state,
-                difficulty=binding.difficulty,
-                world=binding.world,
-            )
-        binding.carry, actions = agent.act(binding.carry, obs, mask, np.asarray(keys), **kwargs)
-        actions = np.asarray(actions)
-        if actions.shape != (r,) or not np.issubdtype(actions.dtype, np.integer):
-            _fail(
-                self.key,
-                f"focal {g.label}: act must return {r} integer actions (one per row), got "
-                f"{actions.dtype} {list(actions.shape)}",
-            )
-            return np.zeros((r,), np.int32)
-        legal = _legal(actions, mask, np)
-        if not legal.all():
-            bad = int(actions[np.argmin(legal)])
-            _fail(self.key, f"focal {g.label}: act chose action {bad}, which is not legal")
-            return np.zeros((r,), np.int32)
-        return actions.astype(np.int32)
+
+def probe_host(group: AgentGroup, obs, mask, key, state, difficulty: str, world: Any) -> None:
+    """One real step of a host agent (``obs [k, D]``, ``mask [k, A]`` of one world's
+    first ``k`` slots, its step ``key``, the world's env ``state``), as its callback
+    would run it: a fault raises here, before the rollout compiles."""
+    k = obs.shape[0]
+    focal_key = jax.random.fold_in(key, FOCAL_SALT)
+    keys = jax.vmap(lambda s: jax.random.fold_in(focal_key, s))(jnp.arange(k))
+    rows = None
+    if group.wants_state:
+        rows = jax.tree_util.tree_map(lambda x: np.stack([np.asarray(x)] * k), state)
+    binding = _Binding(group, difficulty, world)
+    binding.step(obs, mask, np.ones(k, bool), keys, np.arange(k, dtype=np.int32), rows)
 
 
 def raise_failure(groups: Sequence[AgentGroup]) -> None:
@@ -492,16 +524,38 @@ def raise_failure(groups: Sequence[AgentGroup]) -> None:
             raise EvaluationError(msg)
 
 
+def check_bound(groups: Sequence[AgentGroup]) -> None:
+    """Every host agent among ``groups`` is the one bound to its callback (by
+    :func:`~alem_eval.evaluate.agent_runs.run_agent_teams`), else one error line."""
+    for g in groups:
+        bound = _HOST.get(g.key) if g.host else None
+        if g.host and (bound is None or bound.group.agent is not g.agent):
+            raise EvaluationError(
+                f"focal {g.label}: a host agent plays through "
+                "alem_eval.evaluate.agent_runs.run_agent_teams, which binds it to the "
+                "rollout's callback (run_teams alone has none for it)"
+            )
+
+
 @contextlib.contextmanager
 def _bound(groups: Sequence[AgentGroup], difficulty: str, world: Any) -> Iterator[None]:
+    """Bind the host agents among ``groups`` to their callbacks for one run (and clear
+    the faults recorded for ``groups``, before and after). One run with host agents at a
+    time in a process: another one is refused."""
     hosts = [g for g in groups if g.host]
     keys = {g.key for g in hosts}
     if len(keys) < len(hosts):
         raise UsageError(
-            "one host agent per evaluation call (their program's callback drives one): "
+            "each host agent of a run needs its own place (run_agent_teams numbers them): "
             + ", ".join(g.label for g in hosts)
         )
     with _LOCK:
+        if hosts and _HOST:
+            busy = ", ".join(sorted(b.group.label for b in _HOST.values()))
+            raise UsageError(
+                f"focal {hosts[0].label}: another run with host agents ({busy}) is playing "
+                "in this process; host agents play one run at a time"
+            )
         for g in groups:
             _FAILURES.pop(g.key, None)
         for g in hosts:
@@ -512,3 +566,5 @@ def _bound(groups: Sequence[AgentGroup], difficulty: str, world: Any) -> Iterato
         with _LOCK:
             for g in hosts:
                 _HOST.pop(g.key, None)
+            for g in groups:
+                _FAILURES.pop(g.key, None)

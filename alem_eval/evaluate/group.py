@@ -112,12 +112,14 @@ def run_group(
                 chunk * world_dims.num_agents * (world_dims.obs_dim + world_dims.num_actions) * 4
             )
             batch = min(default_batch(), max(1, RECORD_LOG_BYTES // per_slot))
+    # A host agent's callback gets all of its rows in one call per step: one device.
+    host = any(getattr(a, "host", False) for a in agents.values())
     if protocol == "fast":
-        n_dev = _devices_for(num_episodes)
+        n_dev = 1 if host else _devices_for(num_episodes)
         padded = num_episodes + (-num_episodes) % n_dev
         slots = slots_per_team(t, padded // n_dev, None if batch is None else -(-batch // n_dev))
     else:  # one slot per team; teams of one class split over the devices
-        n_dev = _devices_for(t) if len(classes) == 1 else 1
+        n_dev = _devices_for(t) if len(classes) == 1 and not host else 1
         pad = (-t) % n_dev
         batch_teams += [batch_teams[-1]] * pad
         classes = (TeamClass(classes[0].roles, t + pad),) if pad else classes
@@ -237,14 +239,20 @@ def _drive(
     to call), so the device computes while the host reports and records; the one call
     queued after the end changes nothing. ``on_status`` also gets the queued call's output
     buffer (device arrays: every episode the status counts as finished is final in it).
+    When ``on_status`` raises (an agent's fault), the queued call ends before the error
+    leaves: nothing of it runs on after its caller has moved on.
     """
     pending = prog.advance(loop, *call_args)
     while True:
         loop, status, log = pending
         pending = prog.advance(loop, *call_args)
         st = prog.host_status(jax.device_get(status))
-        if on_log is not None and log is not None:
-            on_log(jax.device_get(log))
-        on_status(st, pending[0].done)
+        try:
+            if on_log is not None and log is not None:
+                on_log(jax.device_get(log))
+            on_status(st, pending[0].done)
+        except BaseException:  # (e.g. an agent's fault): the queued call ends first
+            jax.block_until_ready(pending)
+            raise
         if st.running == 0:
             return pending[0].done, int(st.slot_steps)

@@ -11,7 +11,9 @@ programs of a world (:func:`world_programs`) are shared by every algorithm and p
 
 With several local devices the episode axis (``fast``) or the checkpoints of a one-class
 ``reference`` stack are split across them with ``shard_map`` (padded to a multiple of the
-device count); each device runs its own slots and loop.
+device count); each device runs its own slots and loop. A group with a host agent runs
+on one device (:func:`~alem_eval.evaluate.group.run_group`): its callback takes all of
+the agent's rows in one call per step.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ import numpy as np
 
 from alem_eval.algorithms.config import RunConfig
 from alem_eval.core.errors import EvaluationError, UsageError
+from alem_eval.evaluate.agents import check_bound
 from alem_eval.evaluate.group import run_group
 from alem_eval.evaluate.machine import Status
 from alem_eval.evaluate.records import RecordTo
@@ -236,6 +237,7 @@ def run_teams(
     """
     agents = dict(agents or {})
     validate_request(protocol, eval_difficulty, num_episodes, max_steps)
+    check_bound(list(agents.values()))  # a host agent without its callback: never NOOP
     if len(cfgs) != len(weights):
         raise EvaluationError(f"{len(cfgs)} configs but {len(weights)} weight trees")
     if not cfgs or not teams:

@@ -283,14 +283,15 @@ def play_teams(
     agents: Mapping[str, Any] | None = None,
     store=None,
     what: str = "",
+    fresh: bool = False,
     on_progress: Callable[[str], None] | None = None,
     on_episodes: Callable[[Any], None] | None = None,
 ) -> TeamPlay:
     """Play ``teams`` (slots naming ``cells`` by id, or ``agents`` by label: an
     :class:`~alem_eval.evaluate.agents.AgentGroup` each) on ``worlds``; see the module
     docstring. ``store`` (a :class:`~alem_eval.analysis.results.ResultsStore`): teams it
-    holds under their key are read back, the others written as each one ends.
-    ``on_progress(message)``: a line for the teams to play (``what`` describes them) and
+    holds under their key are read back (``fresh``: none is, every team plays again), the
+    others written as each one ends. ``on_progress(message)``: a line for the teams to play (``what`` describes them) and
     one per stored team; ``on_episodes(RolloutProgress)`` as the rollout's episodes end."""
     from alem_eval.analysis.result_keys import build_rows, episode_records
 
@@ -302,7 +303,7 @@ def play_teams(
     keys = {t: team_result_key(t, members, worlds.resolved, **worlds.settings) for t in teams}
     stored: dict[Team, list[dict[str, float]]] = {}
     for t in teams:
-        frame = store.get(keys[t]) if store is not None else None
+        frame = store.get(keys[t]) if store is not None and not fresh else None
         if frame is not None:
             stored[t] = episode_records(frame)
     todo = [t for t in teams if t not in stored]
@@ -317,18 +318,18 @@ def play_teams(
             path = store.write(build_rows(keys[team], episodes), keys[team])
             note(f"scored {team.label()}; stored in {path}")
 
-    fresh: dict[Team, list[dict[str, float]]] = {}
+    played: dict[Team, list[dict[str, float]]] = {}
     live, seconds = 0, 0.0
     if todo:
         t0 = time.perf_counter()
-        fresh, live = _play(source, cells, todo, agents, keep, worlds, on_episodes)
+        played, live = _play(source, cells, todo, agents, keep, worlds, on_episodes, note)
         seconds = time.perf_counter() - t0
     scores = {
         t: TeamScore(
             t,
             keys[t].team_hash,
-            tuple(fresh[t] if t in fresh else stored[t]),
-            reused=t not in fresh,
+            tuple(played[t] if t in played else stored[t]),
+            reused=t not in played,
             result_key=keys[t],
         )
         for t in teams
@@ -354,6 +355,7 @@ def _play(
     on_team: Callable[[Team, list[dict[str, float]]], None],
     worlds: Worlds,
     on_episodes: Callable[[Any], None] | None,
+    note: Callable[[str], None],
 ) -> tuple[dict[Team, list[dict[str, float]]], int]:
     """Load the cells the teams use and play every team in one call of the play core
     (agents are members after the cells, each in the first cell's env)."""
@@ -376,7 +378,7 @@ def _play(
     slots = [tuple(index[c] for c in t.slots) for t in teams]
     if used:
         by_member = {index[a]: g for a, g in used.items()}
-        result = run_agent_teams(cfgs, weights, slots, by_member, **run)
+        result = run_agent_teams(cfgs, weights, slots, by_member, on_note=note, **run)
     else:
         result = run_teams(cfgs, weights, slots, **run)
     out = {t: list(recs) for t, recs in zip(teams, result.records, strict=True)}

@@ -396,13 +396,16 @@ def run_scenario(
     confidence: float = DEFAULT_CONFIDENCE,
     store: ResultsStore | None = None,
     on_env_mismatch: str = "error",
+    fresh: bool = False,
     on_progress: Callable[[str], None] | None = None,
 ) -> ScenarioResult:
     """Play ``focal`` (an agent, or a ``--focal`` SPEC string with ``focal_args``) with
     the background ``cells`` of ``source`` in the ``mode`` compositions, beside the
     background's self-play and cross-play, in one compiled rollout; see the module
-    docstring. Teams already in ``store`` are read back; the others are written to it as
-    each one's episodes end, after the agent's checks (a faulty agent stores nothing)."""
+    docstring. Teams already in ``store`` are read back (``fresh``: none is, every team
+    plays again; the focal's teams read back are said in one ``on_progress`` line); the
+    others are written to it as each one's episodes end, after the agent's checks (see
+    docs/scenarios.md for what a fault keeps)."""
     from alem_eval.evaluate.agent_spec import load_focal
 
     modes = check_mode(mode)
@@ -422,9 +425,17 @@ def run_scenario(
         agents={label: group},
         store=store,
         what=f" ({group.label} with {len(cells)} background cells)",
+        fresh=fresh,
         on_progress=on_progress,
     )
     scores = played.scores
+    reused = sum(s.reused for t, s in scores.items() if label in t.slots)
+    if reused and on_progress is not None:
+        on_progress(
+            f"focal {group.label}: {reused} of its teams read back from the results store, "
+            f"played before under its identity {group.identity} (fresh=True / --fresh "
+            "plays them again)"
+        )
     boot: dict[str, Any] = {"reps": reps, "seed": seed, "confidence": confidence}
     bootstrap = {**boot, "method": "expanded percentile bootstrap over the worlds"}
     return ScenarioResult(

@@ -22,6 +22,7 @@ from alem_eval.cli.options import (
     EnvMismatchOpt,
     EpisodesOpt,
     EvalDifficultyOpt,
+    FreshOpt,
     MaxStepsOpt,
     OutDirOpt,
     PaperFormat,
@@ -96,6 +97,13 @@ def scenario(
     seed: SeedOpt = 0,
     reps: RepsOpt = DEFAULT_REPS,
     results: ResultsOpt = None,
+    fresh: Annotated[
+        bool,
+        override(
+            FreshOpt,
+            help="Play every team again, whatever the results store holds (and store it anew).",
+        ),
+    ] = False,
     out: Annotated[
         Path, override(OutDirOpt, help="Output directory (scenario.png, scenario.json).")
     ] = Path("alem-eval-scenario"),
@@ -112,10 +120,10 @@ def scenario(
     focal must match) and its cross-play (a trained stranger in the focal's slots: the
     population's other seeds, or the other selected cells), and focal - self-play, with
     bootstrap CIs over the worlds. Teams are kept in the results store, keyed by the
-    focal's identity (its name and a digest of its source and parameters), so a rerun
-    scores only what it has not seen. --format md / latex print the table for a paper
-    (percent, intervals over the worlds, a † where an interval has zero width); json and
-    csv hold fractions.
+    focal's identity (its name and a digest of its class's source, its state and the
+    factory's arguments), so a rerun scores only what it has not seen (--fresh: all).
+    --format md / latex print the table for a paper (percent, intervals over the worlds, a
+    † where an interval has zero width); json and csv hold fractions.
 
     Examples:
 
@@ -158,6 +166,7 @@ def scenario(
             seed=seed,
             store=open_store(results),
             on_env_mismatch=on_env_mismatch.value,
+            fresh=fresh,
             on_progress=progress,
         )
     for note in notes:

@@ -14,7 +14,7 @@ import typer
 from alem_eval.cli.app import app
 from alem_eval.cli.console import err_console
 from alem_eval.core.progress import Reporter
-from alem_eval.cli.options import DryRunOpt, OutDirOpt, ShardOpt, SourceOpt, override
+from alem_eval.cli.options import DryRunOpt, FreshOpt, OutDirOpt, ShardOpt, SourceOpt, override
 from alem_eval.trainers.planning import GroupOutcome, Progress, TrainEvents, TrainGroup, TrainPlan
 
 
@@ -159,9 +159,10 @@ def train(
     max_updates: int | None = typer.Option(
         None, "--max-updates", help="Stop (resumably) after this many updates in this call."
     ),
-    fresh: bool = typer.Option(
-        False, "--fresh", help="Start from scratch; resume state is replaced at the first save."
-    ),
+    fresh: Annotated[
+        bool,
+        override(FreshOpt, help="Start from scratch; resume state is replaced at the first save."),
+    ] = False,
     force: bool = typer.Option(False, "--force", help="Retrain cells that are already complete."),
     dry_run: Annotated[bool, override(DryRunOpt, help="Show the plan and exit.")] = False,
 ) -> None:
