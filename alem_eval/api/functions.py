@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from alem_eval.scoring.crossplay import CrossplayResult
     from alem_eval.reporting.leaderboard import Leaderboard
     from alem_eval.reporting.report import ReportResult
-    from alem_eval.hub.sources import PullReport, Source
+    from alem_eval.hub.source_base import PullReport, Source
 
 SourceSpec = str | Path  # "hub", "demo" or a directory in the released layout
 Cells = Any  # a Cell, a selector string, or an iterable of either (see _resolve)
@@ -50,7 +50,7 @@ class Cell(_ManifestCell):
     ``source=``.
     """
 
-    source: Any = field(default=None, compare=False, repr=False)  # a sources.Source
+    source: Any = field(default=None, compare=False, repr=False)  # a hub.source_base.Source
     origin: tuple = field(default=(), compare=False, repr=False)  # what opened it
 
 
@@ -147,7 +147,7 @@ def pull(
     against the release listing), with a bar on stderr when it is a terminal. A local
     source has nothing to fetch.
 
-    Returns :class:`~alem_eval.hub.sources.PullReport`: ``.files_fetched``,
+    Returns :class:`~alem_eval.hub.source_base.PullReport`: ``.files_fetched``,
     ``.files_skipped``, ``.files_repaired``, ``.bytes_fetched``, ``.root`` (holds
     ``<cell.id>/``), ``.commit``, ``.summary()``.
     """
@@ -397,7 +397,8 @@ def report(
 def _source_of(clips: Any) -> Source:
     """A source object, the source of a ``Cell``, or one opened from its spec."""
     from alem_eval.core.progress import download_bar
-    from alem_eval.hub.sources import Source, open_source
+    from alem_eval.hub.source_base import Source
+    from alem_eval.hub.sources import open_source
 
     if isinstance(clips, Source):
         return clips

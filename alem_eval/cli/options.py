@@ -29,7 +29,7 @@ import typer
 from typer.models import OptionInfo
 
 if TYPE_CHECKING:
-    from alem_eval.hub.sources import Source
+    from alem_eval.hub.source_base import Source
 
 from alem_eval.cli.console import OutputFormat
 from alem_eval.core.errors import UsageError
