@@ -265,6 +265,12 @@ EvalDifficultyOpt = Annotated[
         **choice(Difficulty, "--eval-difficulty", "eval difficulty"),
     ),
 ]
+# --eval-difficulty's help for the commands without --protocol (crossplay, scenario, render):
+# ``override(EvalDifficultyOpt, help=EVAL_DIFFICULTY_SHARED_HELP)``.
+EVAL_DIFFICULTY_SHARED_HELP = (
+    "Play on this difficulty's worlds (default: the cells' training difficulty, which they "
+    "must then share)."
+)
 
 DryRunOpt = Annotated[
     bool,

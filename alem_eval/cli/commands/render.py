@@ -30,6 +30,8 @@ from alem_eval.cli.options import (
     override,
     split_commas,
     open_cli_source,
+    Difficulty,
+    EVAL_DIFFICULTY_SHARED_HELP,
 )
 from alem_eval.render.frames import DEFAULT_SCALE, MAX_SCALE
 from alem_eval.render.writers import DEFAULT_FPS
@@ -50,7 +52,9 @@ def render(
     revision: RevisionOpt = None,
     cache_dir: CacheDirOpt = None,
     difficulty: DifficultyFilterOpt = None,
-    eval_difficulty: EvalDifficultyOpt = None,
+    eval_difficulty: Annotated[
+        Difficulty | None, override(EvalDifficultyOpt, help=EVAL_DIFFICULTY_SHARED_HELP)
+    ] = None,
     episode: Annotated[
         int,
         typer.Option(
