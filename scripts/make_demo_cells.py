@@ -1,7 +1,7 @@
 """Regenerate the demo cells bundled with alem-eval (alem_eval/data/demo-cells/).
 
 Each cell is trained by ``alem-eval train`` itself, with the settings of
-``alem_eval.api.demo.DEMO_RECIPE`` (network sizes: the registry's ``demo.overrides``; seed 0,
+``alem_eval.hub.demo_cells.DEMO_RECIPE`` (network sizes: the registry's ``demo.overrides``; seed 0,
 easy), in a scratch directory; its ``checkpoint/`` and ``config.json`` are then copied into
 the package. Training is deterministic on one machine: the same command gives the same
 arrays bit for bit there. XLA compiles for the host CPU's features, so on another CPU model

@@ -176,7 +176,26 @@ def test_commands_that_play_take_difficulty_as_a_filter_and_eval_difficulty_once
     func = importlib.import_module(f"alem_eval.cli.commands.{command}")
     hints = typing.get_type_hints(getattr(func, command), include_extras=True)
     assert hints["difficulty"] == options.DifficultyFilterOpt
-    assert hints["eval_difficulty"] == options.EvalDifficultyOpt
+    [info] = hints["eval_difficulty"].__metadata__  # the shared option, or its help overridden
+    assert options.shared_declaration(info) is options.EvalDifficultyOpt.__metadata__[0]
+
+
+def test_an_options_help_names_only_flags_its_command_has():
+    """``--eval-difficulty``'s shared help speaks of ``--protocol reference``: commands
+    without --protocol (crossplay, scenario, render) say it without."""
+    import re
+
+    declared = _declarations()
+    flags: dict[str, set[str]] = {}
+    for command, flag, _ in declared:
+        flags.setdefault(command, set()).add(flag)
+    wrong = sorted(
+        f"{command} {flag}: {named}"
+        for command, flag, info in declared
+        for named in re.findall(r"(?<![\w-])--[a-z][a-z-]*", info.help or "")
+        if named not in flags[command]
+    )
+    assert wrong == []
 
 
 @pytest.mark.parametrize("command", PLAYING_COMMANDS)

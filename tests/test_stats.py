@@ -372,7 +372,7 @@ def test_collapsed_resamples_give_the_replicate_by_replicate_intervals():
         lo, hi = np.percentile(samples, [2.5, 97.5])
         assert iv.lo == pytest.approx(lo, abs=1e-12) and iv.hi == pytest.approx(hi, abs=1e-12)
 
-    s = B._pairwise(x[:, 0], y[:, 0])
+    s = B.pairwise(x[:, 0], y[:, 0])
     check(bs.improvement(x, y, ("x",), ("y",)), np.einsum("bi,ij,bj->b", cx, s, cy) / 25)
     check(bs.difference(x, y, ("x",), ("y",)), cx @ x[:, 0] / 5 - cy @ y[:, 0] / 5)
     check(bs.aggregates(x, ("x",), names=("mean",))["mean"], cx @ x[:, 0] / 5)

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from alem_eval.core.errors import CheckpointError, ConfigError
-from alem_eval.trainers.planning import TrainingStopped
+from alem_eval.trainers.contract import TrainingStopped
 from tests.conftest import REPO
 from tests.train_fakes import ALGO, SIZES, SLEEP_ENV, STEPS_PER_UPDATE, make_fake, runs_of
 from alem_eval.trainers import resume
@@ -340,7 +340,7 @@ def test_batch_log_lines_are_throttled_but_never_skip_the_first_or_last(capsys):
     from types import SimpleNamespace
 
     from alem_eval.cli.commands.train import Render, train_reporter
-    from alem_eval.trainers.planning import Progress
+    from alem_eval.trainers.contract import Progress
 
     def p(phase, updates):
         return Progress(phase, ("c",), updates, 10, updates * 4, 40, 100.0, 1.0, 0.5, 9.0)
@@ -374,7 +374,8 @@ def test_finished_line_shows_no_rate_when_every_update_ran_in_the_compiling_call
     from types import SimpleNamespace
 
     from alem_eval.cli.commands.train import Render, train_reporter
-    from alem_eval.trainers.planning import CellResult, GroupOutcome
+    from alem_eval.trainers.contract import CellResult
+    from alem_eval.trainers.planning import GroupOutcome
 
     summary = {
         "total_timesteps": 32,

@@ -80,11 +80,12 @@ def _runs(algo, seeds, updates, **overrides):
 
 def _train(algo, out: Path, seeds, updates, overrides=None, **kw):
     from alem_eval.trainers.common import trainer_for
+    from alem_eval.trainers.driver import train_cells
 
     runs = _runs(algo, seeds, updates, **(overrides or {}))
     tcfgs = [build_train_config(r) for r in runs]
     dirs = [out / f"tiny/{algo}/easy/seed{s}" for s in seeds]
-    return trainer_for(runs[0], tcfgs[0]).train_cells(runs, tcfgs, dirs, **kw), dirs
+    return train_cells(trainer_for(runs[0], tcfgs[0]), runs, tcfgs, dirs, **kw), dirs
 
 
 def _restore_full(ckpt: Path):

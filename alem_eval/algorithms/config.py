@@ -198,7 +198,7 @@ class RunConfig:
 # ----------------------------------------------------------------------------------------
 # Resolution
 # ----------------------------------------------------------------------------------------
-def _coerce(table, key: str, value: Any, where: str) -> Any:
+def coerce(table, key: str, value: Any, where: str) -> Any:
     conv, _ = table[key]
     try:
         return conv(value)
@@ -231,7 +231,7 @@ def resolve_values(
                 upper = str(key).upper()
                 key = upper if upper in table and upper not in layer else key
             if key in table:
-                merged[key] = _coerce(table, key, value, f"{where} {layer_name}")
+                merged[key] = coerce(table, key, value, f"{where} {layer_name}")
             elif layer_name == "reload_overrides" and not str(key).startswith(_IGNORED_PREFIXES):
                 warnings.append(f"{where}: unknown key {key!r} in reload_overrides ignored")
     return merged, warnings
@@ -341,7 +341,7 @@ def parse_config_json(
     defaults: dict[str, Any] = {}
     train_diff = env_cfg.get("coordination_difficulty") or difficulty
     if train_diff is not None:
-        defaults["TRAINING_COORDINATION_DIFFICULTY"] = _coerce(
+        defaults["TRAINING_COORDINATION_DIFFICULTY"] = coerce(
             key_table(algo), "TRAINING_COORDINATION_DIFFICULTY", train_diff, f"{where} env_config"
         )
     if seed is not None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from alem_eval.algorithms.config import (
     RunConfig,
-    _coerce,
+    coerce,
     build_run_config,
     key_table,
     resolve_values,
@@ -156,7 +156,7 @@ def training_run_config(
         base["TOTAL_TIMESTEPS"] = total_timesteps
     merged, _ = resolve_values(algo, full_config=base, overrides=user, where=where)
     for k, v in cell.items():  # the cell's identity wins over --set
-        coerced = _coerce(table, k, v, where)
+        coerced = coerce(table, k, v, where)
         if merged[k] != coerced:
             raise ConfigError(f"{where}: key {k}={merged[k]!r} contradicts the cell ({coerced!r})")
     merged["NUM_SEEDS"] = 1  # one cell = one seed; several cells train side by side (vmap)

@@ -116,7 +116,7 @@ def probability_of_improvement(x: np.ndarray, y: np.ndarray) -> float:
     """``x (n_x x num_tasks), y (n_y x num_tasks) -> float``: P(X > Y) averaged over tasks;
     ties count one half (Mann-Whitney U / (n_x n_y))."""
     x, y = np.asarray(x, float), np.asarray(y, float)
-    return float(np.mean([_pairwise(x[:, t], y[:, t]).mean() for t in range(x.shape[1])]))
+    return float(np.mean([pairwise(x[:, t], y[:, t]).mean() for t in range(x.shape[1])]))
 
 
 def score_distribution(scores: np.ndarray, taus: np.ndarray) -> np.ndarray:
@@ -125,7 +125,7 @@ def score_distribution(scores: np.ndarray, taus: np.ndarray) -> np.ndarray:
     return (np.asarray(scores).reshape(-1, 1) > np.asarray(taus).reshape(1, -1)).mean(axis=0)
 
 
-def _pairwise(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+def pairwise(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """``x (n_x,), y (n_y,) -> (n_x, n_y)``: 1 where x > y, 0.5 on ties, else 0."""
     return (x[:, None] > y[None, :]) + 0.5 * (x[:, None] == y[None, :])
 
@@ -286,7 +286,7 @@ class Resamples:
         return cls(counts, np.ones(reps, dtype=np.int64), np.arange(reps))
 
 
-def _lerp(a: np.ndarray, b: np.ndarray, t: float | np.ndarray) -> np.ndarray:
+def lerp(a: np.ndarray, b: np.ndarray, t: float | np.ndarray) -> np.ndarray:
     """NumPy's percentile interpolation, reproduced bit for bit."""
     diff = b - a
     return np.where(t >= 0.5, b - diff * (1 - t), a + diff * t)
@@ -312,7 +312,7 @@ def weighted_percentiles(
         j = math.floor(pos)
         a = vs[(cw <= j).sum(axis=0), cols]
         b = vs[(cw <= min(j + 1, n - 1)).sum(axis=0), cols]
-        out[i] = _lerp(a, b, pos - j)
+        out[i] = lerp(a, b, pos - j)
     return out[:, 0] if one_d else out
 
 
@@ -465,7 +465,7 @@ class StratifiedBootstrap:
             raise ValueError("X and Y must have the same tasks")
         rx = self.resamples(x.shape[0], x.shape[1], stream_x)
         ry = self.resamples(y.shape[0], y.shape[1], stream_y)
-        pairs = [_pairwise(x[:, t], y[:, t]).astype(np.float32) for t in range(x.shape[1])]
+        pairs = [pairwise(x[:, t], y[:, t]).astype(np.float32) for t in range(x.shape[1])]
         norm = x.shape[0] * y.shape[0]
 
         # float32 is exact here: counts <= n and pairwise values in {0, 0.5, 1}, sums < 2**24.

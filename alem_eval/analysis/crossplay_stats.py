@@ -44,7 +44,7 @@ import numpy as np
 from alem_eval.analysis.bootstrap import (
     BootstrapSettings,
     Interval,
-    _lerp,
+    lerp,
     expanded_levels,
     stream_rng,
 )
@@ -128,7 +128,7 @@ def row_quantiles(samples: np.ndarray, q: np.ndarray) -> np.ndarray:
     j = np.floor(pos).astype(np.int64)
     a = np.take_along_axis(s, j[:, None], axis=1)[:, 0]
     b = np.take_along_axis(s, np.minimum(j + 1, np.maximum(m - 1, 0))[:, None], axis=1)[:, 0]
-    return np.where(valid, _lerp(a, b, pos - j), np.nan)
+    return np.where(valid, lerp(a, b, pos - j), np.nan)
 
 
 @dataclass(frozen=True)

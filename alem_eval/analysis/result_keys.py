@@ -6,7 +6,7 @@ version, the episode count and length); its digest names the file in the results
 (:mod:`alem_eval.analysis.results`). A stored row has the id columns
 (:data:`ID_COLUMNS`), the provenance columns (:data:`PROVENANCE_COLUMNS`), then the metric
 columns named verbatim: :func:`build_rows` makes them from one checkpoint's per-episode
-records, :func:`episode_records` reads them back, ``_rows_to_table`` checks them against
+records, :func:`episode_records` reads them back, ``rows_to_table`` checks them against
 their key and types them for Parquet.
 """
 
@@ -244,7 +244,7 @@ def _to_float(name: str, v: Any) -> float:
         raise ResultsError(f"metric {name!r} has a non-numeric value {v!r}") from None
 
 
-def _rows_to_table(rows: Sequence[Mapping[str, Any]], key: ResultKey) -> pa.Table:
+def rows_to_table(rows: Sequence[Mapping[str, Any]], key: ResultKey) -> pa.Table:
     if len(rows) != key.num_episodes:
         raise ResultsError(
             f"{key.cell} [{key.eval_difficulty}]: {len(rows)} rows for "

@@ -44,7 +44,7 @@ from alem_eval.analysis.result_keys import (
     TEAM_COLUMNS,
     ResultKey,
     ResultsError,
-    _rows_to_table,
+    rows_to_table,
     parse_cell_id,
 )
 from alem_eval.analysis.digests import META_SEAL, seal_table
@@ -208,7 +208,7 @@ class ResultsStore:
         Atomic: the file appears complete or not at all. Replaces an earlier file of the
         same key. ``extra`` (JSON-able, e.g. ``{"num_params": 2589885}``) goes to metadata.
         """
-        table = _rows_to_table(rows, key)
+        table = rows_to_table(rows, key)
         meta = {
             _META_FORMAT: STORE_FORMAT.encode(),
             _META_KEY: key.to_json().encode(),

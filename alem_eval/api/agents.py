@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from alem_eval.api.functions import _before_compiling
+from alem_eval.api.functions import before_compiling
 from alem_eval.core.errors import UsageError
 
-_before_compiling()  # the persistent compilation cache, while JAX is not yet imported
+before_compiling()  # the persistent compilation cache, while JAX is not yet imported
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -123,12 +123,12 @@ def load_policy(
     Returns :class:`Policy`: ``init(batch) -> carry``, ``act(carry, obs, mask) ->
     (carry, actions)``.
     """
-    from alem_eval.api.functions import _resolve
+    from alem_eval.api.functions import resolve_cells
     from alem_eval.evaluate.rollout import policy_variables
     from alem_eval.model.loader import load_policy_cell
     from alem_eval.model.policies import make_policy
 
-    src, cells = _resolve(cell, source, repo, revision, cache_dir)
+    src, cells = resolve_cells(cell, source, repo, revision, cache_dir)
     if len(cells) != 1:
         shown = ", ".join(c.id for c in cells[:3]) + (", ..." if len(cells) > 3 else "")
         raise UsageError(f"load_policy takes one cell; {cell!r} names {len(cells)} ({shown})")

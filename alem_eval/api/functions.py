@@ -34,10 +34,10 @@ if TYPE_CHECKING:
     from alem_eval.scoring.crossplay import CrossplayResult
     from alem_eval.reporting.leaderboard import Leaderboard
     from alem_eval.reporting.report import ReportResult
-    from alem_eval.hub.sources import PullReport, Source
+    from alem_eval.hub.source_base import PullReport, Source
 
 SourceSpec = str | Path  # "hub", "demo" or a directory in the released layout
-Cells = Any  # a Cell, a selector string, or an iterable of either (see _resolve)
+Cells = Any  # a Cell, a selector string, or an iterable of either (see resolve_cells)
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class Cell(_ManifestCell):
     ``source=``.
     """
 
-    source: Any = field(default=None, compare=False, repr=False)  # a sources.Source
+    source: Any = field(default=None, compare=False, repr=False)  # a hub.source_base.Source
     origin: tuple = field(default=(), compare=False, repr=False)  # what opened it
 
 
@@ -112,7 +112,7 @@ def select(
     ]
 
 
-def _resolve(
+def resolve_cells(
     cells: Cells, source: SourceSpec, repo, revision, cache_dir
 ) -> tuple[Source, list[_ManifestCell]]:
     """(source, the library's cells): ``Cell`` s keep their own source (one per call);
@@ -147,11 +147,11 @@ def pull(
     against the release listing), with a bar on stderr when it is a terminal. A local
     source has nothing to fetch.
 
-    Returns :class:`~alem_eval.hub.sources.PullReport`: ``.files_fetched``,
+    Returns :class:`~alem_eval.hub.source_base.PullReport`: ``.files_fetched``,
     ``.files_skipped``, ``.files_repaired``, ``.bytes_fetched``, ``.root`` (holds
     ``<cell.id>/``), ``.commit``, ``.summary()``.
     """
-    src, chosen = _resolve(cells, source, repo, revision, cache_dir)
+    src, chosen = resolve_cells(cells, source, repo, revision, cache_dir)
     return src.pull(chosen, workers=workers)
 
 
@@ -173,14 +173,14 @@ def verify(
 
     from alem_eval.model.verify import verify_cells
 
-    src, chosen = _resolve(cells, source, repo, revision, cache_dir)
+    src, chosen = resolve_cells(cells, source, repo, revision, cache_dir)
     return pd.DataFrame([r.as_record() for r in verify_cells(src, chosen)])
 
 
 # ----------------------------------------------------------------------------------------
 # Scoring
 # ----------------------------------------------------------------------------------------
-def _before_compiling() -> None:
+def before_compiling() -> None:
     """The persistent compilation cache, as the CLI sets it, while that can still take
     effect and is nobody else's choice: before JAX is imported, unless JAX's own cache
     variable is set (then, or once JAX runs, the caller decides)."""
@@ -245,7 +245,7 @@ def score(
     value was not finite), then the provenance (``protocol, checkpoint_hash,
     env_version, jax_version, alem_eval_version, config_hash``): the stored rows.
     """
-    _before_compiling()  # first: ScoreOptions imports JAX
+    before_compiling()  # first: ScoreOptions imports JAX
     import pandas as pd
 
     from alem_eval.analysis.results import open_store
@@ -258,7 +258,7 @@ def score(
         max_steps=max_steps,
         eval_difficulty=eval_difficulty,
     )
-    src, chosen = _resolve(cells, source, repo, revision, cache_dir)
+    src, chosen = resolve_cells(cells, source, repo, revision, cache_dir)
     store = open_store(results)
     with _progress("score", progress) as bar:
         scores = score_cells(
@@ -379,7 +379,7 @@ def report(
 
     request = None
     if clips is not None:
-        _before_compiling()
+        before_compiling()
         request = ClipRequest(_source_of(clips), max_steps=clip_steps)
     return build_report(
         open_store(results),
@@ -397,7 +397,8 @@ def report(
 def _source_of(clips: Any) -> Source:
     """A source object, the source of a ``Cell``, or one opened from its spec."""
     from alem_eval.core.progress import download_bar
-    from alem_eval.hub.sources import Source, open_source
+    from alem_eval.hub.source_base import Source
+    from alem_eval.hub.sources import open_source
 
     if isinstance(clips, Source):
         return clips
@@ -528,12 +529,12 @@ def crossplay(
     Returns :class:`CrossPlay`: ``.to_frame()`` (one row per team), ``.gap`` and
     ``.matrix`` (DataFrames), ``.to_json()``.
     """
-    _before_compiling()
+    before_compiling()
     from alem_eval.scoring.crossplay import run_crossplay
     from alem_eval.scoring.crossplay_outputs import write_outputs
     from alem_eval.analysis.results import open_store
 
-    src, chosen = _resolve(cells, source, repo, revision, cache_dir)
+    src, chosen = resolve_cells(cells, source, repo, revision, cache_dir)
     with _progress("crossplay", progress) as bar:
         result = run_crossplay(
             src,

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from alem_eval.api.functions import Cells, SourceSpec, _before_compiling, _resolve
+from alem_eval.api.functions import Cells, SourceSpec, before_compiling, resolve_cells
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -125,13 +125,13 @@ def scenario(
     plays every team again (and stores it anew).
     ``out``: also write ``scenario.png`` and ``scenario.json`` there. Returns
     :class:`Scenario` (``.table``, ``.teams``: DataFrames)."""
-    _before_compiling()
+    before_compiling()
     from alem_eval.core.progress import err_console
     from alem_eval.scoring.crossplay_outputs import save_figure
     from alem_eval.analysis.results import open_store
     from alem_eval.scoring.scenario import plot_scenario, run_scenario
 
-    src, chosen = _resolve(cells, source, repo, revision, cache_dir)
+    src, chosen = resolve_cells(cells, source, repo, revision, cache_dir)
     show = err_console.is_terminal if progress is None else progress
     result = run_scenario(
         src,

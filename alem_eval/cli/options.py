@@ -29,7 +29,7 @@ import typer
 from typer.models import OptionInfo
 
 if TYPE_CHECKING:
-    from alem_eval.hub.sources import Source
+    from alem_eval.hub.source_base import Source
 
 from alem_eval.cli.console import OutputFormat
 from alem_eval.core.errors import UsageError
@@ -265,6 +265,12 @@ EvalDifficultyOpt = Annotated[
         **choice(Difficulty, "--eval-difficulty", "eval difficulty"),
     ),
 ]
+# --eval-difficulty's help for the commands without --protocol (crossplay, scenario, render):
+# ``override(EvalDifficultyOpt, help=EVAL_DIFFICULTY_SHARED_HELP)``.
+EVAL_DIFFICULTY_SHARED_HELP = (
+    "Play on this difficulty's worlds (default: the cells' training difficulty, which they "
+    "must then share)."
+)
 
 DryRunOpt = Annotated[
     bool,

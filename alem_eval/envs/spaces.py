@@ -1,7 +1,9 @@
 """Observation and action widths of Alem-Coop-Symbolic as functions of the statics.
 
 These let alem-eval validate checkpoint shapes without importing the environment (which
-takes seconds). ``tests/test_spaces.py`` checks them against the installed environment.
+takes seconds). :mod:`alem_eval.envs.eval_env` checks the action count against the installed
+environment whenever it builds one; ``tests/test_public_api.py`` checks the observation width
+against an episode of it.
 """
 
 from __future__ import annotations

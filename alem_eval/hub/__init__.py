@@ -1,7 +1,8 @@
 """The released layout: the manifest, selectors, sources (the Hub, local directories, the bundled demo cells) and writing cells in that layout.
 
 - ``layout``, ``manifest``, ``selectors``: the on-disk layout, the released cells, selecting them.
-- ``sources``: the :class:`~alem_eval.hub.sources.Source` interface, ``open_source``, ``PullReport``.
+- ``source_base``: the :class:`~alem_eval.hub.source_base.Source` interface and ``PullReport``
+  (what the implementations import); ``sources``: ``open_source``, the registry of source kinds.
 - ``local``: a directory in the released layout; ``hubsource``: the Hugging Face Hub release.
 - ``listing``: the Hub file listing and its cache; ``transfer``: downloading and checking files
   (reported to a ``DownloadProgress``: sources draw nothing); ``client``: the huggingface_hub

@@ -46,7 +46,7 @@ from alem_eval.hub.manifest import (
     parse_seed_dir,
     sort_cells,
 )
-from alem_eval.hub.sources import DEFAULT_WORKERS, CellState, PullReport, Source
+from alem_eval.hub.source_base import DEFAULT_WORKERS, CellState, PullReport, Source
 from alem_eval.hub.state import STATE_DIRNAME, JsonStore, os_reason
 from alem_eval.hub.transfer import CheckedFiles, Downloader, Todo
 

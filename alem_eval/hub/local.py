@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from alem_eval.core.errors import SourceError, SourceUsageError
 from alem_eval.hub.layout import is_cell_dir
 from alem_eval.hub.manifest import Cell, parse_seed_dir, sort_cells
-from alem_eval.hub.sources import DEFAULT_WORKERS, CellState, PullReport, Source
+from alem_eval.hub.source_base import DEFAULT_WORKERS, CellState, PullReport, Source
 from alem_eval.hub.state import STATE_DIRNAME, JsonStore
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """The small JSON state files a source keeps beside the checkpoints it reads.
 
 Per-cell "verified" markers (``verify`` sets them through
-:meth:`~alem_eval.hub.sources.Source.mark_verified`; void as soon as a file of the cell
+:meth:`~alem_eval.hub.source_base.Source.mark_verified`; void as soon as a file of the cell
 changes: :func:`files_fingerprint`), the commit each cell was pulled at, and which cached files
 were hashed and found good (:class:`~alem_eval.hub.transfer.CheckedFiles`). Each lives in a
 :class:`JsonStore`: one JSON file shared by threads and processes, written atomically under a

@@ -60,7 +60,7 @@ class ClipRequest:
     its training difficulty for at most ``max_steps`` steps
     (:func:`.render.episode.algorithm_clips`)."""
 
-    source: Any  # a sources.Source holding the scored cells
+    source: Any  # a hub.source_base.Source holding the scored cells
     max_steps: int = 200
     on_env_mismatch: str = "error"
 

@@ -84,7 +84,7 @@ def compare_paired(
         BootstrapSettings,
         Interval,
         StratifiedBootstrap,
-        _pairwise,
+        pairwise,
     )
     from alem_eval.analysis.crossplay_stats import world_counts
 
@@ -104,7 +104,7 @@ def compare_paired(
     na, nb = ca.sum(axis=1), cb.sum(axis=1)
     ok = (na > 0) & (nb > 0)  # a replicate that drew no world of a side has no statistic
     ca, cb, na, nb = ca[ok], cb[ok], na[ok], nb[ok]
-    pairs = _pairwise(xa, xb).astype(float)
+    pairs = pairwise(xa, xb).astype(float)
     p_samples = np.einsum("bj,bj->b", ca @ pairs, cb) / (na * nb)
     d_samples = ca @ xa / na - cb @ xb / nb
     n = int(np.intersect1d(wa, wb).size)

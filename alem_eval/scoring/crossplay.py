@@ -56,7 +56,7 @@ from alem_eval.scoring.teams import (
     PROTOCOL,
     Team,
     check_int,
-    _check_scheme,
+    check_scheme,
     compositions,
 )
 
@@ -250,7 +250,7 @@ def run_crossplay(
     Progress: ``on_progress(message)`` a line per step (the teams to score, each team
     stored); ``on_episodes(RolloutProgress)`` as the rollout's episodes finish.
     """
-    _check_scheme(scheme)
+    check_scheme(scheme)
     check_runs(runs)
     check_int("--reps", reps, 1)
     cells = list({c.id: c for c in cells}.values())

@@ -178,10 +178,10 @@ def plan_crossplay(
     scheme's teams (:func:`alem_eval.scoring.teams.compositions`), each for ``num_episodes``
     episodes of at most ``max_steps`` steps, with its checks of the options."""
     from alem_eval.scoring.play import shared_difficulty
-    from alem_eval.scoring.teams import DEFAULT_MAX_TEAMS, PROTOCOL, _check_scheme, compositions
+    from alem_eval.scoring.teams import DEFAULT_MAX_TEAMS, PROTOCOL, check_scheme, compositions
     from alem_eval.evaluate.settings import FAST_MAX_STEPS, FAST_NUM_EPISODES, validate_request
 
-    _check_scheme(scheme)
+    check_scheme(scheme)
     cells = list({c.id: c for c in cells}.values())
     configs = {c.id: _config(source, c) for c in cells}
     resolved = {cell_id: (None, cfg, None) for cell_id, (cfg, _) in configs.items()}

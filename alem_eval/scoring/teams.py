@@ -93,7 +93,7 @@ def compositions(
     scheme's teams, each team once. ``max_teams`` caps the sampled schemes (``distinct``,
     ``mixed``; ``pairs`` is always complete); the same ``seed`` gives the same sample.
     Raises :class:`UsageError` when the cells cannot form a cross-play team of the scheme."""
-    _check_scheme(scheme)
+    check_scheme(scheme)
     check_int("--max-teams", max_teams, 1)
     check_int("--seed", seed, 0)
     check_int("number of slots", num_slots, 2)
@@ -178,7 +178,7 @@ def _sample_distinct(
 # ----------------------------------------------------------------------------------------
 # Validation and seeding
 # ----------------------------------------------------------------------------------------
-def _check_scheme(scheme: str) -> None:
+def check_scheme(scheme: str) -> None:
     if scheme not in SCHEMES:
         raise UsageError(f"unknown scheme {scheme!r}: --scheme must be one of {', '.join(SCHEMES)}")
 

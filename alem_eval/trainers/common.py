@@ -8,8 +8,8 @@ Every trainer module exposes ``make_train(run: RunConfig, tcfg: TrainConfig) -> 
 A :class:`Trainer` holds two per-seed pure functions, ``init(key, plan)`` and
 ``update(state, warm) -> (state, totals)``; :meth:`Trainer.compiled` vmaps them over seeds
 and jits them once per compile key, running ``n`` updates per call (``n`` is traced, so
-any chunk size reuses one executable). The driver (``alem_eval/trainers/driver.py``, reached as
-:meth:`Trainer.train_cells`) runs them; the resume store is ``alem_eval/trainers/resume.py``, device
+any chunk size reuses one executable). The driver
+(:func:`alem_eval.trainers.driver.train_cells`, which imports this module, never the reverse) runs them; the resume store is ``alem_eval/trainers/resume.py``, device
 placement ``alem_eval/trainers/devices.py``.
 """
 
@@ -29,7 +29,7 @@ from alem_eval.algorithms.registry import get_algorithm
 from alem_eval.algorithms.config import RunConfig
 from alem_eval.algorithms.train_config import PPOTrainConfig, TrainConfig
 from alem_eval.model.policies import MASK_PENALTY
-from alem_eval.trainers.planning import EPISODE_KEYS
+from alem_eval.trainers.contract import EPISODE_KEYS
 
 
 # ========================================================================================
@@ -326,13 +326,6 @@ class Trainer:
         if hasattr(tcfg, "num_updates_decay"):
             p["num_updates_decay"] = np.int32(tcfg.num_updates_decay)
         return p
-
-    def train_cells(self, runs, tcfgs, cell_dirs, **options):
-        """Train cells of this trainer's config that differ only by seed, side by side, to
-        the released layout: :func:`alem_eval.trainers.driver.train_cells` (the library's way in)."""
-        from alem_eval.trainers.driver import train_cells
-
-        return train_cells(self, runs, tcfgs, cell_dirs, **options)
 
     def compiled(self, shardings=None, key: str | None = None):
         """``(init, update_n)``: vmapped over seeds and jitted; cached per ``key`` (a name

@@ -13,8 +13,10 @@ program, in four named steps (:func:`train_cells` strings them together):
 4. :func:`finish_cells`: each cell's released layout (``alem_eval.hub.released``) and
    ``config.json``, then its resume state is removed.
 
-The metrics it records on the way (the trailing window, the progress reports, the JSONL
-log) are :mod:`alem_eval.trainers.train_metrics`'.
+The group and its training state (:class:`~alem_eval.trainers.run_state.Group`,
+:class:`~alem_eval.trainers.run_state.RunState`) are :mod:`alem_eval.trainers.run_state`'; the
+metrics it records on the way (the progress reports, the JSONL log)
+:mod:`alem_eval.trainers.train_metrics`'.
 """
 
 from __future__ import annotations
@@ -24,9 +26,8 @@ import math
 import signal
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from collections.abc import Callable, Sequence
 
 import jax
@@ -38,7 +39,8 @@ from alem_eval.algorithms.config import RunConfig
 from alem_eval.algorithms.train_config import TrainConfig
 from alem_eval.core.errors import ConfigError
 from alem_eval.hub.released import write_released_cell
-from alem_eval.trainers.planning import (
+from alem_eval.trainers.common import Trainer
+from alem_eval.trainers.contract import (
     CellResult,
     Progress,
     TrainingStopped,
@@ -48,12 +50,8 @@ from alem_eval.trainers.planning import (
 
 from alem_eval.trainers.devices import device_owned, device_shardings, seed_key
 from alem_eval.trainers.resume import ResumeStore
-from alem_eval.trainers.train_metrics import MetricsLog, Reporter, Window
-
-if (
-    TYPE_CHECKING
-):  # the trainer's type only: alem_eval.trainers.common reaches this module at run time
-    from alem_eval.trainers.common import Trainer
+from alem_eval.trainers.run_state import Clock, Group, RunState, Window
+from alem_eval.trainers.train_metrics import MetricsLog, Reporter
 
 FINAL_WINDOW = 0.05  # "final" metrics: episodes finished in the last 5% of updates
 
@@ -117,37 +115,6 @@ def train_cells(
 # ========================================================================================
 # 1. The group
 # ========================================================================================
-@dataclass
-class Group:
-    """What the cells trained together share, and the compiled functions."""
-
-    trainer: Trainer
-    runs: list[RunConfig]
-    tcfgs: list[TrainConfig]
-    cell_dirs: list[Path]
-    ids: tuple[str, ...]
-    store: ResumeStore
-    keys: Any  # [S, 2] the seeds' training keys
-    plan: dict  # per-seed arrays of Trainer.plan
-    shape: Any  # the stacked state's ShapeDtypeStructs
-    shardings: Any
-    device_note: str
-    init: Callable
-    update_n: Callable
-
-    @property
-    def num_seeds(self) -> int:
-        return len(self.runs)
-
-    @property
-    def num_updates(self) -> int:
-        return self.tcfgs[0].num_updates
-
-    @property
-    def steps_per_update(self) -> int:
-        return self.tcfgs[0].steps_per_update
-
-
 def plan_group(
     trainer: Trainer,
     runs: Sequence[RunConfig],
@@ -194,47 +161,6 @@ def plan_group(
 # ========================================================================================
 # 2. Restore or init
 # ========================================================================================
-@dataclass
-class Clock:
-    """Seconds and updates over all the calls that trained a group (resumes included).
-    The first, compiling call of each process is not timed."""
-
-    started: float  # time.perf_counter() when this process began the group
-    prior_wall: float = 0.0  # timed training seconds of earlier processes
-    prior_timed: int = 0  # their timed updates
-    prior_elapsed: float = 0.0  # their seconds in all
-    train_wall: float = 0.0
-    timed_updates: int = 0
-    compile_s: float | None = None
-
-    @property
-    def wall(self) -> float:
-        return self.prior_wall + self.train_wall
-
-    @property
-    def timed(self) -> int:
-        return self.prior_timed + self.timed_updates
-
-    @property
-    def elapsed(self) -> float:
-        return self.prior_elapsed + time.perf_counter() - self.started
-
-    def meta(self) -> dict:
-        return {"wall_s": self.wall, "timed_updates": self.timed, "elapsed_s": self.elapsed}
-
-
-@dataclass
-class RunState:
-    """The group's training state between compiled calls."""
-
-    state: Any  # the stacked RunnerState (device arrays)
-    updates: int  # updates ``state`` holds
-    resumed_from: int
-    saved_at: int  # updates of the last resume save (or of the state resumed from)
-    clock: Clock
-    window: Window
-
-
 def restore_or_init(group: Group, *, fresh: bool, report: Reporter) -> RunState:
     clock = Clock(time.perf_counter())
     window = Window(math.ceil(group.num_updates * FINAL_WINDOW))

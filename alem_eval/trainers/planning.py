@@ -4,8 +4,9 @@ The command (``alem_eval/cli/commands/train.py``) parses its options into :class
 calls :func:`train` and renders the :class:`TrainEvents` it receives. This module plans
 (which cells, which hyperparameters, which cells share one compiled program), skips finished
 cells, and hands each group to its algorithm's trainer, which it reaches only through the
-registry (``Algorithm.trainer()``: ``make_train(run, tcfg) -> Trainer``, whose
-``train_cells`` is the driver in ``alem_eval/trainers/driver.py``). Importing it imports no JAX.
+registry (``Algorithm.trainer()``: ``make_train(run, tcfg) -> Trainer``), to the driver
+(:func:`alem_eval.trainers.driver.train_cells`, imported when a group trains). Importing it
+imports no JAX.
 
 Hyperparameters of a regenerated cell (:func:`cell_run_config`): when the cell's released
 ``config.json`` is at hand (``--from-config FILE``, or ``--source`` holding the cell), every
@@ -16,14 +17,12 @@ TOTAL_TIMESTEPS_DECAY at 1e9 whatever the budget, so a 100M cell regenerated wit
 config.json reaches its epsilon floor after EPS_DECAY x 1e9 = 1e8 env steps (the end of its
 run) and decays the LR over 1e9 (ending at 90% of LR), as the yaml says.
 
-Also the contract between the library and the driver: :class:`Progress`, :class:`CellResult`,
-:class:`TrainingStopped`, :func:`config_identity`, :func:`training_settings`.
+The contract between the library and the driver (:class:`~alem_eval.trainers.contract.Progress`,
+:class:`~alem_eval.trainers.contract.CellResult`, ...) is :mod:`alem_eval.trainers.contract`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import itertools
 import json
 from dataclasses import dataclass, field
@@ -38,96 +37,10 @@ from alem_eval.hub.layout import checkpoint_path, config_path
 from alem_eval.hub.selectors import shard_cells
 from alem_eval.core.errors import ConfigError, UsageError
 from alem_eval.hub.manifest import Cell, sort_cells
+from alem_eval.trainers.contract import CellResult, Progress, config_identity
 
 DEFAULT_BUDGETS = ("100M", "1B")
 DEFAULT_SEEDS = tuple(range(5))
-METRICS_LOG = "train_log.jsonl"  # per cell: one JSON line per compiled call (see the driver)
-# The episode totals a trainer's update reports (``alem_eval.trainers.common.log_episodes``), summed
-# over the episodes that ended; the driver turns them into per-episode means.
-EPISODE_KEYS = (
-    "episodes",
-    "return",
-    "length",
-    "achievement_pct",
-    "normal_achievement_pct",
-    "coordination_achievement_pct",
-)
-
-
-# ----------------------------------------------------------------------------------------
-# The driver's contract
-# ----------------------------------------------------------------------------------------
-@dataclass
-class Progress:
-    """What the driver reports after every compiled call (and once while compiling)."""
-
-    phase: str  # "compiling" | "training" | "saving" | "stopping" | "done"
-    cells: tuple[str, ...]
-    updates: int
-    num_updates: int
-    steps: int  # env steps per cell so far
-    total_steps: int  # per cell
-    steps_per_s: float  # env steps per second, all cells together
-    mean_return: float | None
-    achievement_pct: float | None
-    eta_s: float | None
-
-
-@dataclass
-class CellResult:
-    cell_dir: Path
-    summary: dict
-
-
-class TrainingStopped(KeyboardInterrupt):
-    """Training stopped on SIGTERM or Ctrl-C; its state at ``updates`` is saved in each
-    cell's ``_resume/`` (``updates == 0``: stopped before the first update, nothing to
-    save), and a rerun of the same command continues. A KeyboardInterrupt, so that nothing
-    catches it by accident."""
-
-    def __init__(self, signum: int, updates: int, cell_dirs: Sequence[Path]):
-        super().__init__(signum, updates)
-        self.signum, self.updates, self.cell_dirs = signum, updates, list(cell_dirs)
-
-    @property
-    def signal_name(self) -> str:
-        import signal
-
-        return signal.Signals(self.signum).name
-
-
-def training_settings(run: RunConfig, tcfg: TrainConfig) -> dict[str, Any]:
-    """Every setting a run's trained state depends on, the seed aside, flat and JSON-ready
-    (saved with resume state, so a mismatch can say what differs)."""
-    out: dict[str, Any] = {"algorithm": run.algorithm}
-    out.update({f"network.{k}": v for k, v in dataclasses.asdict(run.network).items()})
-    out.update({f"env.{k}": v for k, v in dataclasses.asdict(run.env).items()})
-    out.update(dataclasses.asdict(dataclasses.replace(tcfg, seed=0)))
-    return json.loads(json.dumps(out, default=list))
-
-
-def config_identity(run: RunConfig, tcfg: TrainConfig) -> str:
-    """A short hash of :func:`training_settings`' content (the seed does not enter)."""
-    payload = json.dumps(
-        [
-            run.algorithm,
-            run.network_key,
-            dataclasses.asdict(run.env),
-            dataclasses.asdict(dataclasses.replace(tcfg, seed=0)),
-        ],
-        sort_keys=True,
-        default=list,
-    )
-    return hashlib.sha256(payload.encode()).hexdigest()[:16]
-
-
-def settings_diff(saved: Mapping[str, Any] | None, now: Mapping[str, Any], limit: int = 4) -> str:
-    """``"total_timesteps 512 -> 768, lr 0.001 -> 0.0002"`` (or "" when unknown)."""
-    if not saved:
-        return ""
-    keys = [k for k in now if saved.get(k) != now[k]] + [k for k in saved if k not in now]
-    parts = [f"{k} {saved.get(k)!r} -> {now.get(k)!r}" for k in keys[:limit]]
-    return ", ".join(parts) + (f" (+{len(keys) - limit} more)" if len(keys) > limit else "")
 
 
 def is_complete(cell_dir: Path, run: RunConfig, tcfg: TrainConfig) -> bool | None:
@@ -440,8 +353,11 @@ def train_group(
 ) -> list[CellResult] | None:
     """Train one group with its algorithm's trainer (reached through the registry)."""
     first = group.items[0]
+    from alem_eval.trainers.driver import train_cells
+
     trainer = get_algorithm(first.run.algorithm).trainer().make_train(first.run, first.tcfg)
-    return trainer.train_cells(
+    return train_cells(
+        trainer,
         [m.run for m in group.items],
         [m.tcfg for m in group.items],
         [options.out / m.cell.id for m in group.items],

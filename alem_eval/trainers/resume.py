@@ -33,7 +33,7 @@ import numpy as np
 
 from alem_eval.core.errors import CheckpointError, ConfigError
 from alem_eval.hub.released import write_json_atomic
-from alem_eval.trainers.planning import settings_diff
+from alem_eval.trainers.contract import settings_diff
 
 RESUME_DIR = "_resume"
 META_FILE = "resume.json"

@@ -1,10 +1,9 @@
-"""Training metrics: the trailing window, progress reports and the JSONL log of a group.
+"""Training metrics: progress reports and the JSONL log of a group.
 
-What :mod:`alem_eval.trainers.driver` records as a group trains: :func:`summarise` turns
-per-seed sums over updates into means (reward per env step, episode means over the
-episodes that ended, per-update losses and schedules), :class:`Window` keeps the sums of
-the trailing updates (the "final" metrics), :class:`Reporter` builds the
-:class:`~alem_eval.trainers.planning.Progress` reports for ``on_progress``, and
+What :mod:`alem_eval.trainers.driver` records as a group trains (the trailing window and
+:func:`~alem_eval.trainers.run_state.summarise` are :mod:`alem_eval.trainers.run_state`'):
+:class:`Reporter` builds the :class:`~alem_eval.trainers.contract.Progress` reports for
+``on_progress``, and
 :class:`MetricsLog` appends one JSON line per event and cell to ``<cell>/train_log.jsonl``.
 """
 
@@ -12,62 +11,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from alem_eval.trainers.planning import EPISODE_KEYS, METRICS_LOG, Progress
-
-if TYPE_CHECKING:  # the driver's types only: the driver imports this module
-    from alem_eval.trainers.driver import Group, RunState
-
-
-def summarise(n_updates: int, tot: dict[str, float]) -> dict[str, Any]:
-    """Per-seed sums over ``n_updates`` updates -> means: reward per env step, episode
-    means over the episodes that ended, per-update means of losses and schedules."""
-    ep = tot.get("episodes", 0.0)
-    out: dict[str, Any] = {
-        "episodes": ep,
-        "reward_per_step": tot["reward"] / tot["env_steps"] if tot.get("env_steps") else None,
-    }
-    for k in EPISODE_KEYS[1:]:
-        out[f"mean_episode_{k}" if k in ("return", "length") else k] = (
-            tot[k] / ep if ep > 0 else None
-        )
-    for k, v in tot.items():
-        if k.startswith(("loss/", "sched/")):
-            out[k] = v / max(1, n_updates)
-    return out
-
-
-class Window:
-    """Per-seed totals over the trailing ``size`` updates (for "final" metrics)."""
-
-    def __init__(self, size: int):
-        self.size = max(1, size)
-        self.chunks: deque = deque()
-
-    def add(self, n: int, totals: dict[str, np.ndarray]) -> None:
-        self.chunks.append((n, totals))
-        # drop the oldest call while the others still cover the window
-        while (
-            len(self.chunks) > 1 and sum(c[0] for c in self.chunks) - self.chunks[0][0] >= self.size
-        ):
-            self.chunks.popleft()
-
-    def means(self, i: int) -> dict[str, Any]:
-        if not self.chunks:
-            return {}
-        tot = {k: sum(float(c[1][k][i]) for c in self.chunks) for k in self.chunks[0][1]}
-        n_updates = sum(c[0] for c in self.chunks)
-        return {"updates_in_window": n_updates, **summarise(n_updates, tot)}
-
-    def mean_over_seeds(self, num_seeds: int, key: str) -> float | None:
-        got = [self.means(i).get(key) for i in range(num_seeds)] if self.chunks else []
-        vals = [float(v) for v in got if v is not None]
-        return float(np.mean(vals)) if vals else None
+from alem_eval.trainers.contract import METRICS_LOG, Progress
+from alem_eval.trainers.run_state import Group, RunState, Window, summarise
 
 
 class Reporter:

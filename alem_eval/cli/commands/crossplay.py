@@ -41,6 +41,8 @@ from alem_eval.cli.options import (
     override,
     split_commas,
     open_cli_source,
+    Difficulty,
+    EVAL_DIFFICULTY_SHARED_HELP,
 )
 
 
@@ -67,7 +69,9 @@ def crossplay(
     revision: RevisionOpt = None,
     cache_dir: CacheDirOpt = None,
     difficulty: DifficultyFilterOpt = None,
-    eval_difficulty: EvalDifficultyOpt = None,
+    eval_difficulty: Annotated[
+        Difficulty | None, override(EvalDifficultyOpt, help=EVAL_DIFFICULTY_SHARED_HELP)
+    ] = None,
     episodes: Annotated[
         int | None,
         override(EpisodesOpt, help="Episodes per team (default 20, the paper protocol)."),

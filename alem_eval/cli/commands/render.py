@@ -5,6 +5,8 @@ Parses, calls :func:`alem_eval.render.episode.render_episode` and prints what it
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -28,6 +30,8 @@ from alem_eval.cli.options import (
     override,
     split_commas,
     open_cli_source,
+    Difficulty,
+    EVAL_DIFFICULTY_SHARED_HELP,
 )
 from alem_eval.render.frames import DEFAULT_SCALE, MAX_SCALE
 from alem_eval.render.writers import DEFAULT_FPS
@@ -48,7 +52,9 @@ def render(
     revision: RevisionOpt = None,
     cache_dir: CacheDirOpt = None,
     difficulty: DifficultyFilterOpt = None,
-    eval_difficulty: EvalDifficultyOpt = None,
+    eval_difficulty: Annotated[
+        Difficulty | None, override(EvalDifficultyOpt, help=EVAL_DIFFICULTY_SHARED_HELP)
+    ] = None,
     episode: Annotated[
         int,
         typer.Option(
@@ -100,7 +106,7 @@ def render(
         check_output(out, fps, scale)
     src = open_cli_source(source, repo, revision, cache_dir)
     enable_compilation_cache()
-    with Reporter(last_line=False) as progress:
+    with render_progress() as on_progress:
         result = render_episode(
             src,
             team,
@@ -112,11 +118,7 @@ def render(
             fps=fps,
             scale=scale,
             on_env_mismatch=on_env_mismatch.value,
-            on_progress=progress.steps(
-                "render",
-                "[bold]render[/] steps",
-                lambda done, total, s: f"render: {done} steps of at most {total}, {s:.0f}s",
-            ),
+            on_progress=on_progress,
         )
     record = result.as_json()
     if fmt == OutputFormat.table:
@@ -134,3 +136,16 @@ def render(
         emit_records([{**record, "team": team_text, "achievements": unlocked}], fmt)
     else:
         emit_records([record], fmt)
+
+
+def _steps_line(done: int, total: int, seconds: float) -> str:
+    return f"render: {done} step{'' if done == 1 else 's'} of at most {total}, {seconds:.0f}s"
+
+
+@contextmanager
+def render_progress() -> Iterator[Callable[[int, int], None]]:
+    """The ``on_progress(steps done, max steps)`` render draws with: a bar when live; in a
+    batch log a line every 30 s and the last state at the end (the first step waits for the
+    compile, so without it the log would end at "1 step of at most 40" for a whole episode)."""
+    with Reporter() as progress:
+        yield progress.steps("render", "[bold]render[/] steps", _steps_line)

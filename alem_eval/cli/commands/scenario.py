@@ -36,6 +36,8 @@ from alem_eval.cli.options import (
     choice,
     override,
     split_commas,
+    Difficulty,
+    EVAL_DIFFICULTY_SHARED_HELP,
 )
 from alem_eval.scoring.crossplay import DEFAULT_REPS
 
@@ -88,7 +90,9 @@ def scenario(
     revision: RevisionOpt = None,
     cache_dir: CacheDirOpt = None,
     difficulty: DifficultyFilterOpt = None,
-    eval_difficulty: EvalDifficultyOpt = None,
+    eval_difficulty: Annotated[
+        Difficulty | None, override(EvalDifficultyOpt, help=EVAL_DIFFICULTY_SHARED_HELP)
+    ] = None,
     episodes: Annotated[
         int | None,
         override(EpisodesOpt, help="Episodes per team (default 20, the paper protocol)."),

@@ -15,7 +15,8 @@ from alem_eval.cli.app import app
 from alem_eval.cli.console import err_console
 from alem_eval.core.progress import Reporter
 from alem_eval.cli.options import DryRunOpt, FreshOpt, OutDirOpt, ShardOpt, SourceOpt, override
-from alem_eval.trainers.planning import GroupOutcome, Progress, TrainEvents, TrainGroup, TrainPlan
+from alem_eval.trainers.contract import Progress
+from alem_eval.trainers.planning import GroupOutcome, TrainEvents, TrainGroup, TrainPlan
 
 
 # ----------------------------------------------------------------------------------------
@@ -181,7 +182,8 @@ def train(
       alem-eval train 100M/pqn/easy --source hub --out runs
     """
     from alem_eval.hub.selectors import parse_shard
-    from alem_eval.trainers.planning import TrainingStopped, TrainOptions, parse_sets
+    from alem_eval.trainers.contract import TrainingStopped
+    from alem_eval.trainers.planning import TrainOptions, parse_sets
     from alem_eval.trainers.planning import train as train_cells
 
     overrides = parse_sets(sets)
