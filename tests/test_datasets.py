@@ -34,7 +34,13 @@ from alem_eval.datasets.reader import open_recording
 from alem_eval.datasets.recorder import Recorder
 from alem_eval.datasets.vault import STAGING_DIR, export_vault, vault_groups
 from alem_eval.core.errors import DatasetError
-from tests.clitools import assert_one_line_error, cli_env, closed_port_url, run_cli
+from tests.clitools import (
+    assert_one_line_error,
+    cli_env,
+    closed_port_url,
+    run_cli,
+    run_cli_in_process,
+)
 
 P, D, A = 3, 10, 6
 SELF = ("tiny/ippo-rnn/easy/seed0",) * P
@@ -703,16 +709,16 @@ def test_cli_info_and_export_print_the_library_results(recorded, tmp_path):
     assert "no episode.json" in proc.stderr
 
 
-@pytest.mark.slow
 def test_cli_errors_are_one_line(recorded, tmp_path):
     root, _ = recorded
     env = cli_env(tmp_path, closed_port_url(), offline=True)
-    proc = run_cli(["dataset", "export", str(root), "--format", "hdf5"], env)
+    proc = run_cli_in_process(["dataset", "export", str(root), "--format", "hdf5"], env)
     assert_one_line_error(proc, "unknown dataset format 'hdf5'", "vault")
     assert proc.returncode == 2
-    proc = run_cli(["dataset", "info", str(tmp_path / "nowhere")], env)
+    proc = run_cli_in_process(["dataset", "info", str(tmp_path / "nowhere")], env)
     assert_one_line_error(proc, "no such directory")
-    proc = run_cli(["dataset", "export", str(tmp_path / "nowhere"), "--out", str(tmp_path)], env)
+    where = ["--out", str(tmp_path)]
+    proc = run_cli_in_process(["dataset", "export", str(tmp_path / "nowhere"), *where], env)
     assert_one_line_error(proc, "no recording directory")
 
 
