@@ -38,7 +38,6 @@ from tests.clitools import (
     assert_one_line_error,
     cli_env,
     closed_port_url,
-    run_cli,
     run_cli_in_process,
 )
 
@@ -678,16 +677,15 @@ def test_nothing_to_export_and_bad_paths_are_errors(tmp_path):
 # ---------------------------------------------------------------------------------------
 # CLI
 # ---------------------------------------------------------------------------------------
-@pytest.mark.slow
 def test_cli_info_and_export_print_the_library_results(recorded, tmp_path):
     root, _ = recorded
     env = cli_env(tmp_path, closed_port_url(), offline=True)
-    proc = run_cli(["dataset", "info", str(root), "--format", "json"], env)
+    proc = run_cli_in_process(["dataset", "info", str(root), "--format", "json"], env)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == dataset_info(root)
 
     out = tmp_path / "cli-vaults"
-    proc = run_cli(
+    proc = run_cli_in_process(
         ["dataset", "export", str(root), "--format", "vault", "--out", str(out), "--per", "group"],
         env,
     )
@@ -699,11 +697,11 @@ def test_cli_info_and_export_print_the_library_results(recorded, tmp_path):
     ]
     assert "wrote 2 vault(s)" in proc.stderr
     assert "left out 1 incomplete episode(s)" in proc.stderr  # said, not silently skipped
-    proc = run_cli(["dataset", "info", str(printed[1]), "--format", "json"], env)
+    proc = run_cli_in_process(["dataset", "info", str(printed[1]), "--format", "json"], env)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == dataset_info(printed[1])
 
-    proc = run_cli(["dataset", "info", str(root)], env)  # the table, for people
+    proc = run_cli_in_process(["dataset", "info", str(root)], env)  # the table, for people
     assert proc.returncode == 0, proc.stderr
     assert SELF[0] in proc.stdout and "5 complete episode(s), 1 incomplete" in proc.stderr
     assert "no episode.json" in proc.stderr

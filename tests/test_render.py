@@ -26,7 +26,6 @@ from tests.clitools import (
     assert_one_line_error,
     cli_env,
     closed_port_url,
-    run_cli,
     run_cli_in_process,
 )
 from tests.conftest import FIXTURES
@@ -218,11 +217,10 @@ def test_episode_i_starts_from_the_fast_protocols_world_i(rendered, tmp_path):
 def test_cli_renders_the_same_episode(rendered, tmp_path):
     result, _ = rendered
     out = tmp_path / "cli.gif"
-    proc = run_cli(
+    proc = run_cli_in_process(  # in the group's process: the fixture's program serves it
         ["render", TEAM, "--source", str(FIXTURES), "--max-steps", str(STEPS)]
         + ["--scale", str(SCALE), "--out", str(out), "--format", "json"],
         cli_env(tmp_path, closed_port_url()),
-        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr
     (doc,) = json.loads(proc.stdout)
