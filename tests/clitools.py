@@ -1,7 +1,17 @@
-"""Run the ``alem-eval`` CLI as a user would: a subprocess with its own HF_* and cache env."""
+"""Run the ``alem-eval`` CLI as a user would: a subprocess with its own HF_* and cache env
+(:func:`run_cli`), or in this process through the same ``main`` (:func:`run_cli_in_process`).
+
+A subprocess imports everything again (JAX, flax, alem: seconds each time on a loaded
+2-core machine). Tests of what a command prints and how it exits on bad input run
+in-process; a subprocess stays for what needs one: the process boundary itself (the exit
+status and the streams of the real interpreter), a Hub endpoint or offline mode
+(``huggingface_hub`` reads ``HF_*`` once, at import), a kill, or a fresh JAX.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import socket
 import subprocess
@@ -44,6 +54,35 @@ def run_cli(
         text=True,
         timeout=timeout,
     )
+
+
+def run_cli_in_process(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    """:func:`run_cli` without the subprocess: ``alem_eval.cli.app.main(args)`` with ``env``
+    as the whole environment and its streams captured; the exit status is that of
+    ``SystemExit`` (0 when ``main`` returns). For commands that neither compile nor reach a
+    Hub: ``huggingface_hub`` keeps the endpoint and offline mode it read at import (the
+    session's dead endpoint, tests/conftest.py)."""
+    from alem_eval.cli.app import main
+
+    out, err = io.StringIO(), io.StringIO()
+    saved = dict(os.environ)
+    code: int | str | None = 0
+    try:
+        os.environ.clear()
+        os.environ.update(env)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main(list(args))
+            except SystemExit as exc:
+                code = exc.code
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    if not isinstance(code, int):  # sys.exit(None) is 0, sys.exit("text") prints it and is 1
+        if code is not None:
+            err.write(f"{code}\n")
+        code = 0 if code is None else 1
+    return subprocess.CompletedProcess(["alem-eval", *args], code, out.getvalue(), err.getvalue())
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> None:

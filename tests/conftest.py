@@ -21,6 +21,11 @@ import tempfile as _tmp_for_jax
 if "ALEM_EVAL_JAX_CACHE" not in os.environ:
     os.environ["ALEM_EVAL_JAX_CACHE"] = _tmp_for_jax.mkdtemp(prefix="alem-eval-test-jax-")
     _atexit_jax.register(shutil.rmtree, os.environ["ALEM_EVAL_JAX_CACHE"], ignore_errors=True)
+# Things built once per test run (this package's wheel, tests/wheelhouse.py) live here; the
+# workers inherit the controller's directory, which removes it at exit.
+if "ALEM_EVAL_TEST_RUN_DIR" not in os.environ:
+    os.environ["ALEM_EVAL_TEST_RUN_DIR"] = _tmp_for_jax.mkdtemp(prefix="alem-eval-test-run-")
+    _atexit_jax.register(shutil.rmtree, os.environ["ALEM_EVAL_TEST_RUN_DIR"], ignore_errors=True)
 # ------------------------------------------------------------------------------------------
 # The upstream-written fixture cells live in ../shared beside the repo (CI: same layout).
 FIXTURES = Path(os.environ.get("ALEM_EVAL_FIXTURES", REPO.parent / "shared" / "fixtures" / "hub"))
@@ -47,6 +52,15 @@ def fixtures_root() -> Path:
     if not FIXTURES.is_dir():
         pytest.fail(f"fixture checkpoints not found at {FIXTURES} (set ALEM_EVAL_FIXTURES)")
     return FIXTURES
+
+
+@pytest.fixture(scope="session")
+def built_wheel() -> Path:
+    """This package's wheel, built once per test run whichever worker asks first (the
+    packaging tests of test_install.py and test_demo.py share it)."""
+    from tests.wheelhouse import build_once
+
+    return build_once(REPO, Path(os.environ["ALEM_EVAL_TEST_RUN_DIR"]) / "wheel")
 
 
 @pytest.fixture

@@ -55,6 +55,18 @@ MIXED_RUN = dict(
     batch=2 * len(MIXED_TEAMS),
 )
 
+# The reference-parity stack (tests/test_evaluate_parity.py): the five tiny cells, in this
+# order, in ONE reference call (one program: one team class per network). Each parity
+# check scores its cell unchanged at its position, the others moved to its difficulty and
+# step cap, so every check in that module shares the program.
+PARITY_STACK = (
+    "tiny/ippo-rnn/easy/seed0",
+    "tiny/ippo-rnn/hard/seed2",  # 1000-step cap, non-zero achievements
+    "tiny/mappo-rnn/medium/seed0",
+    "tiny/hypermarl-rnn/hard/seed0",
+    "tiny/pqn-vdn-rnn/easy/seed0",
+)
+
 CELL_DIFFICULTY = {
     "tiny/ippo-rnn/easy/seed0": "easy",
     "tiny/ippo-rnn/hard/seed2": "hard",

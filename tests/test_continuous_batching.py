@@ -30,7 +30,10 @@ from tests.eval_support import (
     load,
 )
 
-pytestmark = pytest.mark.xdist_group(EVALUATOR_GROUP)
+# Tests that play share the evaluator group's programs (one worker: tests/eval_support.py);
+# the others (plain functions, errors raised before anything compiles) run on any worker,
+# in the fast lane.
+PLAYS = pytest.mark.xdist_group(EVALUATOR_GROUP)
 
 IPPO, PQN = PAIR_CELLS
 STEPS = 1000  # the cap of the shared fast-protocol tests: these near-untrained teams die early
@@ -57,6 +60,7 @@ def _run(cell_ids, teams, batch, on_progress=None, episode_caps=None, on_team=No
     )
 
 
+@PLAYS
 def test_finished_episodes_are_reported_as_they_finish():
     """Four slots, eight episodes: the host hears of episodes while others still run, and
     the last report counts every episode and every live env step."""
@@ -70,6 +74,7 @@ def test_finished_episodes_are_reported_as_they_finish():
     assert all(a.elapsed_s <= b.elapsed_s for a, b in itertools.pairwise(seen))
 
 
+@PLAYS
 def test_a_team_is_handed_over_after_the_call_its_last_episode_ends_in_while_others_run():
     """Two teams of two slots, one step per call: each team's records reach ``on_team``
     once, right after the report of the call in which its last episode ended, equal to
@@ -138,6 +143,7 @@ def test_handed_over_rows_are_padded_so_few_gather_shapes_ever_compile():
     assert lengths == {1, 2, 4, 8, 16, 32, 40}
 
 
+@PLAYS
 def test_a_queue_longer_than_the_batch_runs_every_episode_once_with_the_same_records():
     """Two slots for four episodes, beside another team: episodes 2 and 3 start as
     refills after 0 and 1 end; their records equal those of a batch that runs all four
@@ -164,6 +170,7 @@ def test_a_queue_longer_than_the_batch_runs_every_episode_once_with_the_same_rec
     assert alone.slot_steps == alone.live_steps == sum(lengths[0])
 
 
+@PLAYS
 def test_episodes_end_at_their_own_caps_and_the_episodes_they_do_not_cut_keep_their_records():
     """A queue ragged by design: each episode runs min(its natural length, its cap) steps,
     the slots it frees take the next episodes, and an episode its cap does not reach is

@@ -34,7 +34,12 @@ from alem_eval.datasets.reader import open_recording
 from alem_eval.datasets.recorder import Recorder
 from alem_eval.datasets.vault import STAGING_DIR, export_vault, vault_groups
 from alem_eval.core.errors import DatasetError
-from tests.clitools import assert_one_line_error, cli_env, closed_port_url, run_cli
+from tests.clitools import (
+    assert_one_line_error,
+    cli_env,
+    closed_port_url,
+    run_cli_in_process,
+)
 
 P, D, A = 3, 10, 6
 SELF = ("tiny/ippo-rnn/easy/seed0",) * P
@@ -672,16 +677,15 @@ def test_nothing_to_export_and_bad_paths_are_errors(tmp_path):
 # ---------------------------------------------------------------------------------------
 # CLI
 # ---------------------------------------------------------------------------------------
-@pytest.mark.slow
 def test_cli_info_and_export_print_the_library_results(recorded, tmp_path):
     root, _ = recorded
     env = cli_env(tmp_path, closed_port_url(), offline=True)
-    proc = run_cli(["dataset", "info", str(root), "--format", "json"], env)
+    proc = run_cli_in_process(["dataset", "info", str(root), "--format", "json"], env)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == dataset_info(root)
 
     out = tmp_path / "cli-vaults"
-    proc = run_cli(
+    proc = run_cli_in_process(
         ["dataset", "export", str(root), "--format", "vault", "--out", str(out), "--per", "group"],
         env,
     )
@@ -693,26 +697,26 @@ def test_cli_info_and_export_print_the_library_results(recorded, tmp_path):
     ]
     assert "wrote 2 vault(s)" in proc.stderr
     assert "left out 1 incomplete episode(s)" in proc.stderr  # said, not silently skipped
-    proc = run_cli(["dataset", "info", str(printed[1]), "--format", "json"], env)
+    proc = run_cli_in_process(["dataset", "info", str(printed[1]), "--format", "json"], env)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == dataset_info(printed[1])
 
-    proc = run_cli(["dataset", "info", str(root)], env)  # the table, for people
+    proc = run_cli_in_process(["dataset", "info", str(root)], env)  # the table, for people
     assert proc.returncode == 0, proc.stderr
     assert SELF[0] in proc.stdout and "5 complete episode(s), 1 incomplete" in proc.stderr
     assert "no episode.json" in proc.stderr
 
 
-@pytest.mark.slow
 def test_cli_errors_are_one_line(recorded, tmp_path):
     root, _ = recorded
     env = cli_env(tmp_path, closed_port_url(), offline=True)
-    proc = run_cli(["dataset", "export", str(root), "--format", "hdf5"], env)
+    proc = run_cli_in_process(["dataset", "export", str(root), "--format", "hdf5"], env)
     assert_one_line_error(proc, "unknown dataset format 'hdf5'", "vault")
     assert proc.returncode == 2
-    proc = run_cli(["dataset", "info", str(tmp_path / "nowhere")], env)
+    proc = run_cli_in_process(["dataset", "info", str(tmp_path / "nowhere")], env)
     assert_one_line_error(proc, "no such directory")
-    proc = run_cli(["dataset", "export", str(tmp_path / "nowhere"), "--out", str(tmp_path)], env)
+    where = ["--out", str(tmp_path)]
+    proc = run_cli_in_process(["dataset", "export", str(tmp_path / "nowhere"), *where], env)
     assert_one_line_error(proc, "no recording directory")
 
 

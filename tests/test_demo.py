@@ -5,9 +5,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import shutil
-import subprocess
-import sys
 import zipfile
 
 import pytest
@@ -123,23 +120,9 @@ def test_demo_runs_end_to_end_on_the_bundled_cells(tmp_path, capsys):
     assert {r["reused"] for r in rows} == {"yes"}
 
 
-def test_wheel_ships_the_demo_cells(tmp_path):
-    """The demo cells are package data: a wheel built from the sources holds every file."""
-    src = tmp_path / "src"
-    src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(REPO / name, src / name)
-    ignore = shutil.ignore_patterns("__pycache__")
-    shutil.copytree(REPO / "alem_eval", src / "alem_eval", ignore=ignore)  # the one package
-    built = subprocess.run(
-        [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", "wheel"]
-        + ["--no-deps", "--no-build-isolation", str(src), "-w", str(tmp_path / "dist")],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-    )
-    assert built.returncode == 0, built.stderr
-    [wheel] = (tmp_path / "dist").glob("alem_eval-*.whl")
-    names = set(zipfile.ZipFile(wheel).namelist())
+def test_wheel_ships_the_demo_cells(built_wheel):
+    """The demo cells are package data: a wheel built from the sources holds every file
+    (the test run's one wheel: tests/conftest.py)."""
+    names = set(zipfile.ZipFile(built_wheel).namelist())
     bundled = {p.relative_to(REPO).as_posix() for p in demo_root().rglob("*") if p.is_file()}
     assert bundled and bundled <= names, sorted(bundled - names)[:5]

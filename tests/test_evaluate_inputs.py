@@ -16,9 +16,10 @@ from alem_eval.evaluate.rollout import run_stack, score_stack
 from alem_eval.evaluate.settings import EnvVersionWarning, check_env_version
 from alem_eval.core.errors import EvaluationError, UsageError
 from tests.conftest import REPO
-from tests.eval_support import EVALUATOR_GROUP, load, with_eval
+from tests.eval_support import load, with_eval
 
-pytestmark = pytest.mark.xdist_group(EVALUATOR_GROUP)
+# No test here compiles a program of the Alem step (each error is raised before): no
+# xdist group, so they run on any worker, in the fast lane.
 
 CELL = "tiny/ippo-rnn/easy/seed0"
 HYPERMARL = "tiny/hypermarl-rnn/hard/seed0"
@@ -150,6 +151,7 @@ def test_upstream_mean_reproduces_eager_float32_mean():
     assert upstream_mean(np.array([1, 2, 4], np.int32)) == float(jnp.array([1, 2, 4]).mean())
 
 
+@pytest.mark.slow  # a fresh interpreter imports alem (its texture cache): ~10-20 s
 def test_importing_alem_env_is_light_and_the_loader_is_quiet():
     code = (
         "import sys, alem_eval.envs; assert 'alem' not in sys.modules and 'jax' not in sys.modules;"

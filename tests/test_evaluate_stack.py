@@ -29,7 +29,10 @@ from tests.eval_support import (
     programs_made,
 )
 
-pytestmark = pytest.mark.xdist_group(EVALUATOR_GROUP)
+# Tests that play share the evaluator group's programs (one worker: tests/eval_support.py);
+# the others (plain functions, errors raised before anything compiles) run on any worker,
+# in the fast lane.
+PLAYS = pytest.mark.xdist_group(EVALUATOR_GROUP)
 
 IPPO_EASY = "tiny/ippo-rnn/easy/seed0"
 FAST_STEPS = 1000
@@ -46,6 +49,7 @@ def _fast(cell, difficulty):
     )
 
 
+@PLAYS
 def test_fast_protocol_is_deterministic_and_exits_early():
     cell = load(IPPO_EASY)
     first = _fast(cell, "easy")
@@ -74,6 +78,7 @@ def test_fast_protocol_is_deterministic_and_exits_early():
     assert hard.records != first.records
 
 
+@PLAYS
 def test_a_mixed_difficulty_score_compiles_the_rollout_once(cell_copy):
     """A selection of cells trained on all three difficulties, each scored on its own: one
     compiled rollout serves every difficulty (it is traced data, not a shape), and each
@@ -208,6 +213,7 @@ def _score_in_new_process():
     return json.loads(line[len("RESULT") :])
 
 
+@PLAYS
 def test_a_new_process_reuses_the_traced_program_and_scores_identically():
     here = _fast(load(IPPO_EASY), "easy")  # this process traced or loaded it: it is exported
     other = _score_in_new_process()

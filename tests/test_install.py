@@ -142,27 +142,6 @@ def _user_run(argv: list[str], tmp_path: Path, env: dict[str, str], timeout: flo
     )
 
 
-@pytest.fixture(scope="module")
-def built_wheel(tmp_path_factory) -> Path:
-    """``pip wheel`` of a copy of the sources (offline: no build isolation, no deps)."""
-    tmp = tmp_path_factory.mktemp("wheel")
-    src = tmp / "src"
-    src.mkdir()
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
-        shutil.copy2(REPO / name, src / name)
-    for pkg in PACKAGES:
-        shutil.copytree(REPO / pkg, src / pkg, ignore=shutil.ignore_patterns("__pycache__"))
-    built = subprocess.run(
-        [*PIP, "wheel", "--no-deps", "--no-build-isolation", str(src), "-w", str(tmp / "dist")],
-        capture_output=True,
-        text=True,
-        cwd=tmp,
-    )
-    assert built.returncode == 0, built.stderr
-    [wheel] = (tmp / "dist").glob("alem_eval-*.whl")
-    return wheel
-
-
 @pytest.mark.slow
 def test_built_wheel_lists_cells_outside_the_checkout(built_wheel, tmp_path):
     """Install the wheel into a bare folder, run ``list`` from elsewhere: the installed

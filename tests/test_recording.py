@@ -21,7 +21,11 @@ from alem_eval.core.errors import DatasetError
 from tests.conftest import FIXTURES
 from tests.eval_support import EVALUATOR_GROUP, MIXED_CELLS, MIXED_RUN, MIXED_TEAMS, load
 
-pytestmark = pytest.mark.xdist_group(EVALUATOR_GROUP)
+# The tests of the recorded MIXED batch share the evaluator group's programs (its unrecorded
+# twin is test_teams'); the two `score --record` tests share only their own program (one
+# IPPO cell recorded), so they are a group of their own, free to run on the other worker.
+PLAYS = pytest.mark.xdist_group(EVALUATOR_GROUP)
+RECORD_CLI = pytest.mark.xdist_group("evaluator-record-cli")
 
 # test_teams' mixed batch (every algorithm, mixed teams, episodes that start as refills):
 # scored unrecorded, it is that test's program.
@@ -72,6 +76,7 @@ def recorded():
     return res, rec, cells, MIXED_TEAMS
 
 
+@PLAYS
 def test_every_step_of_every_episode_is_recorded_once_and_matches_the_scores(recorded):
     res, rec, _, teams = recorded
     assert res.record_error is None
@@ -90,12 +95,14 @@ def test_every_step_of_every_episode_is_recorded_once_and_matches_the_scores(rec
             assert steps["team_achievements"][-1] == meta["final_achievements"]
 
 
+@PLAYS
 def test_recording_does_not_change_the_scores(recorded):
     res, _, cells, teams = recorded
     plain = run_teams([c.cfg for c in cells], [c.weights for c in cells], teams, **MIXED_RUN)
     assert plain.records == res.records
 
 
+@PLAYS
 def test_recorded_actions_replayed_from_the_recorded_keys_reproduce_the_episode(recorded):
     """The env alone, fed the recorded actions from the recorded world and step keys,
     sees the recorded observations and ends with the recorded achievements."""
@@ -119,6 +126,7 @@ def test_recorded_actions_replayed_from_the_recorded_keys_reproduce_the_episode(
         assert int(env.team_achievements(state)) == meta["final_achievements"]
 
 
+@PLAYS
 def test_the_public_policy_takes_the_recorded_actions_from_the_recorded_inputs(recorded):
     """``alem_eval.load_policy(cell).act`` fed each episode's recorded observations and
     legal actions, step by step from ``init``, takes the actions the evaluator took in the
@@ -157,6 +165,7 @@ def _padded(arrays, length, fill):
     return out
 
 
+@PLAYS
 def test_a_failing_recorder_stops_the_recording_not_the_scores(recorded):
     res, _, cells, teams = recorded
     broken = MemoryRecorder(fail_after=1)
@@ -172,6 +181,7 @@ def test_a_failing_recorder_stops_the_recording_not_the_scores(recorded):
     assert broken.calls == 2  # nothing was attempted after the failure
 
 
+@RECORD_CLI
 def test_score_record_then_dataset_export_reads_back_with_flashbax(tmp_path, capsys):
     """The datasets issue's end-to-end path, through the commands: ``score --record``
     streams every step to disk, ``dataset export --format vault`` writes a Flashbax Vault,
@@ -192,7 +202,7 @@ def test_score_record_then_dataset_export_reads_back_with_flashbax(tmp_path, cap
 
     rec, vaults = tmp_path / "out", tmp_path / "vaults"
     scored = cli(
-        # The in-process tests' episode count: their world programs serve this run too.
+        # The in-process tests' episode count (their world programs: the persistent cache).
         *("score", IPPO, "--source", str(FIXTURES), "--episodes", str(EPISODES)),
         *("--max-steps", "30", "--results", str(tmp_path / "results")),
         *("--record", str(rec), "--format", "json"),
@@ -214,6 +224,7 @@ def test_score_record_then_dataset_export_reads_back_with_flashbax(tmp_path, cap
     assert card["episodes"] == EPISODES and card["steps"] == sum(lengths)
 
 
+@RECORD_CLI
 def test_recording_again_with_another_cap_replaces_the_episodes_and_says_so(tmp_path, capsys):
     """Cap 30, then cap 60 into one recording directory (the same compiled program): the
     episodes are recorded again at cap 60, one stderr line says why, and the recording

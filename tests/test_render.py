@@ -22,7 +22,12 @@ from alem_eval.evaluate.rollout import run_teams
 from alem_eval.evaluate.settings import eval_statics, fast_keys
 from alem_eval.render import episode as R, frames as F, player as P, writers as W
 from alem_eval.core.errors import EvaluationError, UsageError
-from tests.clitools import assert_one_line_error, cli_env, closed_port_url, run_cli
+from tests.clitools import (
+    assert_one_line_error,
+    cli_env,
+    closed_port_url,
+    run_cli_in_process,
+)
 from tests.conftest import FIXTURES
 from tests.eval_support import load
 
@@ -212,11 +217,10 @@ def test_episode_i_starts_from_the_fast_protocols_world_i(rendered, tmp_path):
 def test_cli_renders_the_same_episode(rendered, tmp_path):
     result, _ = rendered
     out = tmp_path / "cli.gif"
-    proc = run_cli(
+    proc = run_cli_in_process(  # in the group's process: the fixture's program serves it
         ["render", TEAM, "--source", str(FIXTURES), "--max-steps", str(STEPS)]
         + ["--scale", str(SCALE), "--out", str(out), "--format", "json"],
         cli_env(tmp_path, closed_port_url()),
-        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr
     (doc,) = json.loads(proc.stdout)
@@ -237,7 +241,7 @@ def test_cli_renders_the_same_episode(rendered, tmp_path):
     ],
 )
 def test_bad_options_are_one_line_errors(tmp_path, args, fragments):
-    proc = run_cli(
+    proc = run_cli_in_process(
         ["render", IPPO, "--source", str(FIXTURES), *args], cli_env(tmp_path, closed_port_url())
     )
     assert_one_line_error(proc, *fragments)
@@ -254,7 +258,7 @@ def test_bad_options_are_one_line_errors(tmp_path, args, fragments):
     ],
 )
 def test_teams_that_do_not_name_one_cell_per_slot_are_one_line_errors(tmp_path, team, fragment):
-    proc = run_cli(
+    proc = run_cli_in_process(
         ["render", team, "--source", str(FIXTURES), "--out", str(tmp_path / "x.gif")],
         cli_env(tmp_path, closed_port_url()),
     )

@@ -11,7 +11,7 @@ import pytest
 
 from alem_eval.analysis.results import _TMP_PREFIX
 
-from .clitools import assert_one_line_error, cli_env, closed_port_url, run_cli
+from .clitools import assert_one_line_error, cli_env, closed_port_url, run_cli, run_cli_in_process
 from .conftest import FIXTURES, REPO
 from .eval_support import FAST_EPISODES
 from .hub_server import HubServer
@@ -132,7 +132,7 @@ def test_killed_score_resumes_with_only_the_missing_cells(tmp_path):
     ],
 )
 def test_bad_score_options_are_one_line_usage_errors(tmp_path, extra, fragment):
-    proc = run_cli(
+    proc = run_cli_in_process(
         ["score", "tiny/ippo-rnn/easy", "--source", str(FIXTURES), *extra],
         cli_env(tmp_path, closed_port_url()),
     )

@@ -35,7 +35,10 @@ from tests.eval_support import (
     with_eval,
 )
 
-pytestmark = pytest.mark.xdist_group(EVALUATOR_GROUP)
+# Tests that play share the evaluator group's programs (one worker: tests/eval_support.py);
+# the others (plain functions, errors raised before anything compiles) run on any worker,
+# in the fast lane.
+PLAYS = pytest.mark.xdist_group(EVALUATOR_GROUP)
 
 IPPO, MAPPO, HYPER, PQN, IPPO_2 = MIXED_CELLS
 
@@ -51,6 +54,7 @@ def test_team_roles_lists_members_in_order_with_their_slots():
     assert team_roles((1, 1, 1)) == ((1,), ((0, 1, 2),))
 
 
+@PLAYS
 def test_every_algorithm_is_scored_by_one_program_and_identical_teams_equal_self_play():
     cfgs, weights = _members(*MIXED_CELLS)
     teams = MIXED_TEAMS
@@ -86,6 +90,7 @@ def test_every_algorithm_is_scored_by_one_program_and_identical_teams_equal_self
     assert mixed.records[teams.index((0, 1, 2))] != mixed.records[teams.index((0, 0, 0))]
 
 
+@PLAYS
 def test_each_slot_acts_as_its_own_policy_would_alone():
     """The combined step of a mixed batch gives every slot the action (and carry) its own
     checkpoint's policy computes alone on that slot's observation and carry."""

@@ -1,16 +1,15 @@
-"""`alem-eval verify`: one line per cell, exit 0/1/2, never a traceback."""
+"""`alem-eval verify`: one line per cell, exit 0/1/2, never a traceback (through the CLI's
+`main` in-process: nothing here compiles or reaches a Hub)."""
 
 import json
 import shutil
 
-import pytest
-
-from .clitools import assert_one_line_error, cli_env, closed_port_url, run_cli
+from .clitools import assert_one_line_error, cli_env, closed_port_url, run_cli_in_process
 from .conftest import TINY_CELLS
 
 
 def test_verify_fixture_cells_prints_five_ok_lines_with_counts(tmp_path, fixtures_root):
-    proc = run_cli(
+    proc = run_cli_in_process(
         ["verify", "tiny/*/*/*", "--source", str(fixtures_root)],
         cli_env(tmp_path, closed_port_url()),
     )
@@ -31,7 +30,7 @@ def test_verify_reports_a_contradicting_config_and_exits_1(tmp_path, fixtures_ro
     cfg = json.loads(cfg_path.read_text())
     cfg["reload_overrides"]["HYPERNET_HIDDEN_DIMS"] = [32]
     cfg_path.write_text(json.dumps(cfg))
-    proc = run_cli(
+    proc = run_cli_in_process(
         ["verify", "--source", str(src), "--format", "json"],  # every cell of the directory
         cli_env(tmp_path, closed_port_url()),
     )
@@ -52,25 +51,28 @@ def test_verify_non_json_config_is_one_fail_line(tmp_path, fixtures_root):
     src = tmp_path / "runs"
     shutil.copytree(fixtures_root / "tiny/ippo-rnn/easy/seed0", src / "x/ippo-rnn/easy/seed0")
     (src / "x/ippo-rnn/easy/seed0/config.json").write_text("{ oops")
-    proc = run_cli(["verify", "x", "--source", str(src)], cli_env(tmp_path, closed_port_url()))
+    proc = run_cli_in_process(
+        ["verify", "x", "--source", str(src)], cli_env(tmp_path, closed_port_url())
+    )
     assert proc.returncode == 1
     [line] = proc.stdout.strip().splitlines()
     assert line.startswith("FAIL") and "not valid JSON" in line
 
 
-@pytest.mark.slow
 def test_verify_usage_errors_exit_2(tmp_path, fixtures_root):
     env = cli_env(tmp_path, closed_port_url())
-    proc = run_cli(["verify", "../etc", "--source", str(fixtures_root)], env)
+    proc = run_cli_in_process(["verify", "../etc", "--source", str(fixtures_root)], env)
     assert_one_line_error(proc)
     assert proc.returncode == 2
-    proc = run_cli(["verify", "tiny/ippo-rnn/easy/seed9", "--source", str(fixtures_root)], env)
+    proc = run_cli_in_process(
+        ["verify", "tiny/ippo-rnn/easy/seed9", "--source", str(fixtures_root)], env
+    )
     assert_one_line_error(proc, "seed9")
     assert proc.returncode == 2
-    proc = run_cli(["verify", "tiny", "--source", str(tmp_path / "nowhere")], env)
+    proc = run_cli_in_process(["verify", "tiny", "--source", str(tmp_path / "nowhere")], env)
     assert_one_line_error(proc, "does not exist")
     assert proc.returncode == 2  # a wrong --source is a usage error like a wrong selector
-    proc = run_cli(["verify"], env)  # the whole Hub release: never without asking
+    proc = run_cli_in_process(["verify"], env)  # the whole Hub release: never without asking
     assert_one_line_error(proc, "name the Hub cells")
     assert proc.returncode == 2
 

@@ -1,4 +1,6 @@
-"""Wheels of installed distributions, for installing a lock offline (tests/test_install.py).
+"""Wheels for the packaging tests: this package's own, built once per test run
+(:func:`build_once`), and those of installed distributions, for installing a lock offline
+(tests/test_install.py).
 
 pip installs only from wheels or sdists; an offline test has neither, but the test
 environment holds every locked distribution, installed from a wheel. :func:`repack` zips one
@@ -11,7 +13,12 @@ must find the lock complete and consistent with nothing but itself.
 from __future__ import annotations
 
 import base64
+import fcntl
 import hashlib
+import os
+import shutil
+import subprocess
+import sys
 import zipfile
 from email.parser import Parser
 from importlib.metadata import PackageNotFoundError, distribution
@@ -23,6 +30,38 @@ from packaging.utils import canonicalize_name
 # pip writes these when it installs; a wheel does not hold them
 INSTALLER_FILES = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"}
 SUPPORTED = {str(t) for t in sys_tags()}
+
+
+def build_once(repo: Path, where: Path) -> Path:
+    """The wheel of the sources at ``repo``, built in ``where`` by the first process of the
+    test run that asks (``pip wheel`` of a copy of the sources; offline: no build isolation,
+    no deps); the others wait for it under a lock and reuse it (tests/conftest.py:
+    ``built_wheel``). A failed build leaves nothing behind: the next caller tries again."""
+    where.mkdir(parents=True, exist_ok=True)
+    dist = where / "dist"
+    with open(where / "build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not dist.is_dir():
+            tmp = where / f"build-{os.getpid()}"
+            shutil.rmtree(tmp, ignore_errors=True)
+            src = tmp / "src"
+            src.mkdir(parents=True)
+            for name in ("pyproject.toml", "README.md", "LICENSE"):
+                shutil.copy2(repo / name, src / name)
+            ignore = shutil.ignore_patterns("__pycache__")
+            shutil.copytree(repo / "alem_eval", src / "alem_eval", ignore=ignore)
+            built = subprocess.run(
+                [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", "wheel"]
+                + ["--no-deps", "--no-build-isolation", str(src), "-w", str(tmp / "dist")],
+                capture_output=True,
+                text=True,
+                cwd=tmp,
+            )
+            assert built.returncode == 0, built.stderr
+            (tmp / "dist").rename(dist)
+            shutil.rmtree(tmp)
+        [wheel] = dist.glob("alem_eval-*.whl")
+    return wheel
 
 
 def lock_pins(path: Path) -> dict[str, str]:
