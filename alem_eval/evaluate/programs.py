@@ -388,7 +388,16 @@ class Program:
         if per_team.ndim == 2:  # [D, teams]: fast splits episodes, reference teams
             per_team = per_team.reshape(-1) if self.key.protocol == "reference" else per_team.sum(0)
         running, finished, live, slot = (np.sum(np.asarray(x)) for x in status[:4])
-        return Status(running, finished, live, slot, per_team)
+        bad: Any = np.asarray(status.illegal)
+        action: Any = np.asarray(status.illegal_action)
+        if bad.ndim == 3:  # [D, teams, groups]: as team_finished, then the first device's
+            if self.key.protocol == "reference":
+                bad, action = bad.reshape(-1, bad.shape[-1]), action.reshape(-1, bad.shape[-1])
+            else:
+                first = np.argmax(bad, axis=0)
+                action = np.take_along_axis(action, first[None], axis=0)[0]
+                bad = bad.any(axis=0)
+        return Status(running, finished, live, slot, per_team, bad, action)
 
     def merge(self, tree: Any) -> Any:
         """Per-device results -> one: ``[D, T, E/D, ...] -> [T, E]`` (``fast``) or
