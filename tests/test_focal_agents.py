@@ -86,6 +86,28 @@ def test_a_jax_agents_program_follows_its_code_and_takes_its_arrays_as_inputs():
     assert b.agent.table.tolist() == [1.0, 1.0, 1.0]  # (a copy: the agent keeps its own)
 
 
+class Counted:
+    """Reads its array's value while ``act`` is traced (``int(self.n)``)."""
+
+    name = "counted"
+
+    def __init__(self, n: int) -> None:
+        self.n = np.asarray(n, np.int32)
+
+    def init(self, batch):
+        return None
+
+    def act(self, carry, obs, mask, key):
+        return carry, jnp.full((obs.shape[0],), int(self.n), jnp.int32)
+
+
+def test_an_agent_that_reads_its_arrays_while_traced_keeps_them_as_constants():
+    a = focal.check_group(make_group(Counted(0)), 8, 4)
+    b = focal.check_group(make_group(Counted(1)), 8, 4)
+    assert a.arrays == () and b.arrays == ()  # constants of the program ...
+    assert a.key != b.key  # ... so each value has its own
+
+
 def test_a_python_api_focal_with_other_state_plays_again_and_fresh_replays(monkeypatch, tmp_path):
     """``alem_eval.scenario``'s path with the play core stubbed: an agent object's state
     keys its teams; a read-back is said in one line; ``fresh=True`` plays every team."""

@@ -251,15 +251,18 @@ def _numeric_array(x: Any) -> bool:
     return isinstance(x, (np.ndarray, jax.Array)) and np.dtype(x.dtype).kind in "biufc"
 
 
-def code_digest(agent: Any, extra: bytes = b"") -> str:
+def code_digest(agent: Any, extra: bytes = b"", *, values: bool = False) -> str:
     """16 hex digits over what a JAX agent's compiled program depends on besides its
     arrays' values: the class's source, ``extra`` and its state with every array of
     :func:`split_arrays` by shape and dtype only (a declared ``identity`` / ``version``
-    does not stand in for it here). Another instance with other weights has the same."""
+    does not stand in for it here). Another instance with other weights has the same.
+    ``values``: the arrays' bytes too (an agent whose arrays are constants)."""
     import jax
 
-    arrays, rebuild = split_arrays(agent)
-    skeleton = rebuild([jax.ShapeDtypeStruct(a.shape, a.dtype) for a in arrays])
+    skeleton = agent
+    if not values:
+        arrays, rebuild = split_arrays(agent)
+        skeleton = rebuild([jax.ShapeDtypeStruct(a.shape, a.dtype) for a in arrays])
     h = hashlib.sha256()
     for part in (source_digest(agent), state_digest(skeleton), extra):
         h.update(hashlib.sha256(part).digest())

@@ -301,7 +301,10 @@ def check_group(
                 _check_batch(group, obs_dim, num_actions, k)
         except _NeedsConstants:  # act reads its arrays' values: they stay constants
             group = dataclasses.replace(
-                group, arrays=(), rebuild=None, code=code_digest(group.agent, group._extra)
+                group,
+                arrays=(),
+                rebuild=None,
+                code=code_digest(group.agent, group._extra, values=True),
             )
             for k in sorted(set(batches)):
                 _check_batch(group, obs_dim, num_actions, k)
