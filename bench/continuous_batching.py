@@ -108,7 +108,7 @@ def part_steps(seen: dict):
         return out.state, out.obs
 
     def policy_step(params, carry, obs):
-        carry, a = team_actions(
+        carry, a, _ = team_actions(
             m.policies,
             m.classes,
             params,

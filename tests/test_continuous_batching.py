@@ -264,6 +264,8 @@ def _two_team_loop(alive: list[bool], next_episode: list[int], *, steps: int = 5
         jnp.array(next_episode, jnp.int32),
         jnp.zeros(len(next_episode), jnp.int32),
         zero,
+        jnp.zeros((len(next_episode), len(m.policies)), bool),
+        jnp.zeros((len(next_episode), len(m.policies)), jnp.int32),
     )
     return m, Loop(slots, done, sched), world
 

@@ -69,6 +69,45 @@ def test_an_agents_identity_follows_its_state_unless_it_declares_one():
     assert ident(Eps(0.0)).startswith("eps@")
 
 
+def test_a_jax_agents_program_follows_its_code_and_takes_its_arrays_as_inputs():
+    """The program key: another instance with other array values shares it (they are
+    inputs); other non-array state or array shapes do not, even under one declared
+    version (which stands for the agent in the results store only)."""
+    a = make_group(Eps(0.0))
+    b = make_group(Eps(0.0, table=np.ones(3, np.float32)))
+    assert a.key == b.key and a.identity != b.identity  # one program, two agents
+    assert make_group(Eps(0.5)).key != a.key  # a float attribute is code, not an input
+    assert make_group(Eps(0.0, table=np.ones(4, np.float32))).key != a.key  # other shape
+    c, d = make_group(Declared(0.0)), make_group(Declared(0.0, policy=lambda x: x * 2))
+    assert c.identity == d.identity and c.key != d.key  # a version stands for the results only
+    assert [x.tolist() for x in b.arrays] == [[1.0, 1.0, 1.0]]
+    rebuilt = b.bound(b.prepare((None, [np.full(3, 7.0, np.float32)])))
+    assert rebuilt.table.tolist() == [7.0, 7.0, 7.0] and rebuilt.eps == 0.0
+    assert b.agent.table.tolist() == [1.0, 1.0, 1.0]  # (a copy: the agent keeps its own)
+
+
+class Counted:
+    """Reads its array's value while ``act`` is traced (``int(self.n)``)."""
+
+    name = "counted"
+
+    def __init__(self, n: int) -> None:
+        self.n = np.asarray(n, np.int32)
+
+    def init(self, batch):
+        return None
+
+    def act(self, carry, obs, mask, key):
+        return carry, jnp.full((obs.shape[0],), int(self.n), jnp.int32)
+
+
+def test_an_agent_that_reads_its_arrays_while_traced_keeps_them_as_constants():
+    a = focal.check_group(make_group(Counted(0)), 8, 4)
+    b = focal.check_group(make_group(Counted(1)), 8, 4)
+    assert a.arrays == () and b.arrays == ()  # constants of the program ...
+    assert a.key != b.key  # ... so each value has its own
+
+
 def test_a_python_api_focal_with_other_state_plays_again_and_fresh_replays(monkeypatch, tmp_path):
     """``alem_eval.scenario``'s path with the play core stubbed: an agent object's state
     keys its teams; a read-back is said in one line; ``fresh=True`` plays every team."""

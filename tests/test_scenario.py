@@ -3,8 +3,13 @@ faults, the scenario compositions and `alem-eval scenario` end to end."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import os
+import subprocess
+import sys
+import textwrap
 from collections import Counter
 from pathlib import Path
 
@@ -159,13 +164,9 @@ class Wrapped:
         return carry, actions[0]
 
 
-@pytest.fixture(scope="module")
-def play(tmp_path_factory):
-    """``run(host_agent) -> (result, teams seen by on_team)`` on the one program: teams
-    the background's self-play, the wrapped policy's self-play, the JAX script as a
-    visitor in slot 0, and the host agent there."""
+@functools.cache
+def _background():
     import alem_eval
-    from alem_eval.evaluate.reference_agents import Scripted
     from alem_eval.hub.demo_cells import demo_root
     from alem_eval.model.loader import load_cell
 
@@ -177,28 +178,38 @@ def play(tmp_path_factory):
         policy_only=True,
         where=BACKGROUND,
     )
-    wrapped = Wrapped(alem_eval.load_policy(BACKGROUND, source="demo"))
-    script = Scripted()
+    return lc, alem_eval.load_policy(BACKGROUND, source="demo")
 
-    def run(host_agent):
-        from alem_eval.evaluate.agent_runs import run_agent_teams
 
-        seen: list[int] = []
-        result = run_agent_teams(
-            [lc.cfg] * 4,
-            [lc.weights, None, None, None],
-            [(0, 0, 0), (1, 1, 1), (2, 0, 0), (3, 0, 0)],
-            {1: wrapped, 2: script, 3: host_agent},
-            protocol="fast",
-            eval_difficulty="easy",
-            num_episodes=FAST_EPISODES,
-            max_steps=40,
-            batch=16,
-            on_team=lambda i, _records: seen.append(i),
-        )
-        return result, seen
+def play_teams(agent, wrapped=None, background=None):
+    """The one program's run (also from a new process): teams the background's
+    self-play, a wrapped policy's self-play (``wrapped``, default the background's own
+    ``load_policy``), the JAX script as a visitor in slot 0, and ``agent`` there ->
+    (result, teams seen by on_team)."""
+    from alem_eval.evaluate.agent_runs import run_agent_teams
+    from alem_eval.evaluate.reference_agents import Scripted
 
-    return run
+    lc, policy = _background()
+    seen: list[int] = []
+    result = run_agent_teams(
+        [lc.cfg] * 4,
+        [lc.weights if background is None else background, None, None, None],
+        [(0, 0, 0), (1, 1, 1), (2, 0, 0), (3, 0, 0)],
+        {1: wrapped or Wrapped(policy), 2: Scripted(), 3: agent},
+        protocol="fast",
+        eval_difficulty="easy",
+        num_episodes=FAST_EPISODES,
+        max_steps=40,
+        batch=16,
+        on_team=lambda i, _records: seen.append(i),
+    )
+    return result, seen
+
+
+@pytest.fixture(scope="module")
+def play():
+    """``run(agent, wrapped=None, background=None)``: :func:`play_teams`."""
+    return play_teams
 
 
 @pytest.fixture(scope="module")
@@ -290,6 +301,120 @@ def test_a_jax_agent_choosing_an_illegal_action_fails_before_the_rollout(play, b
     with pytest.raises(EvaluationError) as err:
         play(load_focal(spec))
     assert str(err.value) == f"focal {spec}: act chose action 10000, which is not legal"
+
+
+def _rollout_work() -> tuple[int, int]:
+    """(rollout traces, rollout compiles) of this process so far."""
+    from alem_eval.evaluate.machine import TRACE_COUNTS
+    from alem_eval.evaluate.programs import COMPILE_STATS
+
+    return TRACE_COUNTS["rollout"], sum(s.program.startswith("rollout") for s in COMPILE_STATS)
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("scenario-play")
+def test_another_instance_of_a_jax_agent_with_other_weights_reuses_its_program(play, played):
+    """A JAX agent's arrays are inputs of its program: a new instance with other weights
+    compiles nothing and plays its own weights (the wrapped policy of noisy weights plays
+    the self-play of a background checkpoint with those weights)."""
+    import jax
+
+    from alem_eval.evaluate.reference_agents import ScriptedHost
+    from alem_eval.evaluate.rollout import policy_variables
+    from alem_eval.model.networks import build_network
+
+    lc, policy = _background()
+    rng = np.random.default_rng(0)
+    noisy = jax.tree_util.tree_map(
+        lambda x: (
+            x + rng.normal(0, 0.05, np.shape(x)).astype(x.dtype)
+            if np.issubdtype(np.asarray(x).dtype, np.floating)
+            else x
+        ),
+        lc.weights,
+    )
+    variables = policy_variables(build_network(lc.cfg), noisy, "noisy")
+    params = jax.jit(policy._static.greedy.prepare)(variables)
+    other = Wrapped(dataclasses.replace(policy, params=params))
+    before = _rollout_work()
+    result, _ = play(ScriptedHost(), wrapped=other, background=noisy)
+    assert _rollout_work() == before  # the program of `played`, not traced nor compiled
+    background, wrapped = result.records[0], result.records[1]
+    assert len(wrapped) == FAST_EPISODES and wrapped == background
+    assert background != played[0].records[0]  # (other weights, other records)
+
+
+class Countdown:
+    """A JAX agent that plays the first legal action until each episode's step count
+    reaches ``limit`` (an array: an input of its program), then action 10000."""
+
+    name = "countdown"
+
+    def __init__(self, limit: int) -> None:
+        self.limit = np.asarray(limit, np.int32)
+
+    def init(self, batch):
+        import jax.numpy as jnp
+
+        return jnp.zeros((batch,), jnp.int32)
+
+    def act(self, carry, obs, mask, key):
+        import jax.numpy as jnp
+
+        first = jnp.argmax(mask, axis=-1).astype(jnp.int32)
+        return carry + 1, jnp.where(carry >= self.limit, 10_000, first).astype(jnp.int32)
+
+
+_FOCAL_RERUN = textwrap.dedent("""
+    import json, sys
+    sys.path.insert(0, {repo!r})
+    from alem_eval.core.runtime import enable_compilation_cache
+    enable_compilation_cache()  # the session's cache ($ALEM_EVAL_JAX_CACHE)
+    from alem_eval.evaluate.machine import TRACE_COUNTS
+    from tests.test_scenario import Countdown, play_teams
+    result, _ = play_teams(Countdown({limit}))
+    print("RESULT" + json.dumps({{"records": result.records, "counts": dict(TRACE_COUNTS)}}))
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("scenario-play")
+def test_a_new_process_reuses_a_jax_focals_exported_program_and_plays_identically(play):
+    """A program with JAX agents only has no host callback: it is exported for the warm
+    start (and kept in the persistent compilation cache), keyed by the agents' code."""
+    here, _ = play(Countdown(1_000_000))  # traced or loaded here: it is exported
+    proc = subprocess.run(
+        [sys.executable, "-c", _FOCAL_RERUN.format(repo=str(REPO), limit=1_000_000)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
+    other = json.loads(line[len("RESULT") :])
+    assert other["counts"].get("rollout", 0) == 0, other["counts"]  # no Python trace
+    assert other["counts"].get("rollout:loaded", 0) == 1
+    assert other["records"] == here.records
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("scenario-play")
+def test_a_jax_agents_illegal_action_in_the_rollout_is_one_line_naming_it(play):
+    """Legal on its probe step, illegal from its sixth step: the rollout reports it (an
+    output, no host callback) and the run raises after that call."""
+    from alem_eval.evaluate.agents import make_group
+
+    group = dataclasses.replace(make_group(Countdown(5)), label="my_agents.py:countdown")
+    with pytest.raises(EvaluationError) as err:
+        play(group)
+    assert str(err.value) == (
+        "focal my_agents.py:countdown: act chose action 10000, which is not legal"
+    )
+    from alem_eval.evaluate.programs import _PROGRAMS
+
+    (prog,) = [p for k, p in _PROGRAMS.items() if group.key in k.network_keys]
+    assert prog.advance.identity is not None  # no host callback in it: it is exported
 
 
 @pytest.mark.slow

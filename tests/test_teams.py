@@ -120,9 +120,10 @@ def test_each_slot_acts_as_its_own_policy_would_alone():
     carries = jax.tree_util.tree_map(
         lambda x: x + 0.1 * jnp.arange(x.size).reshape(x.shape) / x.size, carries
     )
-    new, actions = team_actions(
+    new, actions, illegal = team_actions(
         policies, classes, params, use_mask, carries, raw, dones, mask, episodes=1, num_actions=a
     )
+    assert illegal is None  # (no focal agent)
     for c, cls in enumerate(classes):
         for r, role in enumerate(cls.roles):
             m = member_of[c][r]

@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -167,7 +167,8 @@ def _attributes(x: Any) -> dict[str, Any] | None:
     found = False
     d = getattr(x, "__dict__", None)
     if isinstance(d, dict):
-        out.update(d)
+        # (a flax module's ``_id`` counts the modules made before it in the process)
+        out.update((k, v) for k, v in d.items() if type(v).__name__ != "FlaxId")
         found = True
     for cls in type(x).__mro__:
         for name in getattr(cls, "__slots__", ()) or ():
@@ -197,3 +198,72 @@ def _as_array(x: Any) -> np.ndarray | None:
     except Exception:
         return None
     return None
+
+
+# ----------------------------------------------------------------------------------------
+# The arrays of an agent: program inputs, not constants
+# ----------------------------------------------------------------------------------------
+def split_arrays(agent: Any) -> tuple[tuple[np.ndarray, ...], Callable[[Sequence[Any]], Any]]:
+    """The numeric array leaves of ``agent``'s attributes (each attribute flattened as a
+    JAX pytree: a parameter dict, a ``Policy`` of :func:`alem_eval.load_policy`, an array),
+    and ``rebuild(leaves)``: a shallow copy of ``agent`` with ``leaves`` in their places
+    (traced arrays, inside a compiled program). An agent whose attributes cannot be read
+    or copied has none (its arrays stay constants of its program)."""
+    import copy
+
+    import jax
+
+    attrs = _attributes(agent)
+    places: list[tuple[str, Any, list[Any], list[int]]] = []
+    arrays: list[np.ndarray] = []
+    for name, value in sorted((attrs or {}).items()):
+        try:
+            leaves, treedef = jax.tree_util.tree_flatten(value)
+        except Exception:
+            continue
+        at = [i for i, x in enumerate(leaves) if _numeric_array(x)]
+        if at:
+            places.append((name, treedef, leaves, at))
+            arrays += [np.asarray(leaves[i]) for i in at]
+
+    def rebuild(new: Sequence[Any]) -> Any:
+        out = copy.copy(agent)
+        it = iter(new)
+        for name, treedef, leaves, at in places:
+            filled = list(leaves)
+            for i in at:
+                filled[i] = next(it)
+            object.__setattr__(out, name, jax.tree_util.tree_unflatten(treedef, filled))
+        return out
+
+    if not places:
+        return (), lambda new: agent
+    try:  # (a copy, and the tree rebuilt with placeholders, must work before it is relied on)
+        rebuild([jax.ShapeDtypeStruct(a.shape, a.dtype) for a in arrays])
+    except Exception:
+        return (), lambda new: agent
+    return tuple(arrays), rebuild
+
+
+def _numeric_array(x: Any) -> bool:
+    import jax
+
+    return isinstance(x, (np.ndarray, jax.Array)) and np.dtype(x.dtype).kind in "biufc"
+
+
+def code_digest(agent: Any, extra: bytes = b"", *, values: bool = False) -> str:
+    """16 hex digits over what a JAX agent's compiled program depends on besides its
+    arrays' values: the class's source, ``extra`` and its state with every array of
+    :func:`split_arrays` by shape and dtype only (a declared ``identity`` / ``version``
+    does not stand in for it here). Another instance with other weights has the same.
+    ``values``: the arrays' bytes too (an agent whose arrays are constants)."""
+    import jax
+
+    skeleton = agent
+    if not values:
+        arrays, rebuild = split_arrays(agent)
+        skeleton = rebuild([jax.ShapeDtypeStruct(a.shape, a.dtype) for a in arrays])
+    h = hashlib.sha256()
+    for part in (source_digest(agent), state_digest(skeleton), extra):
+        h.update(hashlib.sha256(part).digest())
+    return h.hexdigest()[:16]

@@ -21,6 +21,7 @@ from alem_eval.evaluate.agents import (
     _legal,
     agent_traces,
     check_group,
+    illegal_message,
     make_group,
     probe_host,
     raise_failure,
@@ -51,11 +52,12 @@ def probe_group(group: AgentGroup, world: Any, difficulty: str, batch: int) -> N
     carry = group.init_carry(batch)
     with agent_traces(group):
         step = jax.jit(group.jax_step)
-        _, actions = step(carry, obs, mask, jax.random.fold_in(key, FOCAL_SALT))
+        _, actions = step(group.variables(), carry, obs, mask, jax.random.fold_in(key, FOCAL_SALT))
     legal = np.asarray(_legal(actions, mask, jnp))
     if not legal.all():
-        bad = int(np.asarray(actions)[np.argmin(legal)])
-        raise EvaluationError(f"focal {group.label}: act chose action {bad}, which is not legal")
+        raise EvaluationError(
+            illegal_message(group.label, int(np.asarray(actions)[np.argmin(legal)]))
+        )
 
 
 # ----------------------------------------------------------------------------------------

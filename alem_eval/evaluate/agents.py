@@ -32,10 +32,13 @@ a time per process (another is refused); a callback with no agent bound raises.
 Faults never leave a half-run behind silently: a wrong output shape or dtype, an
 exception in a JAX ``act`` and a traced value escaping it are :class:`EvaluationError` s
 at trace time; a host agent's first step runs once before the rollout compiles
-(:func:`probe_host`); an illegal action (JAX or host), an exception in a host ``act``
-and a host result of the wrong length are recorded as the step runs, and
+(:func:`probe_host`); an illegal action of a JAX agent is an output of the rollout
+(the first one per team, :func:`illegal_actions`: no host callback, so a program with
+JAX agents only is exported and cached like the baselines'), raised after the call of
+the rollout in which it came (``group.run_group``); an illegal action, an exception in
+a host ``act`` and a host result of the wrong length are recorded as the step runs, and
 :func:`~alem_eval.evaluate.agent_runs.run_agent_teams` raises them after that call of
-the rollout, before any later team's records reach its caller. Every message starts
+the rollout. Either way no later team's records reach the caller. Every message starts
 with ``focal <label>:``.
 """
 
@@ -52,7 +55,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from alem_eval.core.errors import EvaluationError, UsageError, brief
-from alem_eval.evaluate.agent_identity import agent_digest
+from alem_eval.evaluate.agent_identity import agent_digest, code_digest, split_arrays
 
 FOCAL_SALT = 0xF0CA1  # fold_in(step_key, FOCAL_SALT): a focal's key, the step key untouched
 
@@ -118,7 +121,15 @@ class AgentGroup:
     ``label``: how errors name it (the CLI spec); ``identity``: ``name@digest`` (its
     class's source file, its state or declared ``identity`` / ``version``, the factory's
     arguments: :mod:`~alem_eval.evaluate.agent_identity`), what stored results are keyed
-    by. ``host_slot``: which of a run's host agents it is (each has its own callback)."""
+    by. ``host_slot``: which of a run's host agents it is (each has its own callback).
+
+    A JAX agent's ``arrays`` (the array leaves of its attributes:
+    :func:`~alem_eval.evaluate.agent_identity.split_arrays`) are inputs of its program,
+    like a checkpoint's weights; ``code`` (:func:`~alem_eval.evaluate.agent_identity.
+    code_digest`: its source, the factory's arguments, the rest of its state) keys the
+    program, so another instance with other weights, or a new process, reuses it. An
+    agent whose ``act`` needs its arrays' values while it is traced keeps them as
+    constants (``arrays`` empty; ``code`` then covers their bytes too)."""
 
     agent: Any
     label: str
@@ -128,7 +139,10 @@ class AgentGroup:
     wants_state: bool = False
     num_actions: int = 0  # set by run_agent_teams from the env
     host_slot: int = 0  # set by run_agent_teams: the run's n-th host agent
-    _id: int = field(default=0, repr=False)
+    code: str = ""
+    arrays: tuple = field(default=(), repr=False)
+    rebuild: Callable[[Sequence[Any]], Any] | None = field(default=None, repr=False)
+    _extra: bytes = field(default=b"", repr=False)
 
     @property
     def name(self) -> str:
@@ -143,14 +157,24 @@ class AgentGroup:
     def key(self) -> str:
         """The group key of the compiled program. Host agents share one program per
         shape and place among the run's host agents (their callbacks look up the agents
-        bound now); a JAX agent's code is traced into its program, so the key names that
-        very object."""
+        bound now); a JAX agent's program is keyed by its ``code`` (its arrays are
+        inputs)."""
         if self.host:
             return f"host-agent{self.host_slot}:state={self.wants_state}:info={self.wants_info}"
-        return f"agent:{self.identity}:{self._id}"
+        return f"agent:{self.name}@{self.code}"
+
+    def variables(self) -> Any:
+        """The member's program input (``run_teams``): a placeholder and its arrays."""
+        return (np.zeros((1,), np.float32), self.arrays)
 
     def prepare(self, variables: Any) -> Any:
-        return variables  # (a placeholder: the agent holds its own parameters)
+        return variables
+
+    def bound(self, variables: Any) -> Any:
+        """The agent with the (traced) arrays of ``variables`` in place of its own."""
+        if self.rebuild is None or not self.arrays:
+            return self.agent
+        return self.rebuild(list(variables[1]))
 
     def init_carry(self, k: int) -> Any:
         """Zero carry of the ``k`` slots of one episode (the engine resets carries to
@@ -161,24 +185,45 @@ class AgentGroup:
             return started
         return (jax.tree_util.tree_map(jnp.asarray, self.agent.init(k)), started)
 
-    def jax_step(self, carry: Any, obs: jax.Array, mask: jax.Array, key: jax.Array):
-        """One episode's step of a JAX agent (traced, vmapped over the episodes)."""
+    def jax_step(self, variables: Any, carry: Any, obs: jax.Array, mask: jax.Array, key):
+        """One episode's step of a JAX agent (traced, vmapped over the episodes) with the
+        arrays of ``variables`` (:meth:`variables`, as the program gets them)."""
+        agent = self.bound(variables)
         agent_carry, started = carry
         k = obs.shape[0]
-        fresh = jax.tree_util.tree_map(jnp.asarray, self.agent.init(k))
+        fresh = jax.tree_util.tree_map(jnp.asarray, agent.init(k))
         agent_carry = jax.tree_util.tree_map(
             lambda a, b: jnp.where(started > 0, a, b), agent_carry, fresh
         )
         try:
-            new, actions = self.agent.act(agent_carry, obs, mask, key)
+            new, actions = agent.act(agent_carry, obs, mask, key)
         except jax.errors.UnexpectedTracerError:
             raise EvaluationError(leak_message(self.label)) from None
+        except _CONCRETE as exc:
+            if self.arrays:  # act reads its arrays' values: they must stay constants
+                raise _NeedsConstants() from exc
+            raise EvaluationError(
+                f"focal {self.label}: act raised {type(exc).__name__}: {brief(exc)}"
+            ) from None
         except Exception as exc:
             raise EvaluationError(
                 f"focal {self.label}: act raised {type(exc).__name__}: {brief(exc)}"
             ) from None
         _check_actions(self.label, actions, k)
         return (jax.tree_util.tree_map(jnp.asarray, new), jnp.ones((), jnp.int32)), actions
+
+
+# What a traced array raises where its value is needed (``int(x)``, ``np.asarray(x)``, ``if x``).
+_CONCRETE = (
+    jax.errors.ConcretizationTypeError,
+    jax.errors.TracerArrayConversionError,
+    jax.errors.TracerIntegerConversionError,
+    jax.errors.TracerBoolConversionError,
+)
+
+
+class _NeedsConstants(Exception):
+    """A JAX agent's ``act`` needs the values of its arrays at trace time."""
 
 
 def leak_message(label: str) -> str:
@@ -223,6 +268,7 @@ def make_group(agent: Any, label: str | None = None, extra: bytes = b"") -> Agen
         if not callable(getattr(agent, method, None)):
             raise UsageError(f"focal {label}: the agent has no {method}() method")
     host = bool(getattr(agent, "host", False))
+    arrays, rebuild = ((), None) if host else split_arrays(agent)
     return AgentGroup(
         agent=agent,
         label=label,
@@ -230,7 +276,10 @@ def make_group(agent: Any, label: str | None = None, extra: bytes = b"") -> Agen
         host=host,
         wants_info=bool(getattr(agent, "wants_info", False) or getattr(agent, "wants_state", 0)),
         wants_state=bool(getattr(agent, "wants_state", False)),
-        _id=id(agent),
+        code="" if host else code_digest(agent, extra),
+        arrays=arrays,
+        rebuild=rebuild,
+        _extra=extra,
     )
 
 
@@ -247,8 +296,18 @@ def check_group(
     if group.host:
         return group
     with agent_traces(group):
-        for k in sorted(set(batches)):
-            _check_batch(group, obs_dim, num_actions, k)
+        try:
+            for k in sorted(set(batches)):
+                _check_batch(group, obs_dim, num_actions, k)
+        except _NeedsConstants:  # act reads its arrays' values: they stay constants
+            group = dataclasses.replace(
+                group,
+                arrays=(),
+                rebuild=None,
+                code=code_digest(group.agent, group._extra, values=True),
+            )
+            for k in sorted(set(batches)):
+                _check_batch(group, obs_dim, num_actions, k)
     return group
 
 
@@ -262,7 +321,7 @@ def _check_batch(group: AgentGroup, obs_dim: int, num_actions: int, k: int) -> N
         raise EvaluationError(
             f"focal {group.label}: init raised {type(exc).__name__}: {brief(exc)}"
         ) from None
-    out_carry, _ = jax.eval_shape(group.jax_step, carry, obs, mask, key)
+    out_carry, _ = jax.eval_shape(group.jax_step, group.variables(), carry, obs, mask, key)
     a = jax.tree_util.tree_structure(carry), [(x.shape, x.dtype) for x in jax.tree.leaves(carry)]
     b = (
         jax.tree_util.tree_structure(out_carry),
@@ -297,11 +356,15 @@ class HostRole(NamedTuple):
         return int(np.prod(self.obs.shape[:3]))
 
 
-def role_actions(group, carry, obs, mask, step_keys, states, block: Callable, role, cls: int):
+def role_actions(
+    group, params, carry, obs, mask, step_keys, states, block: Callable, role, cls: int
+):
     """One step of a focal role of class ``cls``: ``obs [size, E, P, D]``, ``mask [size,
-    E, P, A]``, ``carry`` per (team, episode) -> ``(carry, actions [size, E, P])`` with the
-    role's slots filled (a JAX agent), or ``(HostRole, None)`` (a host agent: see
-    :func:`host_actions`)."""
+    E, P, A]``, ``params`` per team (:meth:`AgentGroup.variables`), ``carry`` per (team,
+    episode) -> ``(carry, actions [size, E, P], illegal)``
+    with the role's slots filled and ``illegal``: (``[size]`` bool, ``[size]`` int32),
+    whether each team's slots got an illegal action this step and the first one (a JAX
+    agent), or ``(HostRole, None, None)`` (a host agent: see :func:`host_actions`)."""
     if step_keys is None:
         raise EvaluationError(f"focal {group.label}: this rollout gives agents no keys")
     slots = np.asarray(role.slots)
@@ -310,11 +373,12 @@ def role_actions(group, carry, obs, mask, step_keys, states, block: Callable, ro
     if group.host:
         state = None if not group.wants_state else jax.tree_util.tree_map(block, states)
         ones = jnp.ones(o.shape[:2], jnp.int32)
-        return HostRole(group, cls, role, o, m, carry == 0, keys, state, ones, obs.shape[2]), None
-    cr, a = jax.vmap(jax.vmap(group.jax_step))(carry, o, m, keys)  # a: [size, E, k]
-    _report_illegal(group, a, m)
+        hr = HostRole(group, cls, role, o, m, carry == 0, keys, state, ones, obs.shape[2])
+        return hr, None, None
+    step = jax.vmap(group.jax_step, in_axes=(None, 0, 0, 0, 0))  # over the episodes
+    cr, a = jax.vmap(step)(params, carry, o, m, keys)  # over the teams; a: [size, E, k]
     full = jnp.zeros(obs.shape[:3], jnp.int32).at[:, :, slots].set(a)
-    return cr, full
+    return cr, full, illegal_actions(a, m)
 
 
 def _legal(actions: Any, mask: Any, xp: Any) -> Any:
@@ -324,19 +388,22 @@ def _legal(actions: Any, mask: Any, xp: Any) -> Any:
     return inside & picked
 
 
-def _report_illegal(group: AgentGroup, actions: jax.Array, mask: jax.Array) -> None:
-    """Record the first illegal action of a JAX agent (a host call only when one occurs)."""
-    legal = _legal(actions, mask, jnp)
-    first = jnp.argmin(legal.reshape(-1))
-    action = actions.reshape(-1)[first]
+def illegal_actions(actions: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``actions [size, ...]`` against ``mask [size, ..., A]`` -> per team (axis 0): any
+    illegal action (bool), and the first one (int32; 0 when none). The rollout carries
+    them out (``machine.Schedule.illegal``): no host callback in the program, so it can be
+    exported and kept in the persistent compilation cache."""
+    size = actions.shape[0]
+    legal = _legal(actions, mask, jnp).reshape(size, -1)
+    first = jnp.argmin(legal, axis=1)
+    action = jnp.take_along_axis(actions.reshape(size, -1), first[:, None], axis=1)[:, 0]
+    bad = ~jnp.all(legal, axis=1)
+    return bad, jnp.where(bad, action, 0).astype(jnp.int32)
 
-    def report(a):
-        # (JAX hands callbacks device arrays: a value still in transfer is not waited for,
-        # so a callback never blocks on the devices running its own program)
-        what = f"action {int(a)}" if getattr(a, "is_ready", lambda: True)() else "an action"
-        _fail(group.key, f"focal {group.label}: act chose {what}, which is not legal")
 
-    jax.lax.cond(jnp.all(legal), lambda a: None, lambda a: jax.debug.callback(report, a), action)
+def illegal_message(label: str, action: int) -> str:
+    """The one line for an agent that chose an illegal action."""
+    return f"focal {label}: act chose action {action}, which is not legal"
 
 
 def host_actions(roles: Sequence[HostRole]) -> list[jax.Array]:
@@ -471,8 +538,7 @@ class _Binding:
             )
         legal = _legal(actions, mask, np)
         if not legal.all():
-            bad = int(actions[np.argmin(legal)])
-            raise EvaluationError(f"focal {g.label}: act chose action {bad}, which is not legal")
+            raise EvaluationError(illegal_message(g.label, int(actions[np.argmin(legal)])))
         return actions.astype(np.int32)
 
 

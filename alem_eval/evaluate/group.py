@@ -19,6 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from alem_eval.core.errors import EvaluationError
+from alem_eval.evaluate.agents import illegal_message
 from alem_eval.evaluate.machine import EpisodeResult, Loop, Status, StepLog
 from alem_eval.evaluate.programs import Program, ProgramKey, program, world_programs
 from alem_eval.evaluate.records import RecordSink, RecordTo, team_records
@@ -197,6 +199,7 @@ def run_group(
         scoring["s"] += time.perf_counter() - t0
 
     def status(st: Status, done: EpisodeResult) -> None:
+        _raise_illegal(st, batch_teams[:t], keys, agents)
         finished = np.minimum(st.team_finished[wanted], num_episodes)  # padding's uncounted
         on_status(st._replace(finished=finished.sum()))
         rows = [j for j in wanted if j not in made and st.team_finished[j] >= queue]
@@ -223,6 +226,20 @@ def run_group(
     live_steps = int(lengths.sum())  # every team's, the padding's too: the work the batch ran
     error = None if sink is None else sink.error
     return out_records, out_starts, slot_steps, live_steps, error
+
+
+def _raise_illegal(st: Status, batch_teams, keys: Sequence[str], agents: Mapping[int, Any]):
+    """The first illegal action of a focal JAX agent the call's :class:`Status` reports
+    (per batch row and network group) -> one :class:`EvaluationError` naming the agent
+    that drove it, before any record of this call reaches the caller."""
+    if st.illegal is None or not np.any(st.illegal):
+        return
+    for j, team in enumerate(batch_teams):
+        for g in np.flatnonzero(st.illegal[j]):
+            label = next(
+                agents[m].label for m in team if m in agents and agents[m].key == keys[int(g)]
+            )
+            raise EvaluationError(illegal_message(label, int(st.illegal_action[j, g])))
 
 
 def _drive(

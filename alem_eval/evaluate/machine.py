@@ -68,6 +68,10 @@ class Schedule(NamedTuple):
     next_episode: jax.Array  # [teams] int32: episodes started per team (== E at the end)
     finished: jax.Array  # [teams] int32: episodes written to the output buffer, per team
     live_steps: jax.Array  # [] int32: env steps that belonged to an episode
+    # Focal JAX agents' illegal actions (evaluate.agents), per team and network group: the
+    # first one seen, an output of the rollout (no host callback in the program).
+    illegal: jax.Array  # [teams, groups] bool: the group chose an illegal action there
+    illegal_action: jax.Array  # [teams, groups] int32: the first such action
 
 
 def _select(pred: jax.Array, new: Any, old: Any) -> Any:
@@ -94,6 +98,8 @@ class Status(NamedTuple):
     live_steps: jax.Array  # [] int32: env steps that belonged to an episode so far
     slot_steps: jax.Array  # [] int32: steps run so far x slots (live or idle)
     team_finished: jax.Array  # [teams] int32: ``finished`` per team (its queue is done at E)
+    illegal: Any = None  # [teams, groups] bool: Schedule.illegal (focal agents)
+    illegal_action: Any = None  # [teams, groups] int32: Schedule.illegal_action
 
 
 class StepLog(NamedTuple):
@@ -230,7 +236,8 @@ class Machine:
         )
         zero = jnp.zeros((), jnp.int32)
         teams = jnp.zeros((self.num_teams,), jnp.int32)
-        sched = Schedule(zero, teams, teams, zero)
+        none = jnp.zeros((self.num_teams, len(self.policies)), jnp.int32)
+        sched = Schedule(zero, teams, teams, zero, none.astype(bool), none)
         world = (world_obs, world_states, episode_keys)
         return self._refill(Loop(idle, done, sched), world, ports=n)
 
@@ -277,6 +284,8 @@ class Machine:
             s.live_steps,
             s.steps * self.num_slots,
             s.finished,
+            s.illegal,
+            s.illegal_action,
         )
         return loop, status, log
 
@@ -319,7 +328,7 @@ class Machine:
             if self.mask_env is None
             else jax.vmap(self.mask_env.action_mask, (0, None))(c.state, dyn)
         )
-        pcarry, actions = team_actions(
+        pcarry, actions, illegal = team_actions(
             self.policies,
             self.classes,
             params,
@@ -349,6 +358,12 @@ class Machine:
             + jnp.sum(ended.reshape(self.num_teams, self.slots), axis=1, dtype=jnp.int32),
             live_steps=sched.live_steps + jnp.sum(live, dtype=jnp.int32),
         )
+        if illegal is not None:  # (focal JAX agents: keep each team and group's first)
+            bad, action = illegal
+            sched = sched._replace(
+                illegal=sched.illegal | bad,
+                illegal_action=jnp.where(sched.illegal, sched.illegal_action, action),
+            )
         new = c._replace(
             t=t,
             alive=live & ~ended,

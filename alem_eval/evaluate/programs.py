@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from alem_eval.core.errors import AlemEvalError, brief
 from alem_eval.core.fsutil import write_bytes_atomic
 from alem_eval.evaluate.machine import TRACE_COUNTS, Machine, Status
 from alem_eval.evaluate.teams import TeamClass, is_agent
@@ -159,7 +160,13 @@ class _Compiled:
                 compiled = None
         if compiled is None:
             TRACE_COUNTS[f"{kind}:traced"] += 1
-            loaded = self._export(args, path)
+            try:
+                loaded = self._export(args, path)
+            except AlemEvalError:  # (an agent's fault, found as its code is traced)
+                raise
+            except Exception as exc:  # code jax.export cannot serialise: no warm start
+                warnings.warn(f"traced program not exported ({brief(exc)})", stacklevel=2)
+                return _timed_compile(self._jitted, args, self.label)
             compiled = self._compile_exported(loaded, args)
         stat = COMPILE_STATS[-1]  # "trace": everything before the XLA compile
         COMPILE_STATS[-1] = dataclasses.replace(
@@ -299,14 +306,15 @@ class Program:
         if key.num_devices > 1:
             start, advance = self._sharded(start, loop_in=False), self._sharded(advance)
         names = "+".join(dict.fromkeys(s.algorithm for s in specs))
-        # Multi-device (shard_map) programs are not exported: they trace every process;
-        # nor are those with focal agents (their code is not in _code_identity; host
-        # agents' callbacks cannot be serialised).
-        focal = any(is_agent(s) for s in specs)
-        ident = repr(key) if key.num_devices == 1 and not focal else None
+        # Multi-device (shard_map) programs are not exported: they trace every process.
+        # A JAX agent's code is in the key (its group key names its code identity:
+        # evaluate.agents.AgentGroup.code; its arrays are inputs); a host agent's rollout
+        # is not exported (its callback cannot be serialised), its start program is.
+        host = any(is_agent(s) and cast(Any, s).host for s in specs)
+        ident = repr(key) if key.num_devices == 1 else None
         label = f"{key.protocol}:{names}"
         self.start = _Compiled(start, f"rollout-start:{label}", ident and f"start:{ident}")
-        self.advance = _Compiled(advance, f"rollout:{label}", ident, donate=1)
+        self.advance = _Compiled(advance, f"rollout:{label}", None if host else ident, donate=1)
 
     @property
     def classes(self) -> tuple[TeamClass, ...]:
@@ -388,7 +396,16 @@ class Program:
         if per_team.ndim == 2:  # [D, teams]: fast splits episodes, reference teams
             per_team = per_team.reshape(-1) if self.key.protocol == "reference" else per_team.sum(0)
         running, finished, live, slot = (np.sum(np.asarray(x)) for x in status[:4])
-        return Status(running, finished, live, slot, per_team)
+        bad: Any = np.asarray(status.illegal)
+        action: Any = np.asarray(status.illegal_action)
+        if bad.ndim == 3:  # [D, teams, groups]: as team_finished, then the first device's
+            if self.key.protocol == "reference":
+                bad, action = bad.reshape(-1, bad.shape[-1]), action.reshape(-1, bad.shape[-1])
+            else:
+                first = np.argmax(bad, axis=0)
+                action = np.take_along_axis(action, first[None], axis=0)[0]
+                bad = bad.any(axis=0)
+        return Status(running, finished, live, slot, per_team, bad, action)
 
     def merge(self, tree: Any) -> Any:
         """Per-device results -> one: ``[D, T, E/D, ...] -> [T, E]`` (``fast``) or

@@ -256,8 +256,8 @@ def run_teams(
     )
     used = sorted({m for team in teams for m in team})
     variables = {
-        # a focal agent's members carry a placeholder (evaluate.agents.AgentGroup.prepare)
-        i: np.zeros((1,), np.float32)
+        # a focal agent's members: its arrays (evaluate.agents.AgentGroup.variables)
+        i: agents[i].variables()
         if i in agents
         else policy_variables(specs[i], weights[i], f"checkpoint {i}")
         for i in used

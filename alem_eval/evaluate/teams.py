@@ -89,8 +89,11 @@ def team_actions(
     num_actions: int,
     step_keys: jax.Array | None = None,
     states: Any = None,
-) -> tuple[Any, jax.Array]:
-    """One greedy step of every team in the batch -> (new carries, actions ``[N, P]`` int32).
+) -> tuple[Any, jax.Array, tuple[jax.Array, jax.Array] | None]:
+    """One greedy step of every team in the batch -> (new carries, actions ``[N, P]`` int32,
+    illegal). ``illegal``: None without focal JAX agents, else ``([T, G] bool, [T, G]
+    int32)``, per team and network group whether a focal chose an illegal action this step
+    and the first one (:func:`~alem_eval.evaluate.agents.illegal_actions`).
 
     ``raw_obs [N, P, obs_dim]``, ``dones [N, P]``, ``mask [N, P, A]`` (None: all legal),
     laid out class by class, team by team, episode by episode (``N = sum(sizes) x
@@ -106,8 +109,10 @@ def team_actions(
     from alem_eval.evaluate import agents as focal  # focal agents' roles (evaluate.agents)
 
     num_agents = raw_obs.shape[1]
-    new_carries, actions, start = [], [], 0
+    new_carries, actions, start, first_team = [], [], 0, 0
     host_roles: list[focal.HostRole] = []
+    shape = (sum(cls.size for cls in classes), len(policies))
+    illegal: tuple[jax.Array, jax.Array] | None = None
     for c, cls in enumerate(classes):
         size = cls.size * episodes
         lo = start
@@ -133,13 +138,23 @@ def team_actions(
                 return jax.vmap(one)(cr, o, d, mm)
 
             if is_agent(policy):  # a focal agent (evaluate.agents)
-                cr, a = focal.role_actions(
-                    policy, carries[c][r], obs, m, step_keys, states, block, role, c
+                cr, a, bad = focal.role_actions(
+                    policy, params[c][r], carries[c][r], obs, m, step_keys, states, block, role, c
                 )
                 if a is None:  # a host agent: its actions come from the callback below
                     host_roles.append(cr)
                     role_carries.append(cr.new_carry)
                     continue
+                if illegal is None:
+                    illegal = (jnp.zeros(shape, bool), jnp.zeros(shape, jnp.int32))
+                rows = slice(first_team, first_team + cls.size)
+                seen = illegal[0][rows, role.group]
+                illegal = (
+                    illegal[0].at[rows, role.group].set(seen | bad[0]),
+                    illegal[1]
+                    .at[rows, role.group]
+                    .set(jnp.where(seen, illegal[1][rows, role.group], bad[1])),
+                )
             else:
                 cr, a = jax.vmap(per_team)(params[c][r], carries[c][r], obs, done, m)
             acts = jnp.where(np.isin(np.arange(num_agents), role.slots), a, acts)
@@ -147,10 +162,12 @@ def team_actions(
         new_carries.append(tuple(role_carries))
         actions.append(acts)
         start += size
+        first_team += cls.size
     for hr, a in zip(host_roles, focal.host_actions(host_roles), strict=True):
         on = np.isin(np.arange(num_agents), hr.role.slots)
         actions[hr.cls] = jnp.where(on, a, actions[hr.cls])
-    return tuple(new_carries), jnp.concatenate([a.reshape((-1, num_agents)) for a in actions])
+    joined = jnp.concatenate([a.reshape((-1, num_agents)) for a in actions])
+    return tuple(new_carries), joined, illegal
 
 
 def batch_structure(teams, cfgs, specs, agents: Mapping[int, Any] | None = None):

@@ -223,7 +223,7 @@ def _step_program(keys, classes, world, masking: bool, policies) -> _StepProgram
         split = jax.vmap(lambda k: jax.random.split(k, 3))(c.key)  # act key unused: greedy
         key, env_key = split[:, 0], split[:, 2]
         mask = None if mask_env is None else jax.vmap(mask_env.action_mask, (0, None))(c.state, dyn)
-        policy_carry, actions = team_actions(
+        policy_carry, actions, _ = team_actions(
             policies,
             classes,
             params,
