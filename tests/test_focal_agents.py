@@ -209,11 +209,11 @@ def test_several_host_agents_each_drive_their_own_callback_and_one_run_at_a_time
     a = dataclasses.replace(make_group(Host("a", lambda o, m, k: np.full(len(o), 1))), host_slot=0)
     b = dataclasses.replace(make_group(Host("b", lambda o, m, k: np.full(len(o), 2))), host_slot=1)
     assert a.key != b.key
-    with focal._bound([a, b], "easy", None):
+    with focal.bind_host_agents([a, b], "easy", None):
         assert focal._HostCall(a.key)(*_rows(2)).tolist() == [1, 1]
         assert focal._HostCall(b.key)(*_rows(3)).tolist() == [2, 2, 2]
         other = make_group(Host("c"))
-        with pytest.raises(UsageError) as err, focal._bound([other], "easy", None):
+        with pytest.raises(UsageError) as err, focal.bind_host_agents([other], "easy", None):
             pass  # (a second run in this process, at once)
         assert str(err.value) == (
             "focal c: another run with host agents (a, b) is playing in this process; "
@@ -234,7 +234,7 @@ def test_a_residents_two_slots_get_distinct_host_keys():
     obs, mask = jnp.zeros((1, 2, 2, 3)), jnp.ones((1, 2, 2, 4), bool)
     fresh, ones = jnp.ones((1, 2), bool), jnp.ones((1, 2), jnp.int32)
     hr = focal.HostRole(group, 0, role, obs, mask, fresh, episode_keys, None, ones, 3)
-    with focal._bound([group], "easy", None):
+    with focal.bind_host_agents([group], "easy", None):
         (actions,) = jax.jit(lambda: focal.host_actions([hr]))()
         actions.block_until_ready()
     keys = [tuple(k) for k in agent.keys[0].tolist()]

@@ -16,7 +16,7 @@ import types
 import numpy as np
 import pytest
 
-from alem_eval.evaluate.group import _resets
+from alem_eval.evaluate.group import reset_worlds
 from alem_eval.evaluate.records import RecordTo
 from alem_eval.evaluate.rollout import run_teams
 from alem_eval.evaluate.settings import eval_statics, fast_keys
@@ -68,7 +68,7 @@ def reset_views(episode: int) -> np.ndarray:
     world = eval_statics(load(IPPO).cfg).world
     env = get_eval_env(world)
     key = fast_keys(episode + 1)[0][episode]
-    _, state = _resets(world, env.difficulty_params("easy"), [key])
+    _, state = reset_worlds(world, env.difficulty_params("easy"), [key])
     return views_of(jax.tree_util.tree_map(lambda x: x[0], state), world)
 
 

@@ -436,8 +436,37 @@ def test_a_host_agent_reads_alems_own_text_view_of_its_rows():
     info = HostInfo(np.array([0, 2]), np.array([True, True]), rows, "easy", world)
     text = info.text(1)
     assert isinstance(text, str) and len(text) > 100
+    capped = HostInfo(np.array([0, 2]), np.array([True, True]), rows, "easy", world, max_steps=100)
+    assert "Step: 0/100 (100 remaining" in capped.text(1)  # the cap in force, not the env's
     with pytest.raises(UsageError, match="wants_state"):
         HostInfo(np.array([0]), np.array([True])).text(0)
+
+
+@pytest.mark.slow
+def test_a_host_agents_text_view_names_the_step_cap_the_run_plays_to():
+    """The probe step a run gives a host agent (run_agent_teams passes its cap) shows the
+    cap in force in alem's text view, not the env's own 100,000."""
+    from alem_eval.evaluate.agent_runs import probe_group
+    from alem_eval.evaluate.agents import make_group
+    from alem_eval.evaluate.settings import eval_statics
+    from alem_eval.hub.demo_cells import demo_root
+    from alem_eval.model.loader import load_cell
+
+    seen: list[str] = []
+
+    class Reader:
+        name, host, wants_info, wants_state = "reader", True, True, True
+
+        def init(self, batch):
+            return None
+
+        def act(self, carry, obs, mask, key, info=None):
+            seen.append(info.text(0))
+            return carry, np.zeros(len(obs), np.int32)
+
+    cfg = load_cell(os.path.join(demo_root(), BACKGROUND), policy_only=True).cfg
+    probe_group(make_group(Reader()), eval_statics(cfg).world, "easy", 1, max_steps=40)
+    assert len(seen) == 1 and "Step: 0/40 (40 remaining" in seen[0]
 
 
 # ----------------------------------------------------------------------------------------

@@ -17,8 +17,8 @@ from alem_eval.core.errors import EvaluationError, UsageError
 from alem_eval.evaluate.agents import (
     FOCAL_SALT,
     AgentGroup,
-    _bound,
-    _legal,
+    bind_host_agents,
+    actions_legal,
     agent_traces,
     check_group,
     illegal_message,
@@ -27,10 +27,17 @@ from alem_eval.evaluate.agents import (
     raise_failure,
 )
 from alem_eval.evaluate.rollout import run_teams
-from alem_eval.evaluate.settings import check_eval_difficulty, eval_statics
+from alem_eval.evaluate.settings import (
+    DEFAULT_PROTOCOL,
+    check_eval_difficulty,
+    episode_settings,
+    eval_statics,
+)
 
 
-def probe_group(group: AgentGroup, world: Any, difficulty: str, batch: int) -> None:
+def probe_group(
+    group: AgentGroup, world: Any, difficulty: str, batch: int, max_steps: int | None = None
+) -> None:
     """One concrete step of an agent on the first world of the ``fast`` protocol, on its
     first ``batch`` agent slots (with the reset program the rollout uses): a JAX agent
     whose first actions are illegal or whose traced values escape ``act``, a host agent
@@ -47,13 +54,15 @@ def probe_group(group: AgentGroup, world: Any, difficulty: str, batch: int) -> N
     obs, state = reset(key, dyn)
     obs, mask = obs[:batch], env.action_mask(state, dyn)[:batch]
     if group.host:
-        probe_host(group, np.asarray(obs), np.asarray(mask), key, state, difficulty, world)
+        probe_host(
+            group, np.asarray(obs), np.asarray(mask), key, state, difficulty, world, max_steps
+        )
         return
     carry = group.init_carry(batch)
     with agent_traces(group):
         step = jax.jit(group.jax_step)
         _, actions = step(group.variables(), carry, obs, mask, jax.random.fold_in(key, FOCAL_SALT))
-    legal = np.asarray(_legal(actions, mask, jnp))
+    legal = np.asarray(actions_legal(actions, mask, jnp))
     if not legal.all():
         raise EvaluationError(
             illegal_message(group.label, int(np.asarray(actions)[np.argmin(legal)]))
@@ -97,8 +106,10 @@ def run_agent_teams(
         raise UsageError("run_agent_teams needs at least one agent")
     first = eval_statics(cfgs[next(iter(groups))])
     unique = list({g.key: g for g in groups.values()}.values())
+    protocol = kwargs.get("protocol", DEFAULT_PROTOCOL)  # the cap in force, as run_teams'
+    _, cap = episode_settings(cfgs[teams[0][0]], protocol, None, kwargs.get("max_steps"))
     for k, g in groups.items():
-        probe_group(g, first.world, kwargs["eval_difficulty"], batches[k][0])
+        probe_group(g, first.world, kwargs["eval_difficulty"], batches[k][0], cap)
     if hosts and jax.local_device_count() > 1 and on_note is not None:
         on_note(
             f"host agents play on one of the {jax.local_device_count()} devices (one "
@@ -115,7 +126,7 @@ def run_agent_teams(
         if on_progress is not None:
             on_progress(p)
 
-    with _bound(unique, kwargs.get("eval_difficulty", ""), first.world):
+    with bind_host_agents(unique, kwargs.get("eval_difficulty", ""), first.world, cap):
         result = run_teams(
             cfgs, weights, teams, agents=groups, on_team=guarded, on_progress=progress, **kwargs
         )

@@ -80,20 +80,21 @@ class HostInfo:
     state: Any = None  # wants_state: the row's env state (numpy pytree, leading axis R)
     difficulty: str | None = None  # the worlds' difficulty
     world: Any = None  # alem_eval.envs.eval_env.EnvStatics of the env
+    max_steps: int | None = None  # the step cap in force (None: the env's max_timesteps)
 
     def text(self, row: int) -> str:
         """Alem's language view of row ``row`` (``alem.llm``'s ``describe_frame``): what an
         LLM agent reads. Needs ``wants_state``."""
         if self.state is None or self.difficulty is None:
             raise UsageError("HostInfo.text needs an agent with wants_state = True")
-        wrapper = _language_wrapper(self.world, self.difficulty)
+        wrapper = _language_wrapper(self.world, self.difficulty, self.max_steps)
         one = jax.tree_util.tree_map(lambda x: x[row], self.state)
         text = wrapper.describe_frame(one, int(self.player[row]))
         return "\n\n".join(map(str, text)) if isinstance(text, tuple) else str(text)
 
 
-def _language_wrapper(world: Any, difficulty: str) -> Any:
-    key = (world, difficulty)
+def _language_wrapper(world: Any, difficulty: str, max_steps: int | None = None) -> Any:
+    key = (world, difficulty, max_steps)
     if key not in _WRAPPERS:
         from alem.llm.alem_language_wrapper import AlemLanguageWrapper
 
@@ -101,6 +102,8 @@ def _language_wrapper(world: Any, difficulty: str) -> Any:
 
         env = get_eval_env(world)
         params = env.env_params(difficulty)
+        if max_steps is not None:  # the cap the rollout ends episodes at ("Step: t/cap")
+            params = params.replace(max_timesteps=min(int(params.max_timesteps), max_steps))
         upstream = env.alem.make_alem_env_from_name(
             world.env_name, env_params=params, static_env_params=env.static_env_params
         )
@@ -150,7 +153,7 @@ class AgentGroup:
 
     @property
     def algorithm(self) -> str:
-        """The program label's name (``engine._Program``)."""
+        """The program label's name (``programs.Program``)."""
         return f"focal:{self.name}"
 
     @property
@@ -177,9 +180,9 @@ class AgentGroup:
         return self.rebuild(list(variables[1]))
 
     def init_carry(self, k: int) -> Any:
-        """Zero carry of the ``k`` slots of one episode (the engine resets carries to
-        zeros): ``started`` 0 makes the next step start from ``init(k)`` (int32: the
-        engine's reset writes 0 into every leaf)."""
+        """Zero carry of the ``k`` slots of one episode (the play core, ``evaluate.machine``,
+        resets carries to zeros): ``started`` 0 makes the next step start from ``init(k)``
+        (int32: the machine's reset writes 0 into every leaf)."""
         started = jnp.zeros((), jnp.int32)
         if self.host:
             return started
@@ -335,14 +338,14 @@ def _check_batch(group: AgentGroup, obs_dim: int, num_actions: int, k: int) -> N
 
 
 # ----------------------------------------------------------------------------------------
-# Inside the rollout (called by engine.team_actions)
+# Inside the rollout (called by teams.team_actions)
 # ----------------------------------------------------------------------------------------
 class HostRole(NamedTuple):
     """A host agent's role in one team class, waiting for the step's one callback."""
 
     group: AgentGroup
     cls: int
-    role: Any  # engine.Role
+    role: Any  # teams.Role
     obs: jax.Array  # [size, E, k, obs_dim]
     mask: jax.Array  # [size, E, k, A]
     fresh: jax.Array  # [size, E] bool
@@ -381,7 +384,7 @@ def role_actions(
     return cr, full, illegal_actions(a, m)
 
 
-def _legal(actions: Any, mask: Any, xp: Any) -> Any:
+def actions_legal(actions: Any, mask: Any, xp: Any) -> Any:
     n = mask.shape[-1]
     inside = (actions >= 0) & (actions < n)
     picked = xp.take_along_axis(mask, xp.clip(actions, 0, n - 1)[..., None], axis=-1)[..., 0]
@@ -394,7 +397,7 @@ def illegal_actions(actions: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax
     them out (``machine.Schedule.illegal``): no host callback in the program, so it can be
     exported and kept in the persistent compilation cache."""
     size = actions.shape[0]
-    legal = _legal(actions, mask, jnp).reshape(size, -1)
+    legal = actions_legal(actions, mask, jnp).reshape(size, -1)
     first = jnp.argmin(legal, axis=1)
     action = jnp.take_along_axis(actions.reshape(size, -1), first[:, None], axis=1)[:, 0]
     bad = ~jnp.all(legal, axis=1)
@@ -492,6 +495,7 @@ class _Binding:
     group: AgentGroup
     difficulty: str | None
     world: Any
+    max_steps: int | None = None
     carry: Any = None
     rows: int = -1
 
@@ -523,6 +527,7 @@ class _Binding:
                 state=None if state is None else jax.tree_util.tree_map(np.asarray, state),
                 difficulty=self.difficulty,
                 world=self.world,
+                max_steps=self.max_steps,
             )
         try:
             self.carry, actions = g.agent.act(self.carry, obs, mask, np.asarray(keys), **kwargs)
@@ -536,7 +541,7 @@ class _Binding:
                 f"focal {g.label}: act must return {r} integer actions (one per row), got "
                 f"{actions.dtype} {list(actions.shape)}"
             )
-        legal = _legal(actions, mask, np)
+        legal = actions_legal(actions, mask, np)
         if not legal.all():
             raise EvaluationError(illegal_message(g.label, int(actions[np.argmin(legal)])))
         return actions.astype(np.int32)
@@ -568,7 +573,16 @@ class _HostCall:
             return zeros
 
 
-def probe_host(group: AgentGroup, obs, mask, key, state, difficulty: str, world: Any) -> None:
+def probe_host(
+    group: AgentGroup,
+    obs,
+    mask,
+    key,
+    state,
+    difficulty: str,
+    world: Any,
+    max_steps: int | None = None,
+) -> None:
     """One real step of a host agent (``obs [k, D]``, ``mask [k, A]`` of one world's
     first ``k`` slots, its step ``key``, the world's env ``state``), as its callback
     would run it: a fault raises here, before the rollout compiles."""
@@ -578,7 +592,7 @@ def probe_host(group: AgentGroup, obs, mask, key, state, difficulty: str, world:
     rows = None
     if group.wants_state:
         rows = jax.tree_util.tree_map(lambda x: np.stack([np.asarray(x)] * k), state)
-    binding = _Binding(group, difficulty, world)
+    binding = _Binding(group, difficulty, world, max_steps)
     binding.step(obs, mask, np.ones(k, bool), keys, np.arange(k, dtype=np.int32), rows)
 
 
@@ -604,7 +618,9 @@ def check_bound(groups: Sequence[AgentGroup]) -> None:
 
 
 @contextlib.contextmanager
-def _bound(groups: Sequence[AgentGroup], difficulty: str, world: Any) -> Iterator[None]:
+def bind_host_agents(
+    groups: Sequence[AgentGroup], difficulty: str, world: Any, max_steps: int | None = None
+) -> Iterator[None]:
     """Bind the host agents among ``groups`` to their callbacks for one run (and clear
     the faults recorded for ``groups``, before and after). One run with host agents at a
     time in a process: another one is refused."""
@@ -625,7 +641,7 @@ def _bound(groups: Sequence[AgentGroup], difficulty: str, world: Any) -> Iterato
         for g in groups:
             _FAILURES.pop(g.key, None)
         for g in hosts:
-            _HOST[g.key] = _Binding(g, difficulty, world)
+            _HOST[g.key] = _Binding(g, difficulty, world, max_steps)
     try:
         yield
     finally:

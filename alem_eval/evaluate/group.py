@@ -52,7 +52,7 @@ def _devices_for(n: int) -> int:
     return max(1, min(jax.local_device_count(), n))
 
 
-def _resets(world, dyn, keys: Sequence[Any]) -> tuple[jax.Array, Any]:
+def reset_worlds(world, dyn, keys: Sequence[Any]) -> tuple[jax.Array, Any]:
     """Reset worlds for the given keys (one shared compiled reset), stacked on axis 0."""
     reset, _ = world_programs(world)
     return _stacked(*[reset(k, dyn) for k in keys])
@@ -168,7 +168,7 @@ def run_group(
     else:
         world_keys, chain_keys = fast_keys(padded)
         worlds, chain = list(world_keys), np.asarray(chain_keys)
-    obs0, state0 = jax.block_until_ready(_resets(world, dyn, worlds))
+    obs0, state0 = jax.block_until_ready(reset_worlds(world, dyn, worlds))
     t_reset = time.perf_counter()
     shared = (tuple(role_vars), tuple(role_mask), dyn)
     keys_arg = () if protocol == "reference" else (chain,)  # fast threads per-episode keys

@@ -116,14 +116,14 @@ class EpisodePlayer:
     def __iter__(self) -> Iterator[EpisodeStep]:
         import jax
 
-        from alem_eval.evaluate.group import _resets
+        from alem_eval.evaluate.group import reset_worlds
         from alem_eval.evaluate.settings import fast_keys
         from alem_eval.evaluate.teams import init_team_carries
 
         env = self._step.env
         dyn = env.difficulty_params(self.eval_difficulty)
         worlds, chains = fast_keys(self.episode + 1)
-        obs, state = _resets(self.world, dyn, [worlds[self.episode]])  # [1, ...]
+        obs, state = reset_worlds(self.world, dyn, [worlds[self.episode]])  # [1, ...]
         carry = _Carry(
             key=chains[self.episode][None],
             state=state,
