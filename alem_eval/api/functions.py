@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from alem_eval.core.errors import UsageError
+from alem_eval.core.tables import PaperTables
 from alem_eval.hub.manifest import Cell as _ManifestCell
 
 if TYPE_CHECKING:
@@ -419,7 +420,7 @@ def _fractions(df: pd.DataFrame) -> pd.DataFrame:
 
 
 @dataclass(frozen=True)
-class CrossPlay:
+class CrossPlay(PaperTables):
     """What :func:`crossplay` scored: ``.result`` is the library's
     :class:`~alem_eval.scoring.crossplay.CrossplayResult` (``.as_json()``, ``.matrix``, ``.gaps``);
     ``.outputs`` the files written with ``out=``. Values are fractions in [0, 1]
@@ -465,7 +466,7 @@ class CrossPlay:
     def to_json(self) -> dict[str, Any]:
         return self.result.as_json()
 
-    def to_markdown(
+    def paper_table(
         self,
         table: str = "gap",
         metrics: Sequence[str] | None = None,
@@ -473,24 +474,11 @@ class CrossPlay:
         caption: str | None = None,
         label: str | None = None,
         ci: bool = True,
-    ) -> str:
-        """The paper table in Markdown, in percent: ``table="gap"`` (per metric: self-play,
-        cross-play and the gap with its interval) or ``"matrix"`` (the pair matrix)."""
-        return self.result.to_markdown(
-            table, metrics=metrics, decimals=decimals, caption=caption, label=label, ci=ci
-        )
-
-    def to_latex(
-        self,
-        table: str = "gap",
-        metrics: Sequence[str] | None = None,
-        decimals: int = 1,
-        caption: str | None = None,
-        label: str | None = None,
-        ci: bool = True,
-    ) -> str:
-        """The paper table in LaTeX (a booktabs ``tabular`` in a ``table``), in percent."""
-        return self.result.to_latex(
+    ) -> Any:
+        """The paper table, in percent: ``table="gap"`` (per metric: self-play, cross-play
+        and the gap with its interval) or ``"matrix"`` (the pair matrix); ``to_markdown`` /
+        ``to_latex`` take the same arguments."""
+        return self.result.paper_table(
             table, metrics=metrics, decimals=decimals, caption=caption, label=label, ci=ci
         )
 

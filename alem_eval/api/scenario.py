@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from alem_eval.api.functions import Cells, SourceSpec, before_compiling, resolve_cells
+from alem_eval.core.tables import PaperTables
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class Scenario:
+class Scenario(PaperTables):
     """What :func:`scenario` played: ``.result`` is the library's
     :class:`~alem_eval.scoring.scenario.ScenarioResult`; ``.outputs`` the files written
     with ``out=``. Values are fractions in [0, 1] (``.table``, ``.teams``, ``.to_json()``);
@@ -72,29 +73,19 @@ class Scenario:
     def to_json(self) -> dict[str, Any]:
         return self.result.as_json()
 
-    def to_markdown(
+    def paper_table(
         self,
         metrics: Sequence[str] | None = None,
         decimals: int = 1,
         caption: str | None = None,
         label: str | None = None,
         ci: bool = True,
-    ) -> str:
-        """The paper table in Markdown, in percent: per (population, mode, metric) the
-        focal, self-play, cross-play and focal - self with their intervals
-        (:meth:`~alem_eval.scoring.scenario.ScenarioResult.paper_table`)."""
-        return self.result.paper_table(metrics, decimals, caption, label, ci).to_markdown()
-
-    def to_latex(
-        self,
-        metrics: Sequence[str] | None = None,
-        decimals: int = 1,
-        caption: str | None = None,
-        label: str | None = None,
-        ci: bool = True,
-    ) -> str:
-        """The paper table in LaTeX (a booktabs ``tabular`` in a ``table``), in percent."""
-        return self.result.paper_table(metrics, decimals, caption, label, ci).to_latex()
+    ) -> Any:
+        """The paper table, in percent: per (population, mode, metric) the focal,
+        self-play, cross-play and focal - self with their intervals
+        (:meth:`~alem_eval.scoring.scenario.ScenarioResult.paper_table`); ``to_markdown`` /
+        ``to_latex`` take the same arguments."""
+        return self.result.paper_table(metrics, decimals, caption, label, ci)
 
 
 def scenario(

@@ -33,6 +33,25 @@ LATEX_MARK = "\\textsuperscript{\\dag}"
 BEST_RULES: tuple[str | None, ...] = ("max", None)
 
 
+class _HasPaperTable(Protocol):
+    def paper_table(self, *args: Any, **options: Any) -> PaperTable: ...
+
+
+class PaperTables:
+    """``to_markdown`` and ``to_latex`` of a result with a ``paper_table(...)`` method:
+    both take that method's arguments (the leaderboard, scenario and cross-play results,
+    and their API objects, share these two)."""
+
+    def to_markdown(self: _HasPaperTable, *args: Any, **options: Any) -> str:
+        """:meth:`paper_table` in Markdown, in percent (its arguments)."""
+        return self.paper_table(*args, **options).to_markdown()
+
+    def to_latex(self: _HasPaperTable, *args: Any, **options: Any) -> str:
+        """:meth:`paper_table` as a ``table`` float around a booktabs ``tabular``
+        (``\\usepackage{booktabs}``), in percent (its arguments)."""
+        return self.paper_table(*args, **options).to_latex()
+
+
 def fmt_number(x: float, decimals: int = 1) -> str:
     """``x`` with ``decimals`` places; a value that rounds to zero is ``0.0``, never
     ``-0.0``; non-finite values are ``nan`` / ``inf`` as Python writes them."""

@@ -45,6 +45,7 @@ from alem_eval.core.tables import (
     MISSING_MD,
     Estimate,
     PaperTable,
+    PaperTables,
     latex_escape as latex_escape,  # re-exported: the leaderboard's LaTeX escaping
 )
 
@@ -120,7 +121,7 @@ class LeaderboardRow:
 
 
 @dataclass(frozen=True)
-class Leaderboard:
+class Leaderboard(PaperTables):
     rows: tuple[LeaderboardRow, ...]
     difficulties: tuple[str, ...]
     protocol: str
@@ -146,31 +147,6 @@ class Leaderboard:
 
     def to_csv(self) -> str:
         return to_csv(self)
-
-    def to_markdown(
-        self,
-        difficulties: Sequence[str] | None = None,
-        metrics: Sequence[str] | None = None,
-        decimals: int = 1,
-        caption: str | None = None,
-        label: str | None = None,
-        ci: bool = True,
-    ) -> str:
-        """The table in Markdown, in percent (see :meth:`paper_table` for the arguments)."""
-        return self.paper_table(difficulties, metrics, decimals, caption, label, ci).to_markdown()
-
-    def to_latex(
-        self,
-        difficulties: Sequence[str] | None = None,
-        metrics: Sequence[str] | None = None,
-        decimals: int = 1,
-        caption: str | None = None,
-        label: str | None = None,
-        ci: bool = True,
-    ) -> str:
-        """A ``table`` float around a booktabs ``tabular`` (``\\usepackage{booktabs}``), in
-        percent (see :meth:`paper_table` for the arguments)."""
-        return self.paper_table(difficulties, metrics, decimals, caption, label, ci).to_latex()
 
     def to_json(self) -> str:
         """The upstream leaderboard entry schema, one entry per row (percent)."""

@@ -49,7 +49,7 @@ from alem_eval.analysis.crossplay_stats import (
 )
 from alem_eval.analysis.digests import Digests, teams_digests
 from alem_eval.analysis.metrics import TOTAL, metric_info, units_fields
-from alem_eval.core.tables import PaperTable, fmt_marked, fmt_number
+from alem_eval.core.tables import PaperTable, PaperTables, fmt_marked, fmt_number
 from alem_eval.scoring.play import TEAM_METRICS, TeamScore, play_teams, resolve_worlds
 from alem_eval.scoring.teams import (
     DEFAULT_MAX_TEAMS,
@@ -121,7 +121,7 @@ def pair_matrix(
 # Running
 # ----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class CrossplayResult:
+class CrossplayResult(PaperTables):
     """Everything ``alem-eval crossplay`` reports (values are raw fractions)."""
 
     cells: tuple[str, ...]
@@ -194,14 +194,6 @@ class CrossplayResult:
         from alem_eval.scoring.crossplay_outputs import paper_table
 
         return paper_table(self, table, **options)
-
-    def to_markdown(self, table: str = "gap", **options: Any) -> str:
-        """:meth:`paper_table` in Markdown."""
-        return self.paper_table(table, **options).to_markdown()
-
-    def to_latex(self, table: str = "gap", **options: Any) -> str:
-        """:meth:`paper_table` in LaTeX (booktabs)."""
-        return self.paper_table(table, **options).to_latex()
 
     def matrix_rows(self) -> list[dict[str, Any]]:
         """The pair matrix for a human table (percent), row = partner A."""

@@ -40,7 +40,7 @@ from alem_eval.analysis.crossplay_stats import DEFAULT_CONFIDENCE, DEFAULT_REPS,
 from alem_eval.analysis.digests import Digests, footer_digest_line, teams_digests
 from alem_eval.analysis.metrics import metric_info, pick_metrics, units_fields
 from alem_eval.core.errors import UsageError
-from alem_eval.core.tables import Estimate, PaperTable, fmt_marked
+from alem_eval.core.tables import Estimate, PaperTable, PaperTables, fmt_marked
 from alem_eval.scoring.crossplay import GAP_METRICS
 from alem_eval.scoring.play import TeamScore, play_teams, resolve_worlds
 from alem_eval.scoring.teams import PROTOCOL, Team, check_int
@@ -231,7 +231,7 @@ def scenario_rows(
 # Running
 # ----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class ScenarioResult:
+class ScenarioResult(PaperTables):
     """Everything ``alem-eval scenario`` reports (values are raw fractions)."""
 
     focal: str  # the agent's label (its CLI spec, or its name)
@@ -346,14 +346,6 @@ class ScenarioResult:
             ci=ci,
             title=f"alem-eval scenario: {self.focal} ({self.identity})",
         )
-
-    def to_markdown(self, **table: Any) -> str:
-        """:meth:`paper_table` in Markdown (``table``: its keyword arguments)."""
-        return self.paper_table(**table).to_markdown()
-
-    def to_latex(self, **table: Any) -> str:
-        """:meth:`paper_table` in LaTeX (booktabs; ``table``: its keyword arguments)."""
-        return self.paper_table(**table).to_latex()
 
     def as_json(self) -> dict[str, Any]:
         return {
