@@ -63,8 +63,10 @@ def test_a_notebook_scores_the_demo_cells_prints_latex_and_plays_a_policy(tmp_pa
     assert sorted(frame["algorithm"]) == sorted(c.algorithm for c in cells)  # budget x algo
     for _, row in frame.iterrows():
         mine = episodes[episodes["algorithm"] == row["algorithm"]]
-        # One seed: its mean over the episodes is the mean over seeds, in percent.
-        assert row["easy_total"] == pytest.approx(100 * mine["Team/reward_pct_of_max"].mean())
+        # One seed: its mean over the episodes is the mean over seeds (a fraction, as the
+        # episodes' own column: one unit in every DataFrame).
+        assert row["easy_total"] == pytest.approx(mine["Team/reward_pct_of_max"].mean())
+        assert frame.attrs["units"] == "fraction"
         assert row["easy_seeds"] == 1
 
     policy = alem_eval.load_policy(cells[0])
