@@ -18,6 +18,7 @@ import pytest
 
 from alem_eval.core.errors import EvaluationError, UsageError
 from alem_eval.evaluate import agents as focal
+from alem_eval.evaluate import host_agents
 from alem_eval.evaluate.agents import make_group
 
 from .eval_support import FAST_EPISODES
@@ -189,7 +190,7 @@ def _rows(r, num_actions=4):
 
 
 def test_a_host_callback_with_no_agent_bound_raises_never_noop():
-    call = focal._HostCall(make_group(Host("h")).key)
+    call = host_agents._HostCall(make_group(Host("h")).key)
     with pytest.raises(EvaluationError, match="no agent bound"):
         call(*_rows(3))
 
@@ -209,17 +210,17 @@ def test_several_host_agents_each_drive_their_own_callback_and_one_run_at_a_time
     a = dataclasses.replace(make_group(Host("a", lambda o, m, k: np.full(len(o), 1))), host_slot=0)
     b = dataclasses.replace(make_group(Host("b", lambda o, m, k: np.full(len(o), 2))), host_slot=1)
     assert a.key != b.key
-    with focal.bind_host_agents([a, b], "easy", None):
-        assert focal._HostCall(a.key)(*_rows(2)).tolist() == [1, 1]
-        assert focal._HostCall(b.key)(*_rows(3)).tolist() == [2, 2, 2]
+    with host_agents.bind_host_agents([a, b], "easy", None):
+        assert host_agents._HostCall(a.key)(*_rows(2)).tolist() == [1, 1]
+        assert host_agents._HostCall(b.key)(*_rows(3)).tolist() == [2, 2, 2]
         other = make_group(Host("c"))
-        with pytest.raises(UsageError) as err, focal.bind_host_agents([other], "easy", None):
+        with pytest.raises(UsageError) as err, host_agents.bind_host_agents([other], "easy", None):
             pass  # (a second run in this process, at once)
         assert str(err.value) == (
             "focal c: another run with host agents (a, b) is playing in this process; "
             "host agents play one run at a time"
         )
-    assert focal._HOST == {}
+    assert host_agents._HOST == {}
 
 
 def test_a_residents_two_slots_get_distinct_host_keys():
@@ -234,8 +235,8 @@ def test_a_residents_two_slots_get_distinct_host_keys():
     obs, mask = jnp.zeros((1, 2, 2, 3)), jnp.ones((1, 2, 2, 4), bool)
     fresh, ones = jnp.ones((1, 2), bool), jnp.ones((1, 2), jnp.int32)
     hr = focal.HostRole(group, 0, role, obs, mask, fresh, episode_keys, None, ones, 3)
-    with focal.bind_host_agents([group], "easy", None):
-        (actions,) = jax.jit(lambda: focal.host_actions([hr]))()
+    with host_agents.bind_host_agents([group], "easy", None):
+        (actions,) = jax.jit(lambda: host_agents.host_actions([hr]))()
         actions.block_until_ready()
     keys = [tuple(k) for k in agent.keys[0].tolist()]
     assert len(keys) == 4 and len(set(keys)) == 4
@@ -279,7 +280,7 @@ def test_a_run_stops_at_the_call_in_which_an_agent_faults(monkeypatch, demo_cfg)
         report("call 1")
         on_team(0, [{"x": 1.0}])  # a team whose episodes all ended in call 1
         calls.append("call 1")
-        focal._fail(agents[1].key, "focal h: act raised RuntimeError: boom")  # in call 2
+        host_agents._fail(agents[1].key, "focal h: act raised RuntimeError: boom")  # in call 2
         report("call 2")
         calls.append("call 3")  # (played on: never, once the fault is known)
         on_team(1, [{"x": 2.0}])

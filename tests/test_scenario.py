@@ -422,7 +422,7 @@ def test_a_host_agent_reads_alems_own_text_view_of_its_rows():
     import jax
 
     from alem_eval.envs.eval_env import get_eval_env
-    from alem_eval.evaluate.agents import HostInfo
+    from alem_eval.evaluate.host_agents import HostInfo
     from alem_eval.evaluate.programs import world_programs
     from alem_eval.evaluate.settings import eval_statics
     from alem_eval.hub.demo_cells import demo_root

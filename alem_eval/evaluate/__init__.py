@@ -21,6 +21,11 @@ where, from the calls down:
 * :mod:`~alem_eval.evaluate.teams` -- team structure (``Role``, ``TeamClass``,
   ``team_roles``, ``batch_structure``, ``check_team``) and one policy step of every
   team (``init_team_carries``, ``team_actions``).
+* :mod:`~alem_eval.evaluate.host_agents` -- host agents (``host = True``): their one
+  callback per step (``host_actions``), the run's bindings (``bind_host_agents``), faults
+  (``raise_failure``), ``HostInfo`` and the probe step (``probe_host``).
+* :mod:`~alem_eval.evaluate.agents` -- the focal-agent protocol (``Agent``) and its
+  adapter to the play core (``AgentGroup``, ``make_group``, ``role_actions``).
 * :mod:`~alem_eval.evaluate.settings` -- protocols and their constants, the request
   checks (``check_settings``, ``check_env_version``, ``check_eval_difficulty``), the eval
   env of a config (``eval_statics``, ``record_columns``), the keys (``reference_key``,

@@ -17,15 +17,13 @@ from alem_eval.core.errors import EvaluationError, UsageError
 from alem_eval.evaluate.agents import (
     FOCAL_SALT,
     AgentGroup,
-    bind_host_agents,
     actions_legal,
     agent_traces,
     check_group,
     illegal_message,
     make_group,
-    probe_host,
-    raise_failure,
 )
+from alem_eval.evaluate.host_agents import bind_host_agents, probe_host, raise_failure
 from alem_eval.evaluate.rollout import run_teams
 from alem_eval.evaluate.settings import (
     DEFAULT_PROTOCOL,

@@ -22,7 +22,8 @@ step for ALL of its slots in the batch (one ``jax.experimental.io_callback``): `
 focal key, as a JAX agent of that episode gets it, with the row's slot folded in), its
 carry ``init(R)`` with the rows that start an episode re-initialised (``init(R)``'s rows
 for them); it returns ``R`` integer actions. With ``wants_info = True``, ``act`` also
-gets ``info=``:class:`HostInfo` (which agent each row is, which rows start an episode;
+gets ``info=``:class:`~alem_eval.evaluate.host_agents.HostInfo` (which agent each row is,
+which rows start an episode;
 with ``wants_state = True`` also each row's env state and :meth:`HostInfo.text`, Alem's
 own language view of a row from ``alem.llm``). A run with host agents plays on ONE
 device, whatever the device count (one call per step holds all of an agent's rows, and
@@ -32,7 +33,8 @@ a time per process (another is refused); a callback with no agent bound raises.
 Faults never leave a half-run behind silently: a wrong output shape or dtype, an
 exception in a JAX ``act`` and a traced value escaping it are :class:`EvaluationError` s
 at trace time; a host agent's first step runs once before the rollout compiles
-(:func:`probe_host`); an illegal action of a JAX agent is an output of the rollout
+(:func:`~alem_eval.evaluate.host_agents.probe_host`); an illegal action of a JAX agent is an
+output of the rollout
 (the first one per team, :func:`illegal_actions`: no host callback, so a program with
 JAX agents only is exported and cached like the baselines'), raised after the call of
 the rollout in which it came (``group.run_group``); an illegal action, an exception in
@@ -45,7 +47,6 @@ with ``focal <label>:``.
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, runtime_checkable
@@ -69,49 +70,6 @@ class Agent(Protocol):
     def init(self, batch: int) -> Any: ...
 
     def act(self, carry: Any, obs: Any, mask: Any, key: Any) -> tuple[Any, Any]: ...
-
-
-@dataclass(frozen=True)
-class HostInfo:
-    """What a host agent with ``wants_info`` gets besides obs/mask, per row ``[R]``."""
-
-    player: np.ndarray  # int32: the agent slot (0..P-1) the row drives
-    fresh: np.ndarray  # bool: the row's episode starts with this step
-    state: Any = None  # wants_state: the row's env state (numpy pytree, leading axis R)
-    difficulty: str | None = None  # the worlds' difficulty
-    world: Any = None  # alem_eval.envs.eval_env.EnvStatics of the env
-    max_steps: int | None = None  # the step cap in force (None: the env's max_timesteps)
-
-    def text(self, row: int) -> str:
-        """Alem's language view of row ``row`` (``alem.llm``'s ``describe_frame``): what an
-        LLM agent reads. Needs ``wants_state``."""
-        if self.state is None or self.difficulty is None:
-            raise UsageError("HostInfo.text needs an agent with wants_state = True")
-        wrapper = _language_wrapper(self.world, self.difficulty, self.max_steps)
-        one = jax.tree_util.tree_map(lambda x: x[row], self.state)
-        text = wrapper.describe_frame(one, int(self.player[row]))
-        return "\n\n".join(map(str, text)) if isinstance(text, tuple) else str(text)
-
-
-def _language_wrapper(world: Any, difficulty: str, max_steps: int | None = None) -> Any:
-    key = (world, difficulty, max_steps)
-    if key not in _WRAPPERS:
-        from alem.llm.alem_language_wrapper import AlemLanguageWrapper
-
-        from alem_eval.envs.eval_env import get_eval_env
-
-        env = get_eval_env(world)
-        params = env.env_params(difficulty)
-        if max_steps is not None:  # the cap the rollout ends episodes at ("Step: t/cap")
-            params = params.replace(max_timesteps=min(int(params.max_timesteps), max_steps))
-        upstream = env.alem.make_alem_env_from_name(
-            world.env_name, env_params=params, static_env_params=env.static_env_params
-        )
-        _WRAPPERS[key] = AlemLanguageWrapper(upstream, params)
-    return _WRAPPERS[key]
-
-
-_WRAPPERS: dict[Any, Any] = {}
 
 
 # ----------------------------------------------------------------------------------------
@@ -367,7 +325,8 @@ def role_actions(
     episode) -> ``(carry, actions [size, E, P], illegal)``
     with the role's slots filled and ``illegal``: (``[size]`` bool, ``[size]`` int32),
     whether each team's slots got an illegal action this step and the first one (a JAX
-    agent), or ``(HostRole, None, None)`` (a host agent: see :func:`host_actions`)."""
+    agent), or ``(HostRole, None, None)`` (a host agent: see
+    :func:`~alem_eval.evaluate.host_agents.host_actions`)."""
     if step_keys is None:
         raise EvaluationError(f"focal {group.label}: this rollout gives agents no keys")
     slots = np.asarray(role.slots)
@@ -407,246 +366,3 @@ def illegal_actions(actions: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax
 def illegal_message(label: str, action: int) -> str:
     """The one line for an agent that chose an illegal action."""
     return f"focal {label}: act chose action {action}, which is not legal"
-
-
-def host_actions(roles: Sequence[HostRole]) -> list[jax.Array]:
-    """The step's host roles -> their actions ``[size, E, P]`` each: ONE callback per host
-    agent for all of its rows (roles of every class, in order)."""
-    out: list[Any] = [None] * len(roles)
-    by_group: dict[str, list[int]] = {}
-    for i, r in enumerate(roles):
-        by_group.setdefault(r.group.key, []).append(i)
-    for key, idx in by_group.items():
-        group = roles[idx[0]].group
-        parts = [roles[i] for i in idx]
-
-        def rows(x, r):  # [size, E, k, ...] -> [R, ...]
-            return x.reshape((r.rows,) + x.shape[3:])
-
-        def per_row(x, r):  # [size, E, ...] -> [size, E, k, ...] -> [R, ...]
-            k = len(r.role.slots)
-            y = jnp.broadcast_to(x[:, :, None], x.shape[:2] + (k,) + x.shape[2:])
-            return rows(y, r)
-
-        obs = jnp.concatenate([rows(r.obs, r) for r in parts])
-        mask = jnp.concatenate([rows(r.mask, r) for r in parts])
-        fresh = jnp.concatenate([per_row(r.fresh, r) for r in parts])
-        player = jnp.concatenate(
-            [
-                rows(jnp.broadcast_to(jnp.asarray(r.role.slots, jnp.int32), r.obs.shape[:3]), r)
-                for r in parts
-            ]
-        )
-        # A row's key: its episode's focal key with its slot folded in (a resident's two
-        # slots draw apart).
-        keys = jax.vmap(jax.random.fold_in)(
-            jnp.concatenate([per_row(r.keys, r) for r in parts]), player
-        )
-        state = None
-        if group.wants_state:
-            state = jax.tree_util.tree_map(
-                lambda *xs: jnp.concatenate(xs),
-                *[jax.tree_util.tree_map(lambda x, r=r: per_row(x, r), r.state) for r in parts],
-            )
-        total = obs.shape[0]
-        from jax.experimental import io_callback
-
-        got = io_callback(
-            _HostCall(key),
-            jax.ShapeDtypeStruct((total,), jnp.int32),
-            obs,
-            mask,
-            fresh,
-            keys,
-            player,
-            state,
-            ordered=False,
-        )
-        at = 0
-        for i, r in zip(idx, parts, strict=True):
-            a = got[at : at + r.rows].reshape(r.obs.shape[:3])
-            at += r.rows
-            full = jnp.zeros(r.obs.shape[:2] + (r.num_agents,), jnp.int32)
-            out[i] = full.at[:, :, np.asarray(r.role.slots)].set(a)
-    return out
-
-
-# ----------------------------------------------------------------------------------------
-# The host side: bindings and failures
-# ----------------------------------------------------------------------------------------
-_LOCK = threading.Lock()
-_FAILURES: dict[str, str] = {}  # group key -> the first fault seen while it ran
-NO_BINDING = (
-    "a host agent's callback ran with no agent bound to it: host agents play through "
-    "alem_eval.evaluate.agent_runs.run_agent_teams"
-)
-
-
-def _fail(key: str, message: str) -> None:
-    with _LOCK:
-        _FAILURES.setdefault(key, message)
-
-
-@dataclass
-class _Binding:
-    """The host agent a host program's callback drives now, and its rows' carry (host
-    programs run on one device: one call per step holds all of the agent's rows)."""
-
-    group: AgentGroup
-    difficulty: str | None
-    world: Any
-    max_steps: int | None = None
-    carry: Any = None
-    rows: int = -1
-
-    def step(self, obs, mask, fresh, keys, player, state) -> np.ndarray:
-        """One step of the agent's ``R`` rows -> ``R`` legal int32 actions; any fault is
-        an :class:`EvaluationError` naming the agent."""
-        g = self.group
-        obs, mask, fresh = np.asarray(obs), np.asarray(mask), np.asarray(fresh)
-        r = obs.shape[0]
-        try:
-            if self.rows != r:
-                self.carry, self.rows = g.agent.init(r), r
-            elif fresh.any():
-                new = g.agent.init(r)
-                self.carry = jax.tree_util.tree_map(
-                    lambda a, b: np.where(fresh.reshape((-1,) + (1,) * (np.ndim(a) - 1)), a, b),
-                    new,
-                    self.carry,
-                )
-        except Exception as exc:
-            raise EvaluationError(
-                f"focal {g.label}: init raised {type(exc).__name__}: {brief(exc)}"
-            ) from None
-        kwargs = {}
-        if g.wants_info:
-            kwargs["info"] = HostInfo(
-                player=np.asarray(player),
-                fresh=fresh,
-                state=None if state is None else jax.tree_util.tree_map(np.asarray, state),
-                difficulty=self.difficulty,
-                world=self.world,
-                max_steps=self.max_steps,
-            )
-        try:
-            self.carry, actions = g.agent.act(self.carry, obs, mask, np.asarray(keys), **kwargs)
-        except Exception as exc:  # the agent's own code: anything may come back
-            raise EvaluationError(
-                f"focal {g.label}: act raised {type(exc).__name__}: {brief(exc)}"
-            ) from None
-        actions = np.asarray(actions)
-        if actions.shape != (r,) or not np.issubdtype(actions.dtype, np.integer):
-            raise EvaluationError(
-                f"focal {g.label}: act must return {r} integer actions (one per row), got "
-                f"{actions.dtype} {list(actions.shape)}"
-            )
-        legal = actions_legal(actions, mask, np)
-        if not legal.all():
-            raise EvaluationError(illegal_message(g.label, int(actions[np.argmin(legal)])))
-        return actions.astype(np.int32)
-
-
-_HOST: dict[str, _Binding] = {}
-
-
-@dataclass(frozen=True)
-class _HostCall:
-    """The callback of a host program (keyed, so every host agent of that shape and
-    place shares the compiled program): runs the bound agent. A fault is recorded and
-    the step gets action 0 (the run stops after this call of the rollout and its records
-    are discarded); with no agent bound it raises (never a silent NOOP)."""
-
-    key: str
-
-    def __call__(self, obs, mask, fresh, keys, player, state):
-        zeros = np.zeros((obs.shape[0],), np.int32)
-        binding = _HOST.get(self.key)
-        if binding is None:
-            raise EvaluationError(NO_BINDING)
-        if self.key in _FAILURES:  # (the rest of the call in which the fault came)
-            return zeros
-        try:
-            return binding.step(obs, mask, fresh, keys, player, state)
-        except EvaluationError as exc:
-            _fail(self.key, str(exc))
-            return zeros
-
-
-def probe_host(
-    group: AgentGroup,
-    obs,
-    mask,
-    key,
-    state,
-    difficulty: str,
-    world: Any,
-    max_steps: int | None = None,
-) -> None:
-    """One real step of a host agent (``obs [k, D]``, ``mask [k, A]`` of one world's
-    first ``k`` slots, its step ``key``, the world's env ``state``), as its callback
-    would run it: a fault raises here, before the rollout compiles."""
-    k = obs.shape[0]
-    focal_key = jax.random.fold_in(key, FOCAL_SALT)
-    keys = jax.vmap(lambda s: jax.random.fold_in(focal_key, s))(jnp.arange(k))
-    rows = None
-    if group.wants_state:
-        rows = jax.tree_util.tree_map(lambda x: np.stack([np.asarray(x)] * k), state)
-    binding = _Binding(group, difficulty, world, max_steps)
-    binding.step(obs, mask, np.ones(k, bool), keys, np.arange(k, dtype=np.int32), rows)
-
-
-def raise_failure(groups: Sequence[AgentGroup]) -> None:
-    """Raise the first fault recorded for ``groups`` (:class:`EvaluationError`)."""
-    for g in groups:
-        msg = _FAILURES.get(g.key)
-        if msg is not None:
-            raise EvaluationError(msg)
-
-
-def check_bound(groups: Sequence[AgentGroup]) -> None:
-    """Every host agent among ``groups`` is the one bound to its callback (by
-    :func:`~alem_eval.evaluate.agent_runs.run_agent_teams`), else one error line."""
-    for g in groups:
-        bound = _HOST.get(g.key) if g.host else None
-        if g.host and (bound is None or bound.group.agent is not g.agent):
-            raise EvaluationError(
-                f"focal {g.label}: a host agent plays through "
-                "alem_eval.evaluate.agent_runs.run_agent_teams, which binds it to the "
-                "rollout's callback (run_teams alone has none for it)"
-            )
-
-
-@contextlib.contextmanager
-def bind_host_agents(
-    groups: Sequence[AgentGroup], difficulty: str, world: Any, max_steps: int | None = None
-) -> Iterator[None]:
-    """Bind the host agents among ``groups`` to their callbacks for one run (and clear
-    the faults recorded for ``groups``, before and after). One run with host agents at a
-    time in a process: another one is refused."""
-    hosts = [g for g in groups if g.host]
-    keys = {g.key for g in hosts}
-    if len(keys) < len(hosts):
-        raise UsageError(
-            "each host agent of a run needs its own place (run_agent_teams numbers them): "
-            + ", ".join(g.label for g in hosts)
-        )
-    with _LOCK:
-        if hosts and _HOST:
-            busy = ", ".join(sorted(b.group.label for b in _HOST.values()))
-            raise UsageError(
-                f"focal {hosts[0].label}: another run with host agents ({busy}) is playing "
-                "in this process; host agents play one run at a time"
-            )
-        for g in groups:
-            _FAILURES.pop(g.key, None)
-        for g in hosts:
-            _HOST[g.key] = _Binding(g, difficulty, world, max_steps)
-    try:
-        yield
-    finally:
-        with _LOCK:
-            for g in hosts:
-                _HOST.pop(g.key, None)
-            for g in groups:
-                _FAILURES.pop(g.key, None)

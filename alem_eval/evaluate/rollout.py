@@ -22,7 +22,7 @@ import numpy as np
 
 from alem_eval.algorithms.config import RunConfig
 from alem_eval.core.errors import EvaluationError, UsageError
-from alem_eval.evaluate.agents import check_bound
+from alem_eval.evaluate.host_agents import check_bound
 from alem_eval.evaluate.group import run_group
 from alem_eval.evaluate.machine import Status
 from alem_eval.evaluate.records import RecordTo

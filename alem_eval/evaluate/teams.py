@@ -107,6 +107,7 @@ def team_actions(
     per agent and step (``states``: the slots' env states, for agents that read them).
     """
     from alem_eval.evaluate import agents as focal  # focal agents' roles (evaluate.agents)
+    from alem_eval.evaluate import host_agents
 
     num_agents = raw_obs.shape[1]
     new_carries, actions, start, first_team = [], [], 0, 0
@@ -163,7 +164,7 @@ def team_actions(
         actions.append(acts)
         start += size
         first_team += cls.size
-    for hr, a in zip(host_roles, focal.host_actions(host_roles), strict=True):
+    for hr, a in zip(host_roles, host_agents.host_actions(host_roles), strict=True):
         on = np.isin(np.arange(num_agents), hr.role.slots)
         actions[hr.cls] = jnp.where(on, a, actions[hr.cls])
     joined = jnp.concatenate([a.reshape((-1, num_agents)) for a in actions])
