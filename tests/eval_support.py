@@ -135,3 +135,32 @@ def programs_made() -> int:
     from alem_eval.evaluate.machine import TRACE_COUNTS
 
     return TRACE_COUNTS["rollout"] + TRACE_COUNTS["rollout:loaded"]
+
+
+def run_on_host_devices(script: str, devices: int) -> dict:
+    """Run ``script`` (Python source) in a fresh interpreter that sees ``devices`` CPU
+    devices (XLA_FLAGS) and return the JSON it prints on its ``RESULT`` line; the process
+    must exit 0 (its stderr's tail is the failure message)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    env = dict(
+        os.environ,
+        XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+        JAX_PLATFORMS="cpu",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1200,  # a hang (e.g. host callbacks on several devices) fails, never blocks
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
+    return json.loads(line[len("RESULT") :])

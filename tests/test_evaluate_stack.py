@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -27,6 +26,7 @@ from tests.eval_support import (
     diff_records,
     load,
     programs_made,
+    run_on_host_devices,
 )
 
 # Tests that play share the evaluator group's programs (one worker: tests/eval_support.py);
@@ -161,20 +161,7 @@ def test_sharded_over_four_cpu_devices_matches_single_device():
     script = _SHARDED_SCRIPT.format(
         repo=str(REPO), cell=IPPO_EASY, episodes=FAST_EPISODES, steps=FAST_STEPS
     )
-    env = dict(
-        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", script],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
-    out = json.loads(line[len("RESULT") :])
+    out = run_on_host_devices(script, 4)
     assert out["devices"] == [2, 4]  # reference: 2 checkpoints on 2 devices; fast: 4 episodes
     expected = cell.upstream_episodes()
     for recs in out["ref"]:

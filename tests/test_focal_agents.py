@@ -4,10 +4,7 @@ and what a fault stops. The play-core runs with agents are in tests/test_scenari
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -21,9 +18,10 @@ from alem_eval.evaluate import agents as focal
 from alem_eval.evaluate import host_agents
 from alem_eval.evaluate.agents import make_group
 
-from .eval_support import FAST_EPISODES
+from .eval_support import FAST_EPISODES, run_on_host_devices
 
-REPO = Path(__file__).resolve().parents[1]
+from .conftest import REPO
+
 BACKGROUND = "demo/ippo-rnn/easy/seed0"
 
 
@@ -374,20 +372,7 @@ _TWO_DEVICES = textwrap.dedent("""
 @pytest.mark.xdist_group("focal-two-devices")  # its own process: may run beside the others
 def test_host_agents_on_two_devices_play_the_jax_scripts_records():
     script = _TWO_DEVICES.format(repo=str(REPO), cell=BACKGROUND, episodes=FAST_EPISODES)
-    env = dict(
-        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", script],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=1200,  # (it hung here, every thread waiting, before host runs took one device)
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
-    out = json.loads(line[len("RESULT") :])
+    out = run_on_host_devices(script, 2)
     assert out["devices"] == [1, 2]  # the host run on one device, the JAX run on two
     visitor, resident = out["jax"]
     assert len(visitor) == len(resident) == FAST_EPISODES
