@@ -20,7 +20,7 @@ from alem_eval.evaluate.group import reset_worlds
 from alem_eval.evaluate.records import RecordTo
 from alem_eval.evaluate.rollout import run_teams
 from alem_eval.evaluate.settings import eval_statics, fast_keys
-from alem_eval.render import episode as R, frames as F, player as P, writers as W
+from alem_eval.rendering import episode as R, frames as F, player as P, writers as W
 from alem_eval.core.errors import EvaluationError, UsageError
 from tests.clitools import (
     assert_one_line_error,

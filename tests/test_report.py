@@ -202,7 +202,7 @@ def test_report_clips_embed_one_gif_per_algorithm(scored, tmp_path, capsys, monk
     after the figures; the cells come from --source."""
     import numpy as np
 
-    from alem_eval.render import episode as R
+    from alem_eval.rendering import episode as R
 
     seen = {}
 

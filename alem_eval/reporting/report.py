@@ -58,7 +58,7 @@ class ClipRequest:
     """Add a short self-play clip per algorithm to a report (``report --clips``): the first
     scored cell of each algorithm, read from ``source``, plays fast-protocol episode 0 on
     its training difficulty for at most ``max_steps`` steps
-    (:func:`.render.episode.algorithm_clips`)."""
+    (:func:`alem_eval.rendering.episode.algorithm_clips`)."""
 
     source: Any  # a hub.source_base.Source holding the scored cells
     max_steps: int = 200
@@ -100,7 +100,7 @@ def embed_clips(
 ) -> ReportResult:
     """Draw one clip per algorithm of the report's cells into ``clips/`` and append an
     "Episodes" section embedding them to ``report.md``."""
-    from alem_eval.render.episode import algorithm_clips
+    from alem_eval.rendering.episode import algorithm_clips
 
     cell_ids = sorted({e.key.cell for e in prepared.entries})
     cells = request.source.select(cell_ids)

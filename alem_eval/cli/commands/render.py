@@ -1,6 +1,6 @@
 """``alem-eval render``: one greedy episode of a cell (or a mixed team) as a GIF or MP4.
 
-Parses, calls :func:`alem_eval.render.episode.render_episode` and prints what it wrote.
+Parses, calls :func:`alem_eval.rendering.episode.render_episode` and prints what it wrote.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from alem_eval.cli.options import (
     Difficulty,
     EVAL_DIFFICULTY_SHARED_HELP,
 )
-from alem_eval.render.frames import DEFAULT_SCALE, MAX_SCALE
-from alem_eval.render.writers import DEFAULT_FPS
+from alem_eval.rendering.frames import DEFAULT_SCALE, MAX_SCALE
+from alem_eval.rendering.writers import DEFAULT_FPS
 
 
 @app.command("render")
@@ -97,8 +97,8 @@ def render(
       alem-eval render 'demo/ippo/easy/0+demo/pqn/easy/0+demo/mappo/easy/0' \\
           --source demo --episode 3
     """
-    from alem_eval.render.episode import check_output, render_episode
-    from alem_eval.render.player import check_episode
+    from alem_eval.rendering.episode import check_output, render_episode
+    from alem_eval.rendering.player import check_episode
     from alem_eval.core.runtime import enable_compilation_cache
 
     check_episode(episode)

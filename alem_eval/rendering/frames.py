@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from alem_eval.render.player import EpisodeStep
+from alem_eval.rendering.player import EpisodeStep
 
 DEFAULT_SCALE = 1
 MAX_SCALE = 8

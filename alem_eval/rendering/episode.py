@@ -2,12 +2,12 @@
 
 Any team plays: one cell drives every agent (self-play) or ``A+B+C`` names the cell of
 each agent slot (mixed teams, any algorithms). The episode is the one ``score --protocol
-fast`` plays as episode ``i`` (:mod:`alem_eval.render.player`).
+fast`` plays as episode ``i`` (:mod:`alem_eval.rendering.player`).
 
 Streaming: the host calls one jitted env+policy step per env step
 (:class:`.player.EpisodePlayer`), draws the new state with alem's ``render_alem_pixels``
 (:class:`.frames.FrameDrawer`) and hands the frame to the writer at once
-(:mod:`alem_eval.render.writers`: GIF, or MP4 through ffmpeg). Memory stays bounded
+(:mod:`alem_eval.rendering.writers`: GIF, or MP4 through ffmpeg). Memory stays bounded
 whatever the episode length; nothing but the current state is kept.
 
 Frames: frame 0 is the reset world, frame ``t`` the state after step ``t``, so a video
@@ -30,9 +30,9 @@ import numpy as np
 
 from alem_eval.core.errors import UsageError
 from alem_eval.core.extras import install_hint
-from alem_eval.render.frames import DEFAULT_SCALE, MAX_SCALE, FrameDrawer
-from alem_eval.render.player import EpisodePlayer, EpisodeStep, check_episode
-from alem_eval.render.writers import (
+from alem_eval.rendering.frames import DEFAULT_SCALE, MAX_SCALE, FrameDrawer
+from alem_eval.rendering.player import EpisodePlayer, EpisodeStep, check_episode
+from alem_eval.rendering.writers import (
     DEFAULT_FPS,
     MAX_FPS,
     SUFFIXES,
