@@ -6,10 +6,11 @@ The public Python API (``docs/python-api.md``)::
 
     cells = alem_eval.select("demo", source="demo")
     episodes = alem_eval.score(cells, episodes=8, max_steps=300)  # a DataFrame
-    print(alem_eval.leaderboard(*cells).to_markdown())
+    print(alem_eval.leaderboard(cells).to_markdown())
 
 Importing the package compiles nothing and imports no JAX: each name below loads its
-module on first use (:mod:`alem_eval.api`). The library below the API is organised in
+module on first use (:mod:`alem_eval.api`). Every function takes its cells (or selectors)
+first; ``docs/python-api.md`` has the table of them all. The library below the API is organised in
 packages by layer (``CONTRACTS.md``, "Architecture"); the names here are the stable surface.
 """
 
@@ -22,23 +23,14 @@ from alem_eval.core.version import __version__ as __version__
 
 # Public name -> the module defining it (loaded on first use).
 _EXPORTS: dict[str, str] = {
-    **dict.fromkeys(
-        (
-            "Cell",
-            "select",
-            "pull",
-            "verify",
-            "score",
-            "results",
-            "leaderboard",
-            "report",
-            "crossplay",
-            "CrossPlay",
-        ),
-        "api.functions",
-    ),
-    **dict.fromkeys(("load_policy", "make_env", "Policy", "Env"), "api.agents"),
+    **dict.fromkeys(("Cell", "select"), "api.cells"),
+    **dict.fromkeys(("pull", "verify", "score", "compare"), "api.functions"),
+    **dict.fromkeys(("results", "leaderboard", "report", "export", "merge"), "api.stored"),
+    **dict.fromkeys(("crossplay", "CrossPlay"), "api.crossplay"),
     **dict.fromkeys(("scenario", "Scenario"), "api.scenario"),
+    "render": "api.render",
+    "train": "api.training",
+    **dict.fromkeys(("load_policy", "make_env", "Policy", "Env"), "api.agents"),
     "Leaderboard": "reporting.leaderboard",
     **dict.fromkeys(("verify_results", "VerifyReport"), "analysis.verify_results"),
     "enable_compilation_cache": "core.runtime",
@@ -50,13 +42,18 @@ __all__ = [
     "pull",
     "verify",
     "score",
+    "compare",
     "results",
     "leaderboard",
     "report",
+    "export",
+    "merge",
     "crossplay",
     "CrossPlay",
     "scenario",
     "Scenario",
+    "render",
+    "train",
     "Leaderboard",
     "verify_results",
     "VerifyReport",
@@ -68,21 +65,15 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from alem_eval.api.agents import Env, Policy, load_policy, make_env
-    from alem_eval.api.functions import (
-        Cell,
-        CrossPlay,
-        crossplay,
-        leaderboard,
-        pull,
-        report,
-        results,
-        score,
-        select,
-        verify,
-    )
     from alem_eval.analysis.verify_results import VerifyReport, verify_results
+    from alem_eval.api.agents import Env, Policy, load_policy, make_env
+    from alem_eval.api.cells import Cell, select
+    from alem_eval.api.crossplay import CrossPlay, crossplay
+    from alem_eval.api.functions import compare, pull, score, verify
+    from alem_eval.api.render import render
     from alem_eval.api.scenario import Scenario, scenario
+    from alem_eval.api.stored import export, leaderboard, merge, report, results
+    from alem_eval.api.training import train
     from alem_eval.core.runtime import enable_compilation_cache
     from alem_eval.reporting.leaderboard import Leaderboard
 

@@ -14,7 +14,7 @@ from alem_eval.analysis.bootstrap import BootstrapSettings
 from alem_eval.analysis.metrics import BASE, COORD, TOTAL
 from alem_eval.analysis.result_keys import build_rows
 from alem_eval.analysis.results import ResultsStore, ResultsWarning
-from alem_eval.api.functions import CrossPlay
+from alem_eval.api.crossplay import CrossPlay
 from alem_eval.api.scenario import Scenario
 from alem_eval.cli.app import main
 from alem_eval.core.errors import UsageError
@@ -175,8 +175,8 @@ def test_leaderboard_runs_episodes_gives_single_seed_cells_an_interval(tmp_path,
         seeds=[0],
         num_episodes=5,
     )
-    seeds = alem_eval.leaderboard(results=one.root, reps=300)
-    episodes = alem_eval.leaderboard(results=one.root, reps=300, runs="episodes")
+    seeds = alem_eval.leaderboard(store=one.root, reps=300)
+    episodes = alem_eval.leaderboard(store=one.root, reps=300, runs="episodes")
     iv = seeds.rows[0].score("easy", "total")
     assert iv.lo == iv.hi and "†" in seeds.to_markdown()
     iv = episodes.rows[0].score("easy", "total")

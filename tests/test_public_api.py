@@ -39,7 +39,7 @@ def test_a_notebook_scores_the_demo_cells_prints_latex_and_plays_a_policy(tmp_pa
 
     results = tmp_path / "results"
     cells = alem_eval.select(source="demo")
-    episodes = alem_eval.score(cells, episodes=EPISODES, max_steps=MAX_STEPS, results=results)
+    episodes = alem_eval.score(cells, episodes=EPISODES, max_steps=MAX_STEPS, store=results)
     assert capsys.readouterr().out == ""  # progress goes to stderr, never stdout
 
     first = "cell budget algorithm difficulty seed eval_difficulty episode episode_length"
@@ -51,11 +51,11 @@ def test_a_notebook_scores_the_demo_cells_prints_latex_and_plays_a_policy(tmp_pa
         assert list(mine["episode"]) == list(range(EPISODES))
         assert (mine["eval_difficulty"] == c.difficulty).all() and (mine["seed"] == c.seed).all()
     assert episodes["episode_length"].between(1, MAX_STEPS).all()
-    stored = alem_eval.results(*cells, results=results)  # what score kept, read back
+    stored = alem_eval.results(cells, store=results)  # what score kept, read back
     assert len(stored) == len(episodes) and set(HEADLINE) <= set(stored.columns)
     assert sorted(stored["cell"].unique()) == sorted(c.id for c in cells)
 
-    board = alem_eval.leaderboard(*cells, results=results, reps=1_000)
+    board = alem_eval.leaderboard(cells, store=results, reps=1_000)
     latex = board.to_latex()
     print(latex)
     assert "\\begin{tabular}" in latex and "\\bottomrule" in latex
@@ -124,19 +124,18 @@ def test_public_names_are_documented_and_stay_functions_once_the_whole_library_l
     for info in pkgutil.walk_packages(alem_eval.__path__, "alem_eval."):
         if not info.name.endswith("__main__"):
             importlib.import_module(info.name)
-    from alem_eval.api import agents, functions
+    from alem_eval.api import stored
 
     assert set(alem_eval.__all__) == set(alem_eval._EXPORTS)
     for name in alem_eval.__all__:
         value = getattr(alem_eval, name)
         assert not isinstance(value, type(alem_eval)), f"alem_eval.{name} is a module"
         assert value.__doc__, f"alem_eval.{name} has no docstring"
-    for name in ("report", "crossplay", "verify", "leaderboard", "score", "select", "pull"):
-        assert getattr(alem_eval, name) is getattr(functions, name)
-    assert alem_eval.load_policy is agents.load_policy
-    from alem_eval import report  # the function, as `from alem_eval import *` gives it
+        module = importlib.import_module(f"alem_eval.{alem_eval._EXPORTS[name]}")
+        assert value is getattr(module, name), name
+    from alem_eval import render, report  # the functions, as `from alem_eval import *` gives
 
-    assert report is functions.report
+    assert report is stored.report and render.__module__ == "alem_eval.api.render"
     for cls in (alem_eval.Policy, alem_eval.Env, alem_eval.CrossPlay, alem_eval.Leaderboard):
         methods = [m for m in vars(cls) if not m.startswith("_") and callable(vars(cls)[m])]
         assert all(getattr(cls, m).__doc__ or m.startswith("to_") for m in methods), cls
@@ -237,7 +236,7 @@ def test_crossplay_returns_teams_gaps_and_the_matrix_as_frames(tmp_path, monkeyp
         episodes=2,
         max_steps=32,
         reps=10,
-        results=tmp_path / "results",
+        store=tmp_path / "results",
         out=tmp_path / "out",
     )
     teams = result.to_frame()
@@ -248,8 +247,8 @@ def test_crossplay_returns_teams_gaps_and_the_matrix_as_frames(tmp_path, monkeyp
     assert list(result.matrix.index) == list(result.matrix.columns) == list(result.result.cells)
     assert result.to_json()["teams_total"] == 8
     assert {p.name for p in result.outputs} >= {"teams.csv", "crossplay.json"}
-    stored = alem_eval.results(teams=True, results=tmp_path / "results")
+    stored = alem_eval.results(teams=True, store=tmp_path / "results")
     assert len(stored) == 8 * 2 and stored["team"].nunique() == 8  # a row per team episode
     assert set(stored["team"]) == {",".join(t.team.slots) for t in result.result.teams}
     with pytest.raises(AlemEvalError, match="no scored results"):
-        alem_eval.results(results=tmp_path / "results")  # teams never pass for cell scores
+        alem_eval.results(store=tmp_path / "results")  # teams never pass for cell scores

@@ -19,7 +19,7 @@ import pytest
 from alem_eval.analysis.bootstrap import BootstrapSettings
 from alem_eval.analysis.metrics import UNITS, metric_info
 from alem_eval.analysis.results import ResultsStore
-from alem_eval.api.functions import CrossPlay
+from alem_eval.api.crossplay import CrossPlay
 from alem_eval.api.scenario import Scenario
 from alem_eval.cli.app import main
 from alem_eval.reporting.leaderboard import PERCENT, build_leaderboard

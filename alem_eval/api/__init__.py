@@ -1,6 +1,15 @@
-"""The public Python API, re-exported lazily by :mod:`alem_eval` (``docs/python-api.md``).
+"""The public Python API, re-exported lazily by :mod:`alem_eval` (``docs/python-api.md``,
+whose table lists every function, its first argument, what it returns and its command).
 
-* :mod:`alem_eval.api.functions`: select, pull, verify, score, leaderboard, report, crossplay;
+* :mod:`alem_eval.api.cells`: ``Cell``, ``select`` and how every function reads its first
+  argument (cells or selectors) and ``source=``;
+* :mod:`alem_eval.api.calls`: what every function does alike (progress, the compilation
+  cache, old spellings kept for a release, ``to_frame`` / ``to_json``);
+* :mod:`alem_eval.api.functions`: pull, verify, score, compare;
+* :mod:`alem_eval.api.stored`: results, leaderboard, report, export, merge (the results
+  store);
+* :mod:`alem_eval.api.crossplay`, :mod:`alem_eval.api.scenario`: teams of mixed agents;
+* :mod:`alem_eval.api.render`: one episode drawn; :mod:`alem_eval.api.training`: train;
 * :mod:`alem_eval.api.agents`: a released policy (:func:`load_policy`) and the evaluation
   environment (:func:`make_env`) for your own code;
 * :mod:`alem_eval.api.demo`: ``alem-eval demo``, the whole pipeline on the bundled cells.

@@ -112,13 +112,13 @@ def _act(policy: Policy, carry: Any, obs: jax.Array, mask: jax.Array) -> tuple[A
 def load_policy(
     cell: Any,
     *,
-    source: str | Path = "hub",
+    source: str | Path | None = None,
     repo: str | None = None,
     revision: str | None = None,
     cache_dir: str | Path | None = None,
 ) -> Policy:
     """The greedy policy of one cell: a ``Cell`` from :func:`alem_eval.select`, or a
-    selector naming exactly one cell of ``source`` (downloaded if needed).
+    selector naming exactly one cell of ``source`` (None: the Hub; downloaded if needed).
 
     Returns :class:`Policy`: ``init(batch) -> carry``, ``act(carry, obs, mask) ->
     (carry, actions)``.

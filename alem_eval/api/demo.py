@@ -36,15 +36,15 @@ class DemoOutcome:
 def run_demo(
     out_dir: str | Path,
     *,
-    num_episodes: int = 8,
+    episodes: int = 8,
     max_steps: int = 300,
-    results: str | Path | None = None,
+    store: str | Path | None = None,
     reps: int = 10_000,
     clips: bool = False,
     on_progress: Callable[[str], None] | None = None,
 ) -> DemoOutcome:
-    """Verify and score the demo cells (fast protocol, ``num_episodes`` episodes of at most
-    ``max_steps`` steps) into the results store ``results`` (default: the user's, like
+    """Verify and score the demo cells (fast protocol, ``episodes`` episodes of at most
+    ``max_steps`` steps) into the results store ``store`` (default: the user's, like
     ``score``; the cells' budget label ``demo`` keeps them apart from the baselines), then
     write under ``out_dir``: ``report/`` (report.md, stats.json, figures/*.png) and
     ``leaderboard.md`` (runs = episodes in both, as each cell is one seed). ``clips``: also a GIF of
@@ -60,7 +60,7 @@ def run_demo(
 
     say = on_progress or (lambda message: None)
     out = Path(out_dir)
-    store = open_store(results)
+    results = open_store(store)
     src = open_source("demo")
     cells = src.select([])
     bad = [r for r in verify_cells(src, cells) if not r.ok]
@@ -70,13 +70,13 @@ def run_demo(
     scores = score_cells(
         src,
         cells,
-        options=ScoreOptions(num_episodes=num_episodes, max_steps=max_steps),
-        store=store,
+        options=ScoreOptions(num_episodes=episodes, max_steps=max_steps),
+        store=results,
         on_progress=lambda m, d, t: say(f"[{d}/{t}] {m}"),
     )
     selectors = [c.id for c in cells]
     rep = build_report(
-        store,
+        results,
         out / "report",
         selectors=selectors,
         settings=BootstrapSettings(reps=reps, runs="episodes"),
@@ -84,7 +84,7 @@ def run_demo(
         clips=ClipRequest(src, max_steps=max_steps) if clips else None,
     )
     lb = build_leaderboard(  # one seed per cell: episodes are the runs, as in the report
-        store, selectors, settings=BootstrapSettings(reps=reps, runs="episodes"), protocol="fast"
+        results, selectors, settings=BootstrapSettings(reps=reps, runs="episodes"), protocol="fast"
     )
     text = render(lb, "md")
     lb_path = write_text_atomic(out / "leaderboard.md", text)
@@ -92,7 +92,7 @@ def run_demo(
         scores=scores,
         leaderboard_md=text,
         out_dir=out,
-        results=store.root,
+        results=results.root,
         report=rep.markdown,
         figures=rep.figures,
         clips=rep.clips,

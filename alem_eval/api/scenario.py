@@ -3,14 +3,16 @@
     import alem_eval
     from alem_eval.evaluate.reference_agents import RandomLegal
 
-    s = alem_eval.scenario(RandomLegal(), "demo/*", source="demo", episodes=4, max_steps=200)
-    s.table   # one row per (population, mode, metric): focal, self_play, cross_play,
-              # focal_minus_self, each with _lo / _hi (fractions in [0, 1])
-    s.teams   # one row per team
+    s = alem_eval.scenario("demo/*", RandomLegal(), source="demo", episodes=4, max_steps=200)
+    s.table        # one row per (population, mode, metric): focal, self_play, cross_play,
+                   # focal_minus_self, each with _lo / _hi (fractions in [0, 1])
+    s.to_frame()   # one row per team (= s.teams)
     print(s.to_latex(caption="With the baselines", label="tab:scenario"))  # percent
 
-The focal is an agent object (any JAX or host agent: :mod:`alem_eval.evaluate.agents`)
-or a ``--focal`` SPEC string (``focal_args`` its factory's keyword arguments).
+The background cells come first, as in every function of the API; the focal is an agent
+object (any JAX or host agent: :mod:`alem_eval.evaluate.agents`) or a ``--focal`` SPEC
+string (``focal_args`` its factory's keyword arguments). ``scenario(focal, cells)``, the
+order before, still works for one release (with a :class:`DeprecationWarning`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from alem_eval.api.functions import Cells, SourceSpec, before_compiling, resolve_cells
+from alem_eval.api.calls import before_compiling, deprecated, episode_progress, frame, renamed
+from alem_eval.api.cells import Cell, Cells, SourceSpec, resolve_cells
 from alem_eval.core.tables import PaperTables
 
 if TYPE_CHECKING:
@@ -44,25 +47,19 @@ class Scenario(PaperTables):
         """One row per (population, mode, metric: Total, Base, Coord): ``focal``, ``self_play``,
         ``cross_play``, ``focal_minus_self``, each with ``_lo`` / ``_hi`` (the world
         bootstrap CI), ``n_teams``, ``n_worlds``; fractions in [0, 1] (``.attrs["units"]``)."""
-        import pandas as pd
-
-        from alem_eval.analysis.metrics import UNITS
-
-        df = pd.DataFrame([r.flat() for r in self.result.rows])
-        df.attrs["units"] = UNITS
-        return df
+        return frame([r.flat() for r in self.result.rows])
 
     @property
     def teams(self) -> pd.DataFrame:
         """One row per team: ``kind`` (focal | self | cross), ``mode``, ``population``,
         ``background``, ``stranger``, the slots and the metric means."""
-        import pandas as pd
+        return self.to_frame()
 
-        from alem_eval.analysis.metrics import UNITS
-
-        df = pd.DataFrame(self.result.team_rows())
-        df.attrs["units"] = UNITS
-        return df
+    def to_frame(self) -> pd.DataFrame:
+        """One row per team played (as :meth:`CrossPlay.to_frame`): ``kind`` (focal | self
+        | cross), ``mode``, ``population``, ``background``, ``stranger``, the slots and the
+        metric means (fractions); the paper's rows are :attr:`table`."""
+        return frame(self.result.team_rows())
 
     @property
     def digests(self) -> Any:
@@ -88,9 +85,20 @@ class Scenario(PaperTables):
         return self.result.paper_table(metrics, decimals, caption, label, ci)
 
 
+def _is_focal(value: Any) -> bool:
+    """An agent object or a ``--focal`` SPEC string (``module:factory``, ``file.py:factory``
+    or a reference agent's name), never cells or selectors (which hold no ``:``)."""
+    if isinstance(value, str):
+        from alem_eval.evaluate.reference_agents import REFERENCE_AGENTS
+
+        return ":" in value or value in REFERENCE_AGENTS
+    return not isinstance(value, (Cell, list, tuple)) and hasattr(value, "act")
+
+
+@renamed(results="store")
 def scenario(
-    focal: Any,
     cells: Cells,
+    focal: Any,
     *,
     focal_args: Mapping[str, Any] | None = None,
     mode: str = "both",
@@ -99,10 +107,10 @@ def scenario(
     max_steps: int | None = None,
     seed: int = 0,
     reps: int = 10_000,
-    results: str | Path | None = None,
+    store: str | Path | None = None,
     fresh: bool = False,
     out: str | Path | None = None,
-    source: SourceSpec = "hub",
+    source: SourceSpec | None = None,
     repo: str | None = None,
     revision: str | None = None,
     cache_dir: str | Path | None = None,
@@ -111,42 +119,52 @@ def scenario(
     """``focal`` with the background ``cells``, as ``alem-eval scenario``: ``mode``
     ``"visitor"`` (1 focal + 2 background agents), ``"resident"`` (2 + 1) or ``"both"``,
     every slot position, beside the background's self-play and cross-play on the same
-    worlds. Teams are kept in the results store (team rows) and read back on a rerun
-    (keyed by the focal's identity: its code, factory arguments and state); ``fresh=True``
-    plays every team again (and stores it anew).
-    ``out``: also write ``scenario.png`` and ``scenario.json`` there. Returns
-    :class:`Scenario` (``.table``, ``.teams``: DataFrames)."""
+    worlds. Teams are kept in the results store ``store`` (None: the user cache's; team
+    rows) and read back on a rerun (keyed by the focal's identity: its code, factory
+    arguments and state); ``fresh=True`` plays every team again (and stores it anew).
+    ``out``: also write ``scenario.png`` and ``scenario.json`` there. ``progress``: an
+    episode bar and a line per step on stderr (None: on a terminal or in Jupyter; False:
+    none). Returns :class:`Scenario` (``.table``, ``.to_frame()``: DataFrames)."""
+    if _is_focal(cells) and not _is_focal(focal):
+        deprecated("alem_eval.scenario(focal, cells) is now alem_eval.scenario(cells, focal)")
+        cells, focal = focal, cells
     before_compiling()
-    from alem_eval.core.progress import err_console
-    from alem_eval.scoring.crossplay_outputs import save_figure
     from alem_eval.analysis.results import open_store
-    from alem_eval.scoring.scenario import plot_scenario, run_scenario
+    from alem_eval.scoring.scenario import run_scenario
 
     src, chosen = resolve_cells(cells, source, repo, revision, cache_dir)
-    show = err_console.is_terminal if progress is None else progress
-    result = run_scenario(
-        src,
-        chosen,
-        focal,
-        focal_args=focal_args,
-        mode=mode,
-        eval_difficulty=eval_difficulty,
-        num_episodes=episodes,
-        max_steps=max_steps,
-        reps=reps,
-        seed=seed,
-        store=open_store(results),
-        fresh=fresh,
-        on_progress=(lambda m: err_console.print(m, highlight=False)) if show else None,
-    )
-    outputs: tuple[Path, ...] = ()
-    if out is not None:
-        from alem_eval.core.fsutil import write_text_atomic
-        from alem_eval.core.jsonout import json_text
-
-        where = Path(out)
-        where.mkdir(parents=True, exist_ok=True)
-        paths = save_figure(plot_scenario(result), where / "scenario", formats=("png",))
-        paths.append(write_text_atomic(where / "scenario.json", json_text(result.as_json()) + "\n"))
-        outputs = tuple(paths)
+    with episode_progress("scenario", progress) as bar:
+        result = run_scenario(
+            src,
+            chosen,
+            focal,
+            focal_args=focal_args,
+            mode=mode,
+            eval_difficulty=eval_difficulty,
+            num_episodes=episodes,
+            max_steps=max_steps,
+            reps=reps,
+            seed=seed,
+            store=open_store(store),
+            fresh=fresh,
+            on_progress=bar and bar.note,
+            on_episodes=bar and bar.update,
+        )
+    outputs = tuple(write_scenario(result, out)) if out is not None else ()
     return Scenario(result, outputs)
+
+
+def write_scenario(result: ScenarioResult, out: str | Path) -> list[Path]:
+    """``scenario.png`` and ``scenario.json`` (with the list of outputs) into ``out``:
+    what ``alem-eval scenario`` and ``scenario(out=...)`` leave behind."""
+    from alem_eval.core.fsutil import write_text_atomic
+    from alem_eval.core.jsonout import json_text
+    from alem_eval.scoring.crossplay_outputs import save_figure
+    from alem_eval.scoring.scenario import plot_scenario
+
+    where = Path(out)
+    where.mkdir(parents=True, exist_ok=True)
+    paths = save_figure(plot_scenario(result), where / "scenario", formats=("png",))
+    doc = {**result.as_json(), "outputs": [str(p) for p in paths]}
+    paths.append(write_text_atomic(where / "scenario.json", json_text(doc) + "\n"))
+    return paths

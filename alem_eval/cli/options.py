@@ -23,7 +23,9 @@ from __future__ import annotations
 from enum import StrEnum
 from pathlib import Path
 import copy
-from typing import TYPE_CHECKING, Annotated, Any
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
 
 import typer
 from typer.models import OptionInfo
@@ -280,6 +282,33 @@ DryRunOpt = Annotated[
         "and at most how many env steps; nothing is downloaded, run or written.",
     ),
 ]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+QuietOpt = Annotated[
+    bool,
+    typer.Option(
+        "--quiet",
+        help="No progress on stderr (bars, progress lines); warnings, errors and the "
+        "result still print.",
+    ),
+]
+
+
+def quiet_option(command: F) -> F:
+    """A command with a ``quiet: QuietOpt`` parameter runs inside
+    :func:`alem_eval.core.progress.quiet_progress` when it is set (put the decorator
+    under ``@app.command``)."""
+
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        from alem_eval.core.progress import quiet_progress
+
+        with quiet_progress(bool(kwargs.get("quiet"))):
+            return command(*args, **kwargs)
+
+    return cast(F, run)
+
 
 # ----------------------------------------------------------------------------------------
 # Scoring and the results store

@@ -8,8 +8,9 @@ bytes a Hub pull downloads (the sources themselves draw nothing).
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from rich.console import Console
@@ -22,10 +23,34 @@ err_console = Console(stderr=True)
 # Library functions take callbacks (``on_progress``, ``on_episodes``) and never draw;
 # a command (or the public API) hands them a Reporter's methods.
 # ========================================================================================
+_QUIET = [False]  # inside quiet_progress(True): every Reporter draws and prints nothing
+
+
+@contextlib.contextmanager
+def quiet_progress(quiet: bool = True) -> Iterator[None]:
+    """Inside: no progress on stderr (``--quiet``): every :class:`Reporter` (episode
+    bars, download bars, step bars, their lines and notes) is silent and
+    :func:`download_bar` gives None. Warnings, errors and what a command prints as its
+    result are not progress: they still print."""
+    before = _QUIET[0]
+    _QUIET[0] = before or quiet
+    try:
+        yield
+    finally:
+        _QUIET[0] = before
+
+
+def is_quiet() -> bool:
+    """Whether progress is silenced (:func:`quiet_progress`)."""
+    return _QUIET[0]
+
+
 def live_display() -> bool:
     """Whether progress redraws in place on stderr: a terminal, or a Jupyter notebook
     with ipywidgets (rich's Progress renders there as a live widget); else a batch log
-    (lines)."""
+    (lines). Never inside :func:`quiet_progress`."""
+    if _QUIET[0]:
+        return False
     if err_console.is_jupyter:
         import importlib.util
 
@@ -44,7 +69,8 @@ class Reporter:
 
     Callbacks for the library: ``note`` is an ``on_progress(message)``; :meth:`steps` makes
     an ``on_progress(done, total)``; :class:`EpisodeBar` takes ``on_episodes`` and
-    ``on_progress(message, done, total)``.
+    ``on_progress(message, done, total)``. Made inside :func:`quiet_progress`, it shows
+    nothing at all.
     """
 
     def __init__(
@@ -57,7 +83,8 @@ class Reporter:
     ):
         from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-        self.live = live_display() if live is None else live
+        self.quiet = _QUIET[0]
+        self.live = not self.quiet and (live_display() if live is None else live)
         self.every_s = every_s
         self.dated = dated
         self.last_line = last_line
@@ -91,9 +118,11 @@ class Reporter:
         """Seconds since the reporter was made."""
         return time.perf_counter() - self._t0
 
-    def note(self, message: str) -> None:
-        """One line (rich markup), above the bars when live."""
-        err_console.print(message, highlight=False)
+    def note(self, message: str, *, soft_wrap: bool = False) -> None:
+        """One line (rich markup), above the bars when live (``soft_wrap``: never broken
+        into several: a long path stays one line)."""
+        if not self.quiet:
+            err_console.print(message, highlight=False, soft_wrap=soft_wrap)
 
     def task(self, key: str, description: str, total: float | None = None) -> None:
         """Show task ``key``'s bar now (live), before its first report."""
@@ -161,6 +190,8 @@ class Reporter:
         return on_progress
 
     def _print_line(self, line: str) -> None:
+        if self.quiet:
+            return
         stamp = f"{time.strftime('%Y-%m-%d %H:%M:%S')} " if self.dated else ""
         err_console.print(stamp + line, highlight=False, markup=False, soft_wrap=True)
 
@@ -235,6 +266,28 @@ class EpisodeBar:
         )
 
 
+def steps_line(label: str) -> Callable[[int, int, float], str]:
+    """A batch log's line for ``label``'s steps: ``render: 40 steps of at most 40, 46s``."""
+
+    def line(done: int, total: int, seconds: float) -> str:
+        return f"{label}: {done} step{'' if done == 1 else 's'} of at most {total}, {seconds:.0f}s"
+
+    return line
+
+
+@contextlib.contextmanager
+def steps_progress(label: str, *, show: bool = True) -> Iterator[Callable[[int, int], None]]:
+    """The ``on_progress(steps done, max steps)`` of one episode (render, a recording): a
+    bar when live; in a batch log a line every 30 s and the last state at the end (the
+    first step waits for the compile, so without it the log would end at "1 step of at
+    most 40" for a whole episode). ``show`` False: a callback that shows nothing."""
+    if not show:
+        yield lambda done, total: None
+        return
+    with Reporter() as progress:
+        yield progress.steps(label, f"[bold]{label}[/] steps", steps_line(label))
+
+
 # ========================================================================================
 # (end of the progress reporter)
 # ========================================================================================
@@ -290,5 +343,7 @@ class DownloadBar:
 
 def download_bar(show: bool | None = None, label: str = "pull") -> DownloadBar | None:
     """A :class:`DownloadBar` if ``show`` (None: on a terminal or in Jupyter), else None (a
-    source then reports its downloads to nobody)."""
+    source then reports its downloads to nobody; always inside :func:`quiet_progress`)."""
+    if _QUIET[0]:
+        return None
     return DownloadBar(label) if (live_display() if show is None else show) else None

@@ -239,8 +239,9 @@ def run_crossplay(
     one line each, naming the cell: cells that cannot be resolved or loaded, cells that
     need different env configurations, bad options.
 
-    Progress: ``on_progress(message)`` a line per step (the teams to score, each team
-    stored); ``on_episodes(RolloutProgress)`` as the rollout's episodes finish.
+    Progress: ``on_progress(message)`` a line per step (the teams to score, the teams
+    played: :func:`~alem_eval.scoring.play.play_teams`); ``on_episodes(RolloutProgress)``
+    as the rollout's episodes finish.
     """
     check_scheme(scheme)
     check_runs(runs)

@@ -291,8 +291,10 @@ def play_teams(
     :class:`~alem_eval.evaluate.agents.AgentGroup` each) on ``worlds``; see the module
     docstring. ``store`` (a :class:`~alem_eval.analysis.results.ResultsStore`): teams it
     holds under their key are read back (``fresh``: none is, every team plays again), the
-    others written as each one ends. ``on_progress(message)``: a line for the teams to play (``what`` describes them) and
-    one per stored team; ``on_episodes(RolloutProgress)`` as the rollout's episodes end."""
+    others written as each one ends. ``on_progress(message)``: a line for the teams to play
+    (``what`` describes them) and one when they are played (however many: 64 teams are
+    two lines, the episode bar shows the rest); ``on_episodes(RolloutProgress)`` as the
+    rollout's episodes end."""
     from alem_eval.analysis.result_keys import build_rows, episode_records
 
     note = on_progress or (lambda _m: None)
@@ -315,8 +317,7 @@ def play_teams(
     def keep(team: Team, episodes: Sequence[Mapping[str, float]]) -> None:
         """A team whose episodes all ended: into the store at once, on its own."""
         if store is not None:
-            path = store.write(build_rows(keys[team], episodes), keys[team])
-            note(f"scored {team.label()}; stored in {path}")
+            store.write(build_rows(keys[team], episodes), keys[team])
 
     played: dict[Team, list[dict[str, float]]] = {}
     live, seconds = 0, 0.0
@@ -324,6 +325,8 @@ def play_teams(
         t0 = time.perf_counter()
         played, live = _play(source, cells, todo, agents, keep, worlds, on_episodes, note)
         seconds = time.perf_counter() - t0
+        where = f"; stored in {store.root}" if store is not None else ""
+        note(f"scored {len(played)} teams in {seconds:.0f}s{where}")
     scores = {
         t: TeamScore(
             t,

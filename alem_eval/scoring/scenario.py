@@ -390,6 +390,7 @@ def run_scenario(
     on_env_mismatch: str = "error",
     fresh: bool = False,
     on_progress: Callable[[str], None] | None = None,
+    on_episodes: Callable[[Any], None] | None = None,
 ) -> ScenarioResult:
     """Play ``focal`` (an agent, or a ``--focal`` SPEC string with ``focal_args``) with
     the background ``cells`` of ``source`` in the ``mode`` compositions, beside the
@@ -397,7 +398,8 @@ def run_scenario(
     docstring. Teams already in ``store`` are read back (``fresh``: none is, every team
     plays again; the focal's teams read back are said in one ``on_progress`` line); the
     others are written to it as each one's episodes end, after the agent's checks (see
-    docs/scenarios.md for what a fault keeps)."""
+    docs/scenarios.md for what a fault keeps). ``on_episodes(RolloutProgress)`` as the
+    rollout's episodes end (an episode bar's ``update``)."""
     from alem_eval.evaluate.agent_spec import load_focal
 
     modes = check_mode(mode)
@@ -419,6 +421,7 @@ def run_scenario(
         what=f" ({group.label} with {len(cells)} background cells)",
         fresh=fresh,
         on_progress=on_progress,
+        on_episodes=on_episodes,
     )
     scores = played.scores
     reused = sum(s.reused for t, s in scores.items() if label in t.slots)

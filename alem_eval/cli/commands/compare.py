@@ -1,7 +1,8 @@
 """``alem-eval compare``: the same cell(s) from two sources, scored on the same worlds.
 
 ``alem-eval compare 1B/ippo-rnn/hard --source hub --source runs``: parses, calls
-:func:`alem_eval.scoring.compare.compare_sources` and prints its rows.
+:func:`alem_eval.api.functions.compare` (what ``alem_eval.compare`` is, over
+:func:`alem_eval.scoring.compare.compare_sources`) and prints its rows.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from alem_eval.scoring.compare import (
     DEFAULT_COMPARE_METRIC,
     DEFAULT_COMPARE_REPS,
 )
-from alem_eval.cli.console import EpisodeBar, OutputFormat, download_bar, emit_records, err_console
+from alem_eval.cli.console import OutputFormat, emit_records, err_console
 from alem_eval.cli.options import (
+    QuietOpt,
+    quiet_option,
     CiMethod,
     CiOpt,
     DifficultyFilterOpt,
@@ -40,6 +43,7 @@ __all__ = ["compare"]
 
 
 @app.command("compare")
+@quiet_option
 def compare(
     selectors: Annotated[
         list[str], typer.Argument(help="Cell(s) or selector(s) present in both sources.")
@@ -67,6 +71,7 @@ def compare(
             "from the results store, so leaderboards never mix the other source in.",
         ),
     ] = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """Is source A's checkpoint better than source B's? P(A > B) with a bootstrap CI.
 
@@ -82,38 +87,25 @@ def compare(
       alem-eval compare '1B/ippo' --difficulty hard --eval-difficulty easy \\
           --source hub --source runs
     """
-    from alem_eval.scoring.compare import compare_sources
-    from alem_eval.core.paths import compare_dir
-    from alem_eval.analysis.results import ResultsStore
-    from alem_eval.core.runtime import enable_compilation_cache
+    from alem_eval.api.functions import compare as compare_sources
 
-    enable_compilation_cache()
-    with EpisodeBar("compare") as bar:
-        rows = compare_sources(
-            sources,
-            selectors,
-            metric=metric,
-            eval_difficulty=eval_difficulty.value if eval_difficulty else None,
-            difficulties=split_commas(difficulty),
-            protocol=protocol.value,
-            episodes=episodes,
-            max_steps=max_steps,
-            reps=reps,
-            seed=seed,
-            ci=ci.value,
-            store=ResultsStore(store.expanduser() if store else compare_dir()),
-            on_progress=bar.cell_done,
-            on_episodes=bar.update,
-            on_download=download_bar(),
-        )
+    result = compare_sources(
+        selectors,
+        sources,
+        metric=metric,
+        difficulty=split_commas(difficulty),
+        eval_difficulty=eval_difficulty.value if eval_difficulty else None,
+        episodes=episodes,
+        max_steps=max_steps,
+        protocol=protocol.value,
+        reps=reps,
+        seed=seed,
+        ci=ci.value,
+        store=store,
+        progress=True,
+    )
+    rows = list(result.rows)
     if fmt == OutputFormat.table:
-        for r in rows:
-            err_console.print(
-                f"{r['eval_difficulty']}: P(A > B) = {r['p_improvement']:.2f} "
-                f"[{r['p_lo']:.2f}, {r['p_hi']:.2f}] on {metric} (A = {r['A']}, B = {r['B']}; "
-                f"runs = {r['runs']}, {r['n_A']} vs {r['n_B']}; 95% {ci.value} bootstrap CI "
-                f"resampling {r['resampled']}) "
-                f"-> {r['verdict']}",
-                highlight=False,
-            )
+        for line in result.lines():
+            err_console.print(line, highlight=False)
     emit_records(rows, fmt, title="compare: probability of improvement P(A > B)")

@@ -18,6 +18,8 @@ from alem_eval.cli.console import EpisodeBar, OutputFormat, emit_json, emit_reco
 from alem_eval.scoring.crossplay import DEFAULT_REPS
 from alem_eval.scoring.teams import DEFAULT_MAX_TEAMS
 from alem_eval.cli.options import (
+    QuietOpt,
+    quiet_option,
     CacheDirOpt,
     DryRunOpt,
     DifficultyFilterOpt,
@@ -56,6 +58,7 @@ class Scheme(StrEnum):
 
 
 @app.command("crossplay")
+@quiet_option
 def crossplay(
     selectors: Annotated[
         list[str] | None,
@@ -105,6 +108,7 @@ def crossplay(
     on_env_mismatch: EnvMismatchOpt = EnvMismatch.error,
     dry_run: DryRunOpt = False,
     fmt: PaperFormatOpt = PaperFormat.table,
+    quiet: QuietOpt = False,
 ) -> None:
     """Cross-play vs self-play: how much do teams lose when their agents come from
     different checkpoints?

@@ -16,6 +16,8 @@ from alem_eval.cli.app import app
 from alem_eval.cli.console import OutputFormat, emit_json, emit_records, err_console
 from alem_eval.core.progress import Reporter
 from alem_eval.cli.options import (
+    QuietOpt,
+    quiet_option,
     DatasetFormat,
     DatasetFormatOpt,
     FormatOpt,
@@ -40,6 +42,7 @@ class Per(StrEnum):
 
 
 @dataset_app.command("export")
+@quiet_option
 def export(
     recording: Annotated[Path, typer.Argument(help="A recording directory (score --record).")],
     fmt: DatasetFormatOpt = DatasetFormat.vault,
@@ -77,6 +80,7 @@ def export(
             "(smaller, for readers that cast to float32 themselves).",
         ),
     ] = True,
+    quiet: QuietOpt = False,
 ) -> None:
     """Write the complete episodes of a recording as Flashbax Vaults, each with a dataset
     card (card.json, card.md) in its directory; prints the vault directories.

@@ -11,6 +11,8 @@ from alem_eval.cli.app import app
 from alem_eval.cli.console import OutputFormat, emit_records, err_console
 from alem_eval.core.progress import Reporter
 from alem_eval.cli.options import (
+    QuietOpt,
+    quiet_option,
     ClipsOpt,
     EpisodesOpt,
     FormatOpt,
@@ -23,6 +25,7 @@ from alem_eval.cli.options import (
 
 
 @app.command("demo")
+@quiet_option
 def demo(
     episodes: Annotated[int, override(EpisodesOpt)] = 8,
     max_steps: Annotated[int, override(MaxStepsOpt, help="Step cap per episode.")] = 300,
@@ -33,6 +36,7 @@ def demo(
     reps: RepsOpt = 10_000,
     clips: ClipsOpt = False,
     fmt: FormatOpt = OutputFormat.table,
+    quiet: QuietOpt = False,
 ) -> None:
     """Score the four bundled demo cells (one per algorithm, small networks trained on a
     CPU, easy difficulty; not the paper's baselines), write a report with figures and print
@@ -63,9 +67,9 @@ def demo(
     with Reporter() as progress:
         res = run_demo(
             out,
-            num_episodes=episodes,
+            episodes=episodes,
             max_steps=max_steps,
-            results=results,
+            store=results,
             reps=reps,
             clips=clips,
             on_progress=progress.note,

@@ -1,4 +1,6 @@
-"""``alem-eval export`` (marl-eval JSON) and ``alem-eval merge`` (import another results dir)."""
+"""``alem-eval export`` (marl-eval JSON) and ``alem-eval merge`` (import another results dir):
+parse, call :func:`alem_eval.api.stored.export` / :func:`~alem_eval.api.stored.merge` (what
+``alem_eval.export`` / ``alem_eval.merge`` are) and print."""
 
 from __future__ import annotations
 
@@ -62,23 +64,22 @@ def export(
       alem-eval export '1B/*/*' --difficulty hard --out hard.json
       alem-eval export --complete-subgrid --out subgrid.json
     """
-    from alem_eval.analysis.interop import export_marl_eval
+    from alem_eval.api.stored import export as export_marl_eval
 
     difficulties = split_commas(difficulty) or []
     if len(difficulties) > 1:  # one marl-eval task per file: difficulties are never pooled
         raise UsageError("export: --difficulty takes one difficulty (one marl-eval task)")
-    from alem_eval.analysis.results import open_store
-
-    text, prepared = exported = export_marl_eval(
-        open_store(results),
-        out,
-        selectors=selectors or None,
+    exported = export_marl_eval(
+        selectors,
+        store=results,
         metrics=metric or (),
+        out=out,
         protocol=protocol and protocol.value,
         complete_subgrid=complete_subgrid,
         difficulty=difficulties[0] if difficulties else None,
     )
-    for note in prepared.notes:
+    text = exported.text
+    for note in exported.notes:
         err_console.print(f"[yellow]note[/yellow] {note}", highlight=False)
     if exported.warning:
         err_console.print(
@@ -110,16 +111,12 @@ def merge(
 
       for i in $(seq 0 7); do alem-eval merge runs/score-$i; done
     """
-    from alem_eval.analysis.interop import merge_results
-    from alem_eval.analysis.results import ResultsStore, open_store
+    from alem_eval.api.stored import merge as merge_results
 
-    rep = merge_results(
-        open_store(results),
-        ResultsStore(source),
-        selectors=selectors or None,
-        prefer=prefer.value,
-        dry_run=dry_run,
+    merged = merge_results(
+        selectors, other=source, store=results, prefer=prefer.value, dry_run=dry_run
     )
+    rep = merged.report
     for note in rep.notes:
         err_console.print(f"[yellow]note[/yellow] {note}", highlight=False)
     if rep.conflicts or fmt != OutputFormat.table:
@@ -129,4 +126,4 @@ def merge(
             columns=["cell", "eval_difficulty", "protocol", "kind", "detail", "resolution"],
             title=f"{len(rep.conflicts)} conflict(s)",
         )
-    err_console.print(f"merge {rep.source} -> {rep.dest}: {rep.summary()}", highlight=False)
+    err_console.print(merged.summary(), highlight=False)

@@ -50,13 +50,13 @@ def leaderboard(
       alem-eval leaderboard --format md
       alem-eval leaderboard '1B' --format latex --out table.tex
     """
-    from alem_eval.api.functions import leaderboard as build_leaderboard
+    from alem_eval.api.stored import leaderboard as build_leaderboard
     from alem_eval.core.fsutil import write_text_atomic
     from alem_eval.reporting.leaderboard import render
 
     lb = build_leaderboard(
-        *(selectors or []),
-        results=results,
+        selectors,
+        store=results,
         reps=reps,
         seed=seed,
         protocol=protocol and protocol.value,

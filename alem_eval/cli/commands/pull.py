@@ -9,6 +9,8 @@ import typer
 from alem_eval.cli.app import app
 from alem_eval.cli.console import OutputFormat, emit_json, emit_plan, emit_records, err_console
 from alem_eval.cli.options import (
+    QuietOpt,
+    quiet_option,
     CacheDirOpt,
     DryRunOpt,
     FormatOpt,
@@ -20,6 +22,7 @@ from alem_eval.cli.options import (
 
 
 @app.command("pull")
+@quiet_option
 def pull(
     selectors: Annotated[
         list[str] | None,
@@ -34,6 +37,7 @@ def pull(
     workers: int = typer.Option(8, "--workers", min=1, max=64, help="Parallel file downloads."),
     dry_run: DryRunOpt = False,
     fmt: FormatOpt = OutputFormat.table,
+    quiet: QuietOpt = False,
 ) -> None:
     """Download only the selected cells (resumable, idempotent; works offline from the cache).
 

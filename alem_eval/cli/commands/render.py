@@ -5,8 +5,8 @@ Parses, calls :func:`alem_eval.rendering.episode.render_episode` and prints what
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+import contextlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -14,8 +14,10 @@ import typer
 
 from alem_eval.cli.app import app
 from alem_eval.cli.console import OutputFormat, emit_records, err_console
-from alem_eval.core.progress import Reporter
+from alem_eval.core.progress import steps_progress
 from alem_eval.cli.options import (
+    QuietOpt,
+    quiet_option,
     CacheDirOpt,
     DifficultyFilterOpt,
     EnvMismatch,
@@ -38,6 +40,7 @@ from alem_eval.rendering.writers import DEFAULT_FPS
 
 
 @app.command("render")
+@quiet_option
 def render(
     team: Annotated[
         str,
@@ -80,6 +83,7 @@ def render(
     ] = DEFAULT_SCALE,
     on_env_mismatch: EnvMismatchOpt = EnvMismatch.error,
     fmt: FormatOpt = OutputFormat.table,
+    quiet: QuietOpt = False,
 ) -> None:
     """Draw one greedy episode with the environment's own pixel renderer.
 
@@ -138,14 +142,7 @@ def render(
         emit_records([record], fmt)
 
 
-def _steps_line(done: int, total: int, seconds: float) -> str:
-    return f"render: {done} step{'' if done == 1 else 's'} of at most {total}, {seconds:.0f}s"
-
-
-@contextmanager
-def render_progress() -> Iterator[Callable[[int, int], None]]:
-    """The ``on_progress(steps done, max steps)`` render draws with: a bar when live; in a
-    batch log a line every 30 s and the last state at the end (the first step waits for the
-    compile, so without it the log would end at "1 step of at most 40" for a whole episode)."""
-    with Reporter() as progress:
-        yield progress.steps("render", "[bold]render[/] steps", _steps_line)
+def render_progress() -> contextlib.AbstractContextManager[Callable[[int, int], None]]:
+    """The ``on_progress(steps done, max steps)`` render draws with
+    (:func:`alem_eval.core.progress.steps_progress`)."""
+    return steps_progress("render")

@@ -93,7 +93,7 @@ def report(
 
       alem-eval report 'demo' --source demo --clips --out demo-report/
     """
-    from alem_eval.api.functions import report as build_report
+    from alem_eval.api.stored import report as build_report
     from alem_eval.analysis.metrics import DEFAULT_METRIC
 
     src = None
@@ -103,9 +103,9 @@ def report(
         src = open_cli_source(source, repo, revision, cache_dir)
         enable_compilation_cache()
     res = build_report(
-        *(selectors or []),
+        selectors,
         out=out,
-        results=results,
+        store=results,
         metrics=tuple(metric or (DEFAULT_METRIC,)),
         reps=reps,
         seed=seed,

@@ -14,8 +14,10 @@ from typing import Annotated
 import typer
 
 from alem_eval.cli.app import app
-from alem_eval.cli.console import OutputFormat, emit_json, emit_records, err_console
+from alem_eval.cli.console import EpisodeBar, OutputFormat, emit_json, emit_records, err_console
 from alem_eval.cli.options import (
+    QuietOpt,
+    quiet_option,
     CacheDirOpt,
     DifficultyFilterOpt,
     EnvMismatch,
@@ -51,6 +53,7 @@ class Mode(StrEnum):
 
 
 @app.command("scenario")
+@quiet_option
 def scenario(
     selectors: Annotated[
         list[str] | None,
@@ -113,6 +116,7 @@ def scenario(
     ] = Path("alem-eval-scenario"),
     on_env_mismatch: EnvMismatchOpt = EnvMismatch.error,
     fmt: PaperFormatOpt = PaperFormat.table,
+    quiet: QuietOpt = False,
 ) -> None:
     """Your agent with the baselines: how does it do with partners it never trained with?
 
@@ -152,11 +156,7 @@ def scenario(
     require_selection(src, selectors, command="scenario", filters=(difficulty,))
     cells = src.select(list(selectors or []), difficulties=split_commas(difficulty))
     enable_compilation_cache()
-
-    def progress(message: str) -> None:
-        err_console.print(message, highlight=False)
-
-    with collect_warnings() as notes:
+    with collect_warnings() as notes, EpisodeBar("scenario") as bar:
         result = run_scenario(
             src,
             cells,
@@ -171,7 +171,8 @@ def scenario(
             store=open_store(results),
             on_env_mismatch=on_env_mismatch.value,
             fresh=fresh,
-            on_progress=progress,
+            on_progress=bar.note,
+            on_episodes=bar.update,
         )
     for note in notes:
         err_console.print(f"[yellow]warning[/yellow] {note}", highlight=False)

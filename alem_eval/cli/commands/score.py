@@ -14,6 +14,8 @@ import typer
 from alem_eval.cli.app import app
 from alem_eval.cli.console import EpisodeBar, OutputFormat, emit_records, err_console, warning_lines
 from alem_eval.cli.options import (
+    QuietOpt,
+    quiet_option,
     AlgorithmFilterOpt,
     BudgetFilterOpt,
     CacheDirOpt,
@@ -39,6 +41,7 @@ from alem_eval.cli.options import (
 
 
 @app.command("score")
+@quiet_option
 def score(
     selectors: Annotated[
         list[str] | None,
@@ -117,6 +120,7 @@ def score(
     ] = None,
     dry_run: DryRunOpt = False,
     fmt: FormatOpt = OutputFormat.table,
+    quiet: QuietOpt = False,
 ) -> None:
     """Score cells the way the paper did, as one compiled batched computation per stack.
 

@@ -1,7 +1,9 @@
 """``alem-eval train``: (re)generate cells in the released format with the trainers.
 
-Parses the options, calls :func:`alem_eval.trainers.planning.train` and renders what it reports: the
-plan, progress (a bar on a terminal; dated lines in batch logs), and each cell's result.
+Parses the options and calls :func:`alem_eval.api.training.train` (what ``alem_eval.train``
+is), which runs :func:`alem_eval.trainers.planning.train` and draws with
+:class:`~alem_eval.api.training.TrainDisplay`: the plan, progress (a bar on a terminal;
+dated lines in batch logs), and each cell's result.
 """
 
 from __future__ import annotations
@@ -11,106 +13,29 @@ from typing import Annotated
 
 import typer
 
+from alem_eval.api.training import TrainDisplay, describe, train_reporter
 from alem_eval.cli.app import app
 from alem_eval.cli.console import err_console
-from alem_eval.core.progress import Reporter
-from alem_eval.cli.options import DryRunOpt, FreshOpt, OutDirOpt, ShardOpt, SourceOpt, override
-from alem_eval.trainers.contract import Progress
-from alem_eval.trainers.planning import GroupOutcome, TrainEvents, TrainGroup, TrainPlan
+from alem_eval.cli.options import (
+    DryRunOpt,
+    FreshOpt,
+    OutDirOpt,
+    QuietOpt,
+    ShardOpt,
+    SourceOpt,
+    override,
+    quiet_option,
+)
 
-
-# ----------------------------------------------------------------------------------------
-# Rendering
-# ----------------------------------------------------------------------------------------
-def _fmt_steps(n: float) -> str:
-    for unit, k in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
-        if n >= k:
-            return f"{n / k:.2f}{unit}"
-    return f"{n:.0f}"
-
-
-def _fmt_time(s: float | None) -> str:
-    if s is None:
-        return "-"
-    s = int(s)
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
-
-
-def describe(p: Progress) -> str:
-    steps = f"{_fmt_steps(p.steps)}/{_fmt_steps(p.total_steps)} steps"
-    if p.phase == "compiling":
-        return "compiling (the Alem step takes minutes to compile on CPU)..."
-    if p.phase == "saving":
-        return f"{steps}  saving..."
-    if p.phase == "done":
-        return f"{steps}  done"
-    ret = "-" if p.mean_return is None else f"{p.mean_return:.2f}"
-    ach = "-" if p.achievement_pct is None else f"{100 * p.achievement_pct:.1f}%"
-    return (
-        f"update {p.updates:,}/{p.num_updates:,}  {steps}  {p.steps_per_s:,.0f} steps/s  "
-        f"return {ret}  ach {ach}  ETA {_fmt_time(p.eta_s)}"
-    )
-
-
-def train_reporter(log_every: float, *, live: bool | None = None) -> Reporter:
-    """Training progress: a bar per group when live; in a batch log one dated line per
-    report, while training at most one per ``log_every`` seconds per group (0: every
-    compiled call), the other phases and the last update always."""
-    return Reporter(every_s=log_every, live=live, dated=True, last_line=False)
-
-
-class Render(TrainEvents):
-    def __init__(self, reporter: Reporter):
-        self.reporter = reporter
-
-    def planned(self, plan: TrainPlan) -> None:
-        if not plan.chosen:
-            err_console.print(f"no cells in this share of {plan.selected}", highlight=False)
-        for cell, where in plan.skipped:
-            err_console.print(
-                f"{cell.id}: already trained in {where} (--force retrains)", highlight=False
-            )
-        for g in plan.groups:
-            err_console.print(g.describe(), highlight=False, soft_wrap=True)
-
-    def progress(self, group: TrainGroup, p: Progress) -> None:
-        self.reporter.update(
-            group.label,
-            description=group.label,
-            completed=p.steps,
-            total=p.total_steps,
-            info=describe(p),
-            line=f"{group.label}: {describe(p)}",
-            force=p.phase != "training" or p.updates >= p.num_updates,
-        )
-
-    def finished(self, outcome: GroupOutcome) -> None:
-        if outcome.results is None:
-            err_console.print(
-                f"{outcome.group.label}: stopped after --max-updates; rerun to continue",
-                highlight=False,
-            )
-            return
-        for c, r in zip(outcome.group.cells, outcome.results, strict=True):
-            s = r.summary
-            ret = (s.get("final_metrics") or {}).get("mean_episode_return")
-            # wall_time_s counts every second, the first (compiling, untimed) call's
-            # included; steps_per_second is None when every update ran in that call
-            sps = s.get("steps_per_second")
-            err_console.print(
-                f"{c.id}: {s['total_timesteps']:,} steps in {_fmt_time(s['wall_time_s'])} "
-                f"({s['compile_time_s']:.0f}s of it compiling), "
-                f"{'-' if sps is None else f'{sps:,.0f}'} "
-                f"steps/s; final return {'-' if ret is None else f'{ret:.2f}'} -> {r.cell_dir}",
-                highlight=False,
-                soft_wrap=True,
-            )
+Render = TrainDisplay  # the command's display (its name before it moved to the API)
+__all__ = ["Render", "describe", "train", "train_reporter"]
 
 
 # ----------------------------------------------------------------------------------------
 # The command
 # ----------------------------------------------------------------------------------------
 @app.command("train")
+@quiet_option
 def train(
     cells: list[str] = typer.Argument(
         ..., help="Cell(s) or selector(s), e.g. 1B/ippo-rnn/hard/seed3."
@@ -166,6 +91,7 @@ def train(
     ] = False,
     force: bool = typer.Option(False, "--force", help="Retrain cells that are already complete."),
     dry_run: Annotated[bool, override(DryRunOpt, help="Show the plan and exit.")] = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Train cells with the alem-eval trainers, in the released checkpoint format.
 
@@ -181,36 +107,30 @@ def train(
       alem-eval train 1B/ippo-rnn/hard/seed3
       alem-eval train 100M/pqn/easy --source hub --out runs
     """
-    from alem_eval.hub.selectors import parse_shard
+    from alem_eval.api.training import train as train_cells
     from alem_eval.trainers.contract import TrainingStopped
-    from alem_eval.trainers.planning import TrainOptions, parse_sets
-    from alem_eval.trainers.planning import train as train_cells
+    from alem_eval.trainers.planning import parse_sets
 
-    overrides = parse_sets(sets)
-    for key, value in (("NUM_ENVS", num_envs), ("NUM_STEPS", num_steps)):
-        if value is not None:
-            overrides[key] = str(value)
-    options = TrainOptions(
-        out=out,
-        total_timesteps=total_timesteps,
-        overrides=overrides,
-        shard=parse_shard(shard),
-        group_size=group_size,
-        from_config=from_config,
-        source=source,
-        checkpoint_every=checkpoint_every,
-        max_updates=max_updates,
-        fresh=fresh,
-        force=force,
-        dry_run=dry_run,
-    )
-    if not dry_run:
-        from alem_eval.core.runtime import enable_compilation_cache
-
-        enable_compilation_cache()
     try:
         with train_reporter(log_every) as reporter:
-            train_cells(cells, options, Render(reporter))
+            train_cells(
+                cells,
+                out=out,
+                total_timesteps=total_timesteps,
+                num_envs=num_envs,
+                num_steps=num_steps,
+                overrides=parse_sets(sets),
+                from_config=from_config,
+                source=source,
+                shard=shard,
+                group_size=group_size,
+                checkpoint_every=checkpoint_every,
+                max_updates=max_updates,
+                fresh=fresh,
+                force=force,
+                dry_run=dry_run,
+                display=TrainDisplay(reporter),
+            )
     except TrainingStopped as stop:
         if stop.updates:
             more = f" (and {len(stop.cell_dirs) - 1} more)" if len(stop.cell_dirs) > 1 else ""

@@ -1,0 +1,140 @@
+"""``alem_eval.crossplay``: teams mixing the cells' agents against their self-play
+(``alem-eval crossplay`` calls :func:`crossplay`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from alem_eval.api.calls import before_compiling, episode_progress, frame, renamed
+from alem_eval.api.cells import Cells, SourceSpec, resolve_cells
+from alem_eval.core.tables import PaperTables
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from alem_eval.scoring.crossplay import CrossplayResult
+
+
+@dataclass(frozen=True)
+class CrossPlay(PaperTables):
+    """What :func:`crossplay` scored: ``.result`` is the library's
+    :class:`~alem_eval.scoring.crossplay.CrossplayResult` (``.as_json()``, ``.matrix``, ``.gaps``);
+    ``.outputs`` the files written with ``out=``. Values are fractions in [0, 1]
+    (``.to_frame()``, ``.gap``, ``.matrix``, ``.to_json()``); ``.to_markdown()`` /
+    ``.to_latex()`` show percent."""
+
+    result: CrossplayResult
+    outputs: tuple[Path, ...] = ()
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per team: ``team_key, slot0..slot2`` (the cell in each agent slot),
+        ``shape`` (self | pair | distinct | other), ``anchor``, ``reused``, ``episodes``
+        and the mean ``Team/reward_pct_of_max``, ``Team/normal_reward_pct_of_max``,
+        ``Team/coord_reward_pct_of_max``, ``episode_return``, ``episode_length``."""
+        return frame(self.result.team_rows())
+
+    @property
+    def gap(self) -> pd.DataFrame:
+        """One row per metric: ``metric, label`` (Total, Base, Coord), ``self`` (slot-weighted
+        self-play of the members), ``cross`` (the cross-play teams), ``gap`` (self -
+        cross) with its bootstrap CI ``lo, hi`` (fractions), ``n_teams, n_runs, n_worlds``."""
+        return frame([g.as_json() for g in self.result.gaps])
+
+    @property
+    def matrix(self) -> pd.DataFrame:
+        """The pair matrix of Total: rows the partner A (two slots), columns the newcomer
+        B (one slot), the diagonal self-play; NaN where no team was scored."""
+        import pandas as pd
+
+        m = self.result.matrix
+        return frame(pd.DataFrame(m.values, index=list(m.cells), columns=list(m.cells)))
+
+    @property
+    def digests(self) -> Any:
+        """The results and config digests of the teams' records
+        (:class:`~alem_eval.analysis.digests.Digests`; None without a results store)."""
+        return self.result.digests
+
+    def to_json(self) -> dict[str, Any]:
+        return self.result.as_json()
+
+    def paper_table(
+        self,
+        table: str = "gap",
+        metrics: Sequence[str] | None = None,
+        decimals: int = 1,
+        caption: str | None = None,
+        label: str | None = None,
+        ci: bool = True,
+    ) -> Any:
+        """The paper table, in percent: ``table="gap"`` (per metric: self-play, cross-play
+        and the gap with its interval) or ``"matrix"`` (the pair matrix); ``to_markdown`` /
+        ``to_latex`` take the same arguments."""
+        return self.result.paper_table(
+            table, metrics=metrics, decimals=decimals, caption=caption, label=label, ci=ci
+        )
+
+
+@renamed(results="store")
+def crossplay(
+    cells: Cells,
+    *,
+    scheme: str = "pairs",
+    eval_difficulty: str | None = None,
+    episodes: int | None = None,
+    max_steps: int | None = None,
+    max_teams: int = 64,
+    seed: int = 0,
+    reps: int = 10_000,
+    runs: str = "teams",
+    store: str | Path | None = None,
+    out: str | Path | None = None,
+    source: SourceSpec | None = None,
+    repo: str | None = None,
+    revision: str | None = None,
+    cache_dir: str | Path | None = None,
+    progress: bool | None = None,
+) -> CrossPlay:
+    """Teams mixing the cells' agents against their self-play, as ``alem-eval crossplay``.
+
+    ``scheme``: ``"pairs"`` (two agents of A + one of B in every slot position),
+    ``"distinct"`` / ``"mixed"`` (sampled, at most ``max_teams``, seeded by ``seed``) or
+    ``"all"``; each cell's self-play is always included. All teams play the same worlds
+    (``eval_difficulty``, default the cells' shared training difficulty; ``episodes`` /
+    ``max_steps`` default 20 / 10,000). Teams are kept in the results store (team rows,
+    never mixed with the cells' own scores) in ``store`` (None: the user cache's results
+    store) and read back on a rerun. ``runs``: ``"teams"`` or ``"episodes"`` as the
+    bootstrap's runs (``reps`` resamples). ``out``: also write ``pair_matrix.png/.pdf``,
+    ``teams.csv`` and ``crossplay.json`` there. ``progress``: an episode bar and a line per
+    step on stderr (None: on a terminal or in Jupyter; False: none).
+
+    Returns :class:`CrossPlay`: ``.to_frame()`` (one row per team), ``.gap`` and
+    ``.matrix`` (DataFrames), ``.to_json()``.
+    """
+    before_compiling()
+    from alem_eval.analysis.results import open_store
+    from alem_eval.scoring.crossplay import run_crossplay
+    from alem_eval.scoring.crossplay_outputs import write_outputs
+
+    src, chosen = resolve_cells(cells, source, repo, revision, cache_dir)
+    with episode_progress("crossplay", progress) as bar:
+        result = run_crossplay(
+            src,
+            chosen,
+            scheme=scheme,
+            eval_difficulty=eval_difficulty,
+            num_episodes=episodes,
+            max_steps=max_steps,
+            max_teams=max_teams,
+            seed=seed,
+            reps=reps,
+            runs=runs,
+            store=open_store(store),
+            on_progress=bar and bar.note,
+            on_episodes=bar and bar.update,
+        )
+    outputs = tuple(write_outputs(result, out)) if out is not None else ()
+    return CrossPlay(result, outputs)
