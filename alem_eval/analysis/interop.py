@@ -44,7 +44,7 @@ import pandas as pd
 
 from alem_eval.core.errors import UsageError
 from alem_eval.core.fsutil import write_text_atomic
-from alem_eval.analysis.results import ResultsStore, StoreEntry, collect_warnings
+from alem_eval.analysis.results import ResultsStore, StoreEntry, collect_warnings, select_cells
 from alem_eval.analysis.result_keys import RESERVED_COLUMNS, ResultKey, ResultsError
 from alem_eval.analysis.aggregate import PreparedResults, budget_steps, prepare
 from alem_eval.analysis.metrics import HEADLINE_METRICS, metric_info
@@ -364,8 +364,12 @@ def merge_results(
     if not Path(source.root).is_dir():
         raise ResultsError(f"no results directory at {source.root}")
     with collect_warnings() as notes:
-        # the cells' own scores and the teams' (cross-play, scenarios): all of it moves
-        theirs = source.entries(selectors) + source.entries(selectors, teams=True)
+        # the cells' own scores and the teams' (cross-play, scenarios): all of it moves;
+        # a selector has to match one of them, not each (a store without teams is common)
+        theirs = source.entries() + source.entries(teams=True)
+        if selectors:
+            keep = select_cells([e.key.cell for e in theirs], selectors)
+            theirs = [e for e in theirs if e.key.cell in keep]
         ours_by_slot: dict[tuple, list[StoreEntry]] = {}
         for e in dest.entries() + dest.entries(teams=True):
             ours_by_slot.setdefault(e.key.slot, []).append(e)
