@@ -22,7 +22,7 @@ import pytest
 import alem_eval
 from alem_eval.core.errors import UsageError
 
-from .conftest import FIXTURES
+from .conftest import FIXTURES, REPO
 from .synthetic import fill_store, synthetic_scenario
 
 # The public functions whose first parameter is not cells: what they take instead.
@@ -227,3 +227,36 @@ def test_teams_played_are_said_in_one_line_not_one_per_team(monkeypatch, tmp_pat
     assert len(lines) == 2, lines
     assert re.match(r"8 teams on hard: 0 read back from the results store, 8 to score", lines[0])
     assert re.match(r"scored 8 teams in \d+s; stored in ", lines[1])
+
+
+def _doc_tables() -> tuple[list[list[str]], list[list[str]]]:
+    """docs/python-api.md's table of functions and table of classes, rows of cells."""
+    text = (REPO / "docs" / "python-api.md").read_text()
+    tables, rows = [], []
+    for line in [*text.splitlines(), ""]:
+        if line.startswith("|"):
+            rows.append([c.strip().strip("`") for c in re.split(r"(?<!\\)\|", line)[1:-1]])
+        elif rows:
+            tables.append(rows[2:])  # header and rule
+            rows = []
+    functions, classes = (t for t in tables if t and t[0][0] in ("[`select`](#select)", "Cell"))
+    return functions, classes
+
+
+def test_the_api_table_lists_every_function_its_first_argument_return_and_command():
+    from alem_eval.cli.app import _register, app
+
+    functions, classes = _doc_tables()
+    named = {re.match(r"\[`(\w+)`\]", row[0]).group(1): row[1:] for row in functions}
+    assert set(named) == set(_functions()), "docs/python-api.md's table vs alem_eval.__all__"
+    _register()
+    commands = {c.name for c in app.registered_commands} | {g.name for g in app.registered_groups}
+    for name, (first, returns, command) in named.items():
+        params = list(inspect.signature(_functions()[name]).parameters.values())
+        star = "*" if params[0].kind is inspect.Parameter.VAR_POSITIONAL else ""
+        assert first == star + params[0].name, name
+        annotation = str(inspect.signature(_functions()[name]).return_annotation)
+        assert returns.replace("\\|", "|") == annotation.removeprefix("pd."), name
+        assert command == "-" or command.removeprefix("alem-eval ") in commands, name
+    exported = {n for n in alem_eval.__all__ if inspect.isclass(getattr(alem_eval, n))}
+    assert {row[0] for row in classes} == exported
