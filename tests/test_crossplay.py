@@ -257,10 +257,9 @@ def test_a_team_is_stored_when_its_episodes_end_so_a_kill_mid_run_keeps_it(tmp_p
     assert calls[1] == calls[0][1:]  # only the missing teams ran
     assert seen[0].endswith("1 read back from the results store, 7 to score")
     assert result.teams_reused == 1 and result.teams_scored == 7
-    assert (
-        len(store.entries(teams=True)) == 8
-        and [m.split(" in ")[0] for m in seen if m.startswith("scored ")] == ["scored 7 teams"]
-    )
+    assert len(store.entries(teams=True)) == 8 and [
+        m.split(" in ")[0] for m in seen if m.startswith("scored ")
+    ] == ["scored 7 teams"]
     first = next(t for t in result.teams if t.reused)
     assert first.episodes == ({**dict.fromkeys(GAP_METRICS, 0.0), "episode_length": 4.0},) * 2
 
