@@ -260,3 +260,48 @@ def test_the_api_table_lists_every_function_its_first_argument_return_and_comman
         assert command == "-" or command.removeprefix("alem-eval ") in commands, name
     exported = {n for n in alem_eval.__all__ if inspect.isclass(getattr(alem_eval, n))}
     assert {row[0] for row in classes} == exported
+
+
+def test_render_and_compare_hand_the_library_what_their_commands_do(monkeypatch, tmp_path):
+    """(The library stubbed: nothing compiles.) A team is one cell or one per slot, Cells
+    or selectors; compare takes the cells first and the two sources after."""
+    import numpy as np
+
+    from alem_eval.rendering import episode
+    from alem_eval.scoring import compare as library
+
+    drawn = []
+
+    def render_episode(source, team, **kwargs):
+        drawn.append((source.select([team.split("+")[0]])[0].id, team, kwargs["episode"]))
+        actions = np.zeros((3, 3), np.int32)
+        return episode.RenderResult(
+            tmp_path / "x.gif", (team,), "easy", 0, 4, 3, False, 1.0, (), actions
+        )
+
+    monkeypatch.setattr(episode, "render_episode", render_episode)
+    demo = alem_eval.select(["demo/ippo", "demo/pqn"], source="demo")
+    clip = alem_eval.render([demo[0], demo[1], demo[0]], episode=2, progress=False)
+    alem_eval.render("demo/ippo+demo/pqn+demo/ippo", source="demo", progress=False)
+    assert drawn[0] == (demo[0].id, "+".join(c.id for c in (demo[0], demo[1], demo[0])), 2)
+    assert drawn[1][1] == "demo/ippo+demo/pqn+demo/ippo"
+    assert clip.to_frame().columns.tolist() == ["step", "slot0", "slot1", "slot2"]
+    assert len(clip.to_frame()) == clip.steps == 3 and clip.to_json()["frames"] == 4
+    with pytest.raises(UsageError, match="the Cells were selected from demo"):
+        alem_eval.render(demo[0], source="hub")
+
+    asked = {}
+
+    def compare_sources(sources, selectors, **kwargs):
+        asked.update(sources=sources, selectors=selectors, **kwargs)
+        row = dict(eval_difficulty="easy", A=sources[0], B=sources[1], runs="episodes")
+        row.update(n_A=1, n_B=1, p_improvement=0.5, p_lo=0.4, p_hi=0.6, verdict="no difference")
+        return [{**row, "resampled": "worlds, jointly"}]
+
+    monkeypatch.setattr(library, "compare_sources", compare_sources)
+    cmp = alem_eval.compare(demo, ("demo", "runs"), store=tmp_path / "c", progress=False)
+    assert asked["sources"] == ["demo", "runs"] and asked["selectors"] == [c.id for c in demo]
+    assert asked["episodes"] == 20 and asked["store"].root == tmp_path / "c"
+    assert cmp.to_frame()["p_improvement"].tolist() == [0.5]
+    assert cmp.to_json()["rows"][0]["verdict"] == "no difference"
+    assert cmp.lines()[0].startswith("easy: P(A > B) = 0.50 [0.40, 0.60] on ")
