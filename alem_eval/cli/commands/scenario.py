@@ -141,15 +141,13 @@ def scenario(
           '1B/ippo-rnn/hard' --mode visitor
     """
     from alem_eval.analysis.results import collect_warnings
-    from alem_eval.core.fsutil import write_text_atomic
-    from alem_eval.core.jsonout import json_text
     from alem_eval.core.runtime import enable_compilation_cache
     from alem_eval.evaluate.agent_spec import parse_focal_args
     from alem_eval.hub.selectors import require_selection
     from alem_eval.hub.sources import open_source
-    from alem_eval.scoring.crossplay_outputs import save_figure
     from alem_eval.analysis.results import open_store
-    from alem_eval.scoring.scenario import plot_scenario, run_scenario
+    from alem_eval.api.scenario import write_scenario
+    from alem_eval.scoring.scenario import run_scenario
 
     args = parse_focal_args(focal_arg or [])
     src = open_source(source, repo=repo, revision=revision, cache_dir=cache_dir)
@@ -176,14 +174,11 @@ def scenario(
         )
     for note in notes:
         err_console.print(f"[yellow]warning[/yellow] {note}", highlight=False)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = save_figure(plot_scenario(result), out / "scenario", formats=("png",))
-    doc = {**result.as_json(), "outputs": [str(p) for p in paths]}
-    paths.append(write_text_atomic(out / "scenario.json", json_text(doc) + "\n"))
+    paths = write_scenario(result, out)
     if fmt in (PaperFormat.md, PaperFormat.latex):
         sys.stdout.write(result.to_markdown() if fmt == PaperFormat.md else result.to_latex())
     elif fmt == PaperFormat.json:
-        emit_json({**doc, "outputs": [str(p) for p in paths]})
+        emit_json({**result.as_json(), "outputs": [str(p) for p in paths]})
     elif fmt == PaperFormat.csv:
         rows = [r.flat() for r in result.rows]
         emit_records(rows, OutputFormat.csv, columns=list(rows[0]))
