@@ -40,11 +40,6 @@ def quiet_progress(quiet: bool = True) -> Iterator[None]:
         _QUIET[0] = before
 
 
-def is_quiet() -> bool:
-    """Whether progress is silenced (:func:`quiet_progress`)."""
-    return _QUIET[0]
-
-
 def live_display() -> bool:
     """Whether progress redraws in place on stderr: a terminal, or a Jupyter notebook
     with ipywidgets (rich's Progress renders there as a live widget); else a batch log
