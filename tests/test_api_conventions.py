@@ -305,3 +305,17 @@ def test_render_and_compare_hand_the_library_what_their_commands_do(monkeypatch,
     assert cmp.to_frame()["p_improvement"].tolist() == [0.5]
     assert cmp.to_json()["rows"][0]["verdict"] == "no difference"
     assert cmp.lines()[0].startswith("easy: P(A > B) = 0.50 [0.40, 0.60] on ")
+
+
+def test_every_command_that_shows_progress_takes_quiet():
+    import typer.main
+
+    from alem_eval.cli.app import _register, app
+
+    _register()
+    group = typer.main.get_command(app)
+    shows = ("score", "compare", "crossplay", "scenario", "render", "train", "demo", "pull")
+    commands = {n: group.commands[n] for n in shows}  # type: ignore[attr-defined]
+    commands["dataset export"] = group.commands["dataset"].commands["export"]  # type: ignore[attr-defined]
+    for name, command in commands.items():
+        assert "--quiet" in {o for p in command.params for o in p.opts}, name
