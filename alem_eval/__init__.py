@@ -37,7 +37,8 @@ _EXPORTS: dict[str, str] = {
         ),
         "api.functions",
     ),
-    **dict.fromkeys(("load_policy", "make_env", "Policy", "Env"), "api.agents"),
+    **dict.fromkeys(("load_policy", "Policy"), "api.agents"),
+    **dict.fromkeys(("make_env", "Env"), "api.envs"),
     **dict.fromkeys(("scenario", "Scenario"), "api.scenario"),
     "Leaderboard": "reporting.leaderboard",
     **dict.fromkeys(("verify_results", "VerifyReport"), "analysis.verify_results"),
@@ -68,7 +69,8 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from alem_eval.api.agents import Env, Policy, load_policy, make_env
+    from alem_eval.api.agents import Policy, load_policy
+    from alem_eval.api.envs import Env, make_env
     from alem_eval.api.functions import (
         Cell,
         CrossPlay,

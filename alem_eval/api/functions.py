@@ -7,8 +7,8 @@ the user page): :func:`select` / :func:`pull` / :func:`verify` open a source
 :func:`leaderboard` / :func:`report` read the results store
 (:mod:`alem_eval.reporting.leaderboard`, :mod:`alem_eval.reporting.report`), :func:`crossplay` runs
 :func:`alem_eval.scoring.crossplay.run_crossplay`. The policy and environment of your own loops are
-in :mod:`alem_eval.api.agents` (:func:`~alem_eval.api.agents.load_policy`,
-:func:`~alem_eval.api.agents.make_env`).
+in :mod:`alem_eval.api.agents` (:func:`~alem_eval.api.agents.load_policy`) and
+:mod:`alem_eval.api.envs` (:func:`~alem_eval.api.envs.make_env`).
 
 Every function returns data and prints nothing on stdout; scoring shows its progress on
 stderr on a terminal or in Jupyter (:mod:`alem_eval.core.progress`). Wherever cells are taken, ``Cell`` s from :func:`select`
