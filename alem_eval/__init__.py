@@ -39,6 +39,7 @@ _EXPORTS: dict[str, str] = {
     ),
     **dict.fromkeys(("load_policy", "Policy"), "api.agents"),
     **dict.fromkeys(("make_env", "Env"), "api.envs"),
+    "parallel_env": "api.parallel",
     **dict.fromkeys(("scenario", "Scenario"), "api.scenario"),
     "Leaderboard": "reporting.leaderboard",
     **dict.fromkeys(("verify_results", "VerifyReport"), "analysis.verify_results"),
@@ -63,6 +64,7 @@ __all__ = [
     "VerifyReport",
     "load_policy",
     "make_env",
+    "parallel_env",
     "Policy",
     "Env",
     "enable_compilation_cache",
@@ -71,6 +73,7 @@ __all__ = [
 if TYPE_CHECKING:
     from alem_eval.api.agents import Policy, load_policy
     from alem_eval.api.envs import Env, make_env
+    from alem_eval.api.parallel import parallel_env
     from alem_eval.api.functions import (
         Cell,
         CrossPlay,

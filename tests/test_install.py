@@ -194,7 +194,7 @@ def test_every_package_the_library_imports_is_declared():
     """Every import is a runtime dependency, or (imported where it is used, through
     ``alem_eval.core.extras``) one of the optional extras."""
     declared = set(_requirements(PYPROJECT["dependencies"]))
-    optional = set(_requirements(_extra("datasets") + _extra("video")))
+    optional = set(_requirements(_extra("datasets") + _extra("video") + _extra("pettingzoo")))
     imported = _distributions(_imported_top_levels([REPO / p for p in PACKAGES]))
     assert imported - declared - optional == set()
 

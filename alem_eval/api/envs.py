@@ -164,6 +164,10 @@ class Env:
             return state.mask[self._focal]
         return self._static.env.action_mask(state, self._static.dyn)
 
+    def observation_bounds(self) -> tuple[float, float]:
+        """``(low, high)`` of the observation values, as alem's observation space states them."""
+        return self._static.env.observation_bounds()
+
     # ------------------------------------------------------------------ partners
     @property
     def _focal(self) -> np.ndarray:

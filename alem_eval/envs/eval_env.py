@@ -177,6 +177,17 @@ class EvalEnv:
             raise RuntimeError(f"{len(names)} action names for {self.statics.num_actions} actions")
         return names
 
+    def observation_bounds(self) -> tuple[float, float]:
+        """``(low, high)`` of one agent's observation values, as alem's observation space
+        states them."""
+        env = self.alem.make_alem_env_from_name(
+            self.statics.env_name,
+            env_params=self._template,
+            static_env_params=self.static_env_params,
+        )
+        space = env.observation_space(env.agents[0])
+        return float(np.min(space.low)), float(np.max(space.high))
+
     # ------------------------------------------------------------------ dynamics
     def stack_obs(self, obs: Mapping[str, jax.Array]) -> jax.Array:
         """The env's per-agent obs dict stacked in agent order: ``[P, obs_dim]`` float32."""
