@@ -48,7 +48,11 @@ _STEP = jax.jit(_step)
 class AlemParallelEnv(ParallelEnv):
     """A PettingZoo ``ParallelEnv`` over one :class:`~alem_eval.api.envs.Env` (``.env``)."""
 
-    metadata: ClassVar[dict[str, Any]] = {"name": "alem_coop_v0", "render_modes": [], "is_parallelizable": True}
+    metadata: ClassVar[dict[str, Any]] = {
+        "name": "alem_coop_v0",
+        "render_modes": [],
+        "is_parallelizable": True,
+    }
 
     def __init__(self, env: Env, max_steps: int | None = None):
         if max_steps is not None and (isinstance(max_steps, bool) or int(max_steps) < 1):
