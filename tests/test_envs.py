@@ -147,3 +147,17 @@ def test_the_numpy_learner_example_trains_against_two_baseline_partners(capsys):
     returns = example["main"](["--steps", "30", "--max-steps", "12"])
     assert len(returns) == 2 and all(np.isfinite(returns))
     assert "2 episodes; mean return" in capsys.readouterr().out
+
+
+def test_partners_of_one_network_are_stacked_rows_of_their_released_weights():
+    from .conftest import FIXTURES
+
+    cells = ("tiny/ippo-rnn/easy/seed0", "tiny/ippo-rnn/hard/seed2")
+    env = alem_eval.make_env(cells[0], partners="tiny/ippo-rnn", source=str(FIXTURES))
+    assert env.partners == cells and len(env.partner_params) == 1  # one network group
+    stacked = jax.tree_util.tree_leaves(env.partner_params[0])
+    for row, cell in enumerate(cells):
+        own = jax.tree_util.tree_leaves(alem_eval.load_policy(cell, source=str(FIXTURES)).params)
+        assert len(own) == len(stacked)
+        for mine, theirs in zip(stacked, own, strict=True):
+            np.testing.assert_array_equal(np.asarray(mine)[row], np.asarray(theirs))
