@@ -73,7 +73,7 @@ class PartnerState:
 
 
 @jax.tree_util.register_dataclass
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Env:
     """One Alem-Coop-Symbolic eval environment on ``difficulty``'s worlds, unbatched
     (``jax.vmap`` its methods for a batch). ``num_agents`` (P, the env's), ``obs_dim``,
