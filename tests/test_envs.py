@@ -161,3 +161,26 @@ def test_partners_of_one_network_are_stacked_rows_of_their_released_weights():
         assert len(own) == len(stacked)
         for mine, theirs in zip(stacked, own, strict=True):
             np.testing.assert_array_equal(np.asarray(mine)[row], np.asarray(theirs))
+
+
+def test_parallel_env_without_the_pettingzoo_extra_is_a_one_line_error_naming_it():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['pettingzoo'] = None\n"
+        "import alem_eval\n"
+        "from alem_eval.core.errors import MissingExtraError\n"
+        "try:\n"
+        "    alem_eval.parallel_env\n"
+        "except MissingExtraError as exc:\n"
+        "    print(exc)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == (
+        "alem_eval.parallel_env needs pettingzoo, which is not installed: "
+        "pip install 'alem-eval[pettingzoo]'"
+    )
