@@ -30,7 +30,9 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(("scenario", "Scenario"), "api.scenario"),
     "render": "api.render",
     "train": "api.training",
-    **dict.fromkeys(("load_policy", "make_env", "Policy", "Env"), "api.agents"),
+    **dict.fromkeys(("load_policy", "Policy"), "api.agents"),
+    **dict.fromkeys(("make_env", "Env"), "api.envs"),
+    "parallel_env": "api.parallel",
     "Leaderboard": "reporting.leaderboard",
     **dict.fromkeys(("verify_results", "VerifyReport"), "analysis.verify_results"),
     "enable_compilation_cache": "core.runtime",
@@ -59,6 +61,7 @@ __all__ = [
     "VerifyReport",
     "load_policy",
     "make_env",
+    "parallel_env",
     "Policy",
     "Env",
     "enable_compilation_cache",
@@ -66,7 +69,9 @@ __all__ = [
 
 if TYPE_CHECKING:
     from alem_eval.analysis.verify_results import VerifyReport, verify_results
-    from alem_eval.api.agents import Env, Policy, load_policy, make_env
+    from alem_eval.api.agents import Policy, load_policy
+    from alem_eval.api.envs import Env, make_env
+    from alem_eval.api.parallel import parallel_env
     from alem_eval.api.cells import Cell, select
     from alem_eval.api.crossplay import CrossPlay, crossplay
     from alem_eval.api.functions import compare, pull, score, verify

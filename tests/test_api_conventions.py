@@ -29,7 +29,8 @@ from .synthetic import fill_store, synthetic_scenario
 NOT_CELLS = {
     "select": "selectors",
     "load_policy": "cell",
-    "make_env": "difficulty",
+    "make_env": "cell_or_difficulty",
+    "parallel_env": "cell_or_difficulty",
     "verify_results": "path",
     "enable_compilation_cache": "directory",
 }

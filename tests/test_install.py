@@ -183,6 +183,7 @@ def test_wheel_holds_one_top_level_package_with_its_layers_and_data(built_wheel)
     }
     assert {p for p in source_packages if f"{p}/__init__.py" in names} == source_packages
     assert "alem_eval/data/alem-rl-baselines.json" in names
+    assert "alem_eval/data/alem-rl-baselines-splits.json" in names
     assert any(n.startswith("alem_eval/data/demo-cells/demo/") for n in names)
 
 
@@ -193,7 +194,7 @@ def test_every_package_the_library_imports_is_declared():
     """Every import is a runtime dependency, or (imported where it is used, through
     ``alem_eval.core.extras``) one of the optional extras."""
     declared = set(_requirements(PYPROJECT["dependencies"]))
-    optional = set(_requirements(_extra("datasets") + _extra("video")))
+    optional = set(_requirements(_extra("datasets") + _extra("video") + _extra("pettingzoo")))
     imported = _distributions(_imported_top_levels([REPO / p for p in PACKAGES]))
     assert imported - declared - optional == set()
 

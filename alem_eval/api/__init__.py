@@ -10,8 +10,9 @@ whose table lists every function, its first argument, what it returns and its co
   store);
 * :mod:`alem_eval.api.crossplay`, :mod:`alem_eval.api.scenario`: teams of mixed agents;
 * :mod:`alem_eval.api.render`: one episode drawn; :mod:`alem_eval.api.training`: train;
-* :mod:`alem_eval.api.agents`: a released policy (:func:`load_policy`) and the evaluation
-  environment (:func:`make_env`) for your own code;
+* :mod:`alem_eval.api.agents`: a released policy (:func:`load_policy`) for your own code;
+* :mod:`alem_eval.api.envs`: the evaluation environment (:func:`make_env`), alone or with
+  frozen partners, and its PettingZoo face (:func:`parallel_env`);
 * :mod:`alem_eval.api.demo`: ``alem-eval demo``, the whole pipeline on the bundled cells.
 
 Import the names from :mod:`alem_eval` itself: ``import alem_eval as ae; ae.score(...)``.

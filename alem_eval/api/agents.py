@@ -1,9 +1,10 @@
-"""A released policy and the Alem environment for loops of your own (``import alem_eval``).
+"""A released policy for loops of your own (``import alem_eval``).
 
 :func:`load_policy` gives the greedy policy the evaluator plays, as two pure functions,
-``init(batch)`` and ``act(carry, obs, mask)``; :func:`make_env` gives one unbatched eval
-environment, built as the evaluator builds it (:class:`alem_eval.envs.eval_env.EvalEnv`), with
-``reset(key)``, ``step(key, state, actions)`` and ``action_mask(state)``. Both take and
+``init(batch)`` and ``act(carry, obs, mask)``; :func:`alem_eval.make_env`
+(:mod:`alem_eval.api.envs`) gives one unbatched eval environment, built as the evaluator
+builds it (:class:`alem_eval.envs.eval_env.EvalEnv`), with ``reset(key)``,
+``step(key, state, actions)`` and ``action_mask(state)``. Both take and
 give raw observations ``[P, obs_dim]`` float32 (P = 3 agents): a policy whose network
 takes the one-hot agent id appends it itself, exactly as in the evaluator, so the same
 actions follow from the same inputs. Everything is jit-, vmap- and scan-able.
@@ -29,12 +30,6 @@ before_compiling()  # the persistent compilation cache, while JAX is not yet imp
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-
-# The released configurations' world (config.py defaults): 3 players, no shared reward,
-# the base difficulty not scaled.
-NUM_AGENTS = 3
-ENV_NAME = "Alem-Coop-Symbolic"
 
 
 @dataclass(frozen=True, eq=False)
@@ -144,79 +139,4 @@ def load_policy(
         obs_dim=spec.obs_dim,
         num_actions=spec.num_actions,
         _static=_Static(greedy, bool(loaded.cfg.env.action_masking)),
-    )
-
-
-@dataclass(frozen=True, eq=False)
-class Env:
-    """One Alem-Coop-Symbolic eval environment on ``difficulty``'s worlds, unbatched
-    (``jax.vmap`` its methods for a batch). ``num_agents`` (P = 3), ``obs_dim``,
-    ``num_actions`` (A), ``agents`` (the env's agent names, in slot order).
-    """
-
-    difficulty: str
-    num_comm_channels: int
-    num_agents: int
-    obs_dim: int
-    num_actions: int
-    agents: tuple[str, ...]
-    _env: Any = field(repr=False)  # alem_eval.envs.eval_env.EvalEnv (action masking on)
-    _dyn: Any = field(repr=False)  # the difficulty's traced EnvParams fields
-
-    def reset(self, key: jax.Array) -> tuple[jax.Array, Any]:
-        """A new world from ``key`` (``jax.random.PRNGKey(9999 + i)`` is the fast
-        protocol's episode ``i``) -> ``(obs [P, obs_dim] float32, state)``."""
-        return self._env.reset(key, self._dyn)
-
-    def step(
-        self, key: jax.Array, state: Any, actions: jax.Array
-    ) -> tuple[jax.Array, Any, jax.Array, jax.Array, dict[str, jax.Array]]:
-        """One step (no auto-reset) with ``actions [P]`` int ->
-        ``(obs [P, obs_dim] float32, state, rewards [P] float32, done [] bool, info)``;
-        ``info``: ``agent_dones [P]`` bool and ``team_achievements`` [] int32 (distinct
-        achievements any agent has unlocked). Once ``done``, reset."""
-        out = self._env.step(key, state, jnp.asarray(actions, jnp.int32), self._dyn)
-        info = {
-            "agent_dones": out.agent_dones,
-            "team_achievements": self._env.team_achievements(out.state),
-        }
-        return out.obs, out.state, out.reward, out.done, info
-
-    def action_mask(self, state: Any) -> jax.Array:
-        """``[P, A]`` bool: the actions each agent may take in ``state``."""
-        return self._env.action_mask(state, self._dyn)
-
-
-def make_env(difficulty: str, num_comm_channels: int = 4) -> Env:
-    """The eval environment of the released cells (3 agents, ``num_comm_channels`` comm
-    channels) on ``difficulty``'s worlds (``"easy"``, ``"medium"`` or ``"hard"``), built
-    as the evaluator builds it. Returns :class:`Env`."""
-    from alem_eval.envs.eval_env import EnvStatics, get_eval_env
-
-    from alem_eval.evaluate.settings import check_eval_difficulty
-
-    check_eval_difficulty(difficulty)
-    if isinstance(num_comm_channels, bool) or not isinstance(num_comm_channels, (int, np.integer)):
-        raise UsageError(f"num_comm_channels must be an integer, got {num_comm_channels!r}")
-    if num_comm_channels < 0:
-        raise UsageError(f"num_comm_channels must be at least 0, got {num_comm_channels}")
-    statics = EnvStatics(
-        env_name=ENV_NAME,
-        num_agents=NUM_AGENTS,
-        num_comm_channels=int(num_comm_channels),
-        shared_reward=False,
-        scale_base_difficulty=False,
-        action_masking=True,
-        append_agent_id=False,
-    )
-    env = get_eval_env(statics)
-    return Env(
-        difficulty=difficulty,
-        num_comm_channels=int(num_comm_channels),
-        num_agents=statics.num_agents,
-        obs_dim=statics.obs_dim,
-        num_actions=statics.num_actions,
-        agents=env.agents,
-        _env=env,
-        _dyn=env.difficulty_params(difficulty),
     )

@@ -76,6 +76,8 @@ def select(
     repo: str | None = None,
     revision: str | None = None,
     cache_dir: str | Path | None = None,
+    split: str | None = None,
+    splits: Any = None,
 ) -> list[Cell]:
     """The cells of ``source`` matched by the selectors (every cell when none is given).
 
@@ -83,8 +85,11 @@ def select(
     comma list, trailing levels optional (``"1B/*/hard"``, ``"1B/ippo,pqn"``); a list of
     them works as well. ``source``: ``"hub"`` (the Hugging Face release; ``repo`` /
     ``revision`` / ``cache_dir`` as in the CLI), ``"demo"`` (the cells bundled with the
-    package) or a local directory in the released layout. Nothing is downloaded here; what
-    a later call downloads for these cells shows a bar on stderr when it is a terminal.
+    package) or a local directory in the released layout. ``split``: only the cells of that
+    frozen partner split (``"train"``, ``"val"``, ``"test"``) of ``splits`` (None: the
+    release's; a split file's path or an :class:`~alem_eval.hub.splits.Splits`). Nothing is
+    downloaded here; what a later call downloads for these cells shows a bar on stderr when
+    it is a terminal.
     Returns ``list[Cell]`` in manifest order; a selector that matches nothing raises
     :class:`~alem_eval.core.errors.SelectorError`.
     """
@@ -97,8 +102,17 @@ def select(
     origin = source_origin(source, repo, revision, cache_dir)
     return [
         Cell(c.budget, c.algorithm, c.difficulty, c.seed, source=src, origin=origin)
-        for c in src.select(selector_strings(selectors))
+        for c in cells_of_split(src.select(selector_strings(selectors)), split, splits)
     ]
+
+
+def cells_of_split(cells: list, split: str | None, splits: Any) -> list:
+    """The ``cells`` of ``split`` (None: all) in ``splits`` (:mod:`alem_eval.hub.splits`)."""
+    if split is None and splits is None:
+        return cells
+    from alem_eval.hub.splits import as_splits, select_split
+
+    return select_split(cells, split, as_splits(splits))
 
 
 def _check_same_source(origin: tuple, source, repo, revision, cache_dir) -> None:

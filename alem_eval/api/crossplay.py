@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from alem_eval.api.calls import before_compiling, episode_progress, frame, renamed
-from alem_eval.api.cells import Cells, SourceSpec, resolve_cells
+from alem_eval.api.cells import Cells, SourceSpec, cells_of_split, resolve_cells
 from alem_eval.core.tables import PaperTables
 
 if TYPE_CHECKING:
@@ -97,6 +97,8 @@ def crossplay(
     revision: str | None = None,
     cache_dir: str | Path | None = None,
     progress: bool | None = None,
+    split: str | None = None,
+    splits: Any = None,
 ) -> CrossPlay:
     """Teams mixing the cells' agents against their self-play, as ``alem-eval crossplay``.
 
@@ -109,7 +111,8 @@ def crossplay(
     store) and read back on a rerun. ``runs``: ``"teams"`` or ``"episodes"`` as the
     bootstrap's runs (``reps`` resamples). ``out``: also write ``pair_matrix.png/.pdf``,
     ``teams.csv`` and ``crossplay.json`` there. ``progress``: an episode bar and a line per
-    step on stderr (None: on a terminal or in Jupyter; False: none).
+    step on stderr (None: on a terminal or in Jupyter; False: none). ``split`` /
+    ``splits``: only the cells of that partner split, as for :func:`alem_eval.select`.
 
     Returns :class:`CrossPlay`: ``.to_frame()`` (one row per team), ``.gap`` and
     ``.matrix`` (DataFrames), ``.to_json()``.
@@ -120,6 +123,7 @@ def crossplay(
     from alem_eval.scoring.crossplay_outputs import write_outputs
 
     src, chosen = resolve_cells(cells, source, repo, revision, cache_dir)
+    chosen = cells_of_split(chosen, split, splits)
     with episode_progress("crossplay", progress) as bar:
         result = run_crossplay(
             src,

@@ -23,7 +23,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from alem_eval.api.calls import before_compiling, episode_progress, frame, jsonable, renamed
-from alem_eval.api.cells import Cell, Cells, SourceSpec, resolve_cells, select, selector_strings
+from alem_eval.api.cells import (
+    Cell,
+    Cells,
+    SourceSpec,
+    cells_of_split,
+    resolve_cells,
+    select,
+    selector_strings,
+)
 from alem_eval.core.errors import UsageError
 from alem_eval.hub.source_base import PullReport
 
@@ -130,6 +138,8 @@ def score(
     revision: str | None = None,
     cache_dir: str | Path | None = None,
     progress: bool | None = None,
+    split: str | None = None,
+    splits: Any = None,
 ) -> pd.DataFrame:
     """Score cells with greedy self-play, as ``alem-eval score`` does, and return every
     episode.
@@ -144,7 +154,8 @@ def score(
     scored the same way are read back, new ones written as they finish. ``record``: also
     record every step into this directory (:mod:`alem_eval.datasets.recorder`).
     ``progress``: an episode bar on stderr (None: on a terminal or in Jupyter; False:
-    none, as ``--quiet``).
+    none, as ``--quiet``). ``split`` / ``splits``: only the cells of that partner split, as
+    for :func:`~alem_eval.api.cells.select`.
 
     Returns a DataFrame with one row per (cell, eval difficulty, episode): ``cell, budget,
     algorithm, difficulty, seed, eval_difficulty, episode, episode_length, episode_return,
@@ -167,6 +178,7 @@ def score(
         eval_difficulty=eval_difficulty,
     )
     src, chosen = resolve_cells(cells, source, repo, revision, cache_dir)
+    chosen = cells_of_split(chosen, split, splits)
     results_store = open_store(store)
     with episode_progress("score", progress) as bar:
         scores = score_cells(

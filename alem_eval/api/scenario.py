@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from alem_eval.api.calls import before_compiling, deprecated, episode_progress, frame, renamed
-from alem_eval.api.cells import Cell, Cells, SourceSpec, resolve_cells
+from alem_eval.api.cells import Cell, Cells, SourceSpec, cells_of_split, resolve_cells
 from alem_eval.core.tables import PaperTables
 
 if TYPE_CHECKING:
@@ -115,6 +115,8 @@ def scenario(
     revision: str | None = None,
     cache_dir: str | Path | None = None,
     progress: bool | None = None,
+    split: str | None = None,
+    splits: Any = None,
 ) -> Scenario:
     """``focal`` with the background ``cells``, as ``alem-eval scenario``: ``mode``
     ``"visitor"`` (1 focal + 2 background agents), ``"resident"`` (2 + 1) or ``"both"``,
@@ -124,7 +126,8 @@ def scenario(
     arguments and state); ``fresh=True`` plays every team again (and stores it anew).
     ``out``: also write ``scenario.png`` and ``scenario.json`` there. ``progress``: an
     episode bar and a line per step on stderr (None: on a terminal or in Jupyter; False:
-    none). Returns :class:`Scenario` (``.table``, ``.to_frame()``: DataFrames)."""
+    none). ``split`` / ``splits``: only the background cells of that partner split, as
+    for :func:`alem_eval.select`. Returns :class:`Scenario` (``.table``, ``.to_frame()``: DataFrames)."""
     if _is_focal(cells) and not _is_focal(focal):
         deprecated("alem_eval.scenario(focal, cells) is now alem_eval.scenario(cells, focal)")
         cells, focal = focal, cells
@@ -133,6 +136,7 @@ def scenario(
     from alem_eval.scoring.scenario import run_scenario
 
     src, chosen = resolve_cells(cells, source, repo, revision, cache_dir)
+    chosen = cells_of_split(chosen, split, splits)
     with episode_progress("scenario", progress) as bar:
         result = run_scenario(
             src,

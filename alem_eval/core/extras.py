@@ -3,7 +3,8 @@
 ``pip install alem-eval`` leaves out what only one command needs: ``flashbax`` (the
 ``datasets`` extra: ``dataset export`` and the vault side of ``dataset info``) and
 ``imageio-ffmpeg`` (the ``video`` extra: an ffmpeg for ``render --out clip.mp4`` when none
-is on PATH). :func:`require` imports such a module, or raises :class:`MissingExtraError`, a
+is on PATH), ``pettingzoo`` and ``gymnasium`` (the ``pettingzoo`` extra:
+``alem_eval.parallel_env``). :func:`require` imports such a module, or raises :class:`MissingExtraError`, a
 one-line error that names the extra to install.
 """
 
@@ -18,6 +19,8 @@ from alem_eval.core.errors import MissingExtraError
 EXTRAS: dict[str, tuple[str, str]] = {
     "flashbax": ("flashbax", "datasets"),
     "imageio_ffmpeg": ("imageio-ffmpeg", "video"),
+    "pettingzoo": ("pettingzoo", "pettingzoo"),
+    "gymnasium": ("gymnasium", "pettingzoo"),
 }
 
 

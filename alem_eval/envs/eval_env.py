@@ -163,6 +163,31 @@ class EvalEnv:
             self.statics.env_name, env_params=params, static_env_params=self.static_env_params
         )
 
+    @property
+    def action_names(self) -> tuple[str, ...]:
+        """The name of every action index: alem's ``Action`` enum for the base actions
+        (``GIVE`` is the first give slot), then ``GIVE_1`` ... for the give slots of
+        every teammate past the first, then ``COMM_0`` ... for the comm channels (the
+        order alem's step reads them in)."""
+        base = [a.name for a in sorted(self.alem.Action, key=lambda a: a.value)]
+        gives = [f"GIVE_{i}" for i in range(1, max(0, self.statics.num_agents - 2) + 1)]
+        comms = [f"COMM_{i}" for i in range(self.statics.num_comm_channels)]
+        names = tuple(base + gives + comms)
+        if len(names) != self.statics.num_actions:
+            raise RuntimeError(f"{len(names)} action names for {self.statics.num_actions} actions")
+        return names
+
+    def observation_bounds(self) -> tuple[float, float]:
+        """``(low, high)`` of one agent's observation values, as alem's observation space
+        states them."""
+        env = self.alem.make_alem_env_from_name(
+            self.statics.env_name,
+            env_params=self._template,
+            static_env_params=self.static_env_params,
+        )
+        space = env.observation_space(env.agents[0])
+        return float(np.min(space.low)), float(np.max(space.high))
+
     # ------------------------------------------------------------------ dynamics
     def stack_obs(self, obs: Mapping[str, jax.Array]) -> jax.Array:
         """The env's per-agent obs dict stacked in agent order: ``[P, obs_dim]`` float32."""

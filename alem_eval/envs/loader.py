@@ -32,6 +32,7 @@ class AlemModules:
     compute_action_mask: Callable[..., Any]
     compute_score: Callable[..., dict]
     package_version: str | None
+    Action: Any = None  # alem's action enum (names of the base actions, in index order)
 
     @property
     def env_version(self) -> str:
@@ -53,6 +54,7 @@ def import_alem() -> AlemModules:
             buf = io.StringIO()
             with contextlib.redirect_stdout(buf):
                 from alem.alem_coop.action_masking import compute_action_mask
+                from alem.alem_coop.constants import Action
                 from alem.alem_coop.alem_state import (
                     EnvParams,
                     StaticEnvParams,
@@ -75,6 +77,7 @@ def import_alem() -> AlemModules:
                 compute_action_mask,
                 compute_score,
                 pkg,
+                Action,
             )
     return _MODULES
 
