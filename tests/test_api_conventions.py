@@ -55,7 +55,7 @@ def test_every_function_takes_its_cells_first_and_the_results_store_as_store():
         assert "results" not in names and "num_episodes" not in names, name
         assert not ({"source", "repo", "revision"} & names) or name in (
             "select", "pull", "verify", "score", "crossplay", "scenario", "render",
-            "load_policy", "train",
+            "load_policy", "train", "make_env", "parallel_env",
         ), name  # fmt: skip
     for name in ("score", "results", "leaderboard", "report", "crossplay", "scenario"):
         assert "store" in inspect.signature(getattr(alem_eval, name)).parameters, name
