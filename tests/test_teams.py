@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from alem_eval.evaluate.programs import _PROGRAMS
+from alem_eval.evaluate.actors import released_policy
 from alem_eval.evaluate.rollout import policy_variables, run_stack, run_teams
 from alem_eval.evaluate.teams import (
     Role,
@@ -64,7 +65,8 @@ def test_every_algorithm_is_scored_by_one_program_and_identical_teams_equal_self
     # algorithms' seven teams. (test_recording, in the same worker, may have made it
     # already: its unrecorded run is this batch.)
     assert programs_made() - made <= 1 and len(_PROGRAMS) - programs <= 1
-    networks, _, classes, _ = batch_structure(teams, cfgs, [None] * len(cfgs))
+    actors = {m: released_policy(c, build_network(c), "test") for m, c in enumerate(cfgs)}
+    networks, _, classes, _ = batch_structure(teams, actors)
     released = {a.name for a in all_algorithms() if a.release is not None}  # fixture cells
     assert {c.algorithm for c in cfgs} == released and len(networks) >= len(released)
     assert sum(c.size for c in classes) == len(teams)
@@ -97,6 +99,7 @@ def test_each_slot_acts_as_its_own_policy_would_alone():
     cfgs, weights = _members(IPPO, MAPPO, HYPER, PQN)
     specs = [build_network(c) for c in cfgs]
     policies = [make_policy(s) for s in specs]
+    actors = [released_policy(c, s, "test") for c, s in zip(cfgs, specs, strict=True)]
     classes = (
         TeamClass((Role(0, (0,)), Role(1, (1,)), Role(2, (2,))), 1),
         TeamClass((Role(3, (0, 1)), Role(0, (2,))), 1),
@@ -115,13 +118,13 @@ def test_each_slot_acts_as_its_own_policy_would_alone():
     raw = jnp.asarray(rng.random((2, p, d), np.float32))  # N = 2 teams x 1 episode
     dones = jnp.zeros((2, p), bool)
     mask = jnp.asarray(rng.random((2, p, a)) < 0.7).at[:, :, 0].set(True)
-    carries = init_team_carries(policies, classes, 1)
+    carries = init_team_carries(actors, classes, 1)
     # Perturb the carries so that a slot's own recurrent state matters.
     carries = jax.tree_util.tree_map(
         lambda x: x + 0.1 * jnp.arange(x.size).reshape(x.shape) / x.size, carries
     )
     new, actions, illegal = team_actions(
-        policies, classes, params, use_mask, carries, raw, dones, mask, episodes=1, num_actions=a
+        actors, classes, params, use_mask, carries, raw, dones, mask, episodes=1, num_actions=a
     )
     assert illegal is None  # (no focal agent)
     for c, cls in enumerate(classes):
