@@ -231,12 +231,14 @@ def _check_actions(label: str, actions: Any, k: int) -> None:
 
 
 def make_group(agent: Any, label: str | None = None, extra: bytes = b"") -> Any:
-    """An :class:`~alem_eval.evaluate.actors.Actor` as it is; else check that ``agent``
-    follows the protocol (attributes only; shapes are checked by
+    """An :class:`~alem_eval.evaluate.actors.Actor` as it is (or the one an object carries
+    as ``actor``: a loaded ``Policy``); else check that ``agent`` follows the protocol (attributes only; shapes are checked by
     :func:`check_group`) and wrap it. ``extra``: more identity bytes (e.g. the source
     file and the factory's arguments of a CLI spec)."""
     if isinstance(agent, Actor):  # already the play core's (an AgentGroup, a released policy)
         return agent
+    if isinstance(getattr(agent, "actor", None), Actor):  # e.g. alem_eval.load_policy's
+        return agent.actor
     label = label or str(getattr(agent, "name", type(agent).__name__))
     name = getattr(agent, "name", None)
     if not isinstance(name, str) or not name:
