@@ -166,6 +166,9 @@ class _Fixed:
     def act(self, params, carry, inp):
         return RoleStep(carry + 1, jnp.full(inp.obs.shape[:3], self.a, jnp.int32))
 
+    def checked(self, obs_dim, num_actions, batches):
+        return self
+
 
 def test_any_actor_drives_its_slots_through_the_one_interface():
     """The step asks nothing of an actor but the interface: a toy actor beside a

@@ -20,6 +20,8 @@ its compiled code):
   slots (a released policy's covers all ``P`` slots: it runs on all of them);
 * ``act(params, carry, inp: RoleInput) -> RoleStep``: one step of a role over a team
   class's teams and episodes.
+* ``checked(obs_dim, num_actions, batches)``: the actor checked against the env (and the
+  slot counts ``batches`` it will drive) before anything compiles, or a one-line error.
 """
 
 from __future__ import annotations
@@ -87,6 +89,8 @@ class Actor(Protocol):
     def init(self, num_slots: int) -> Any: ...
 
     def act(self, params: Any, carry: Any, inp: RoleInput) -> RoleStep: ...
+
+    def checked(self, obs_dim: int, num_actions: int, batches: Any) -> Any: ...
 
 
 def policy_variables(spec: NetworkSpec, weights: Any, where: str) -> Any:
