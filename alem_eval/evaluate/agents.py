@@ -80,10 +80,11 @@ class Agent(Protocol):
 class AgentGroup:
     """An agent as an :class:`~alem_eval.evaluate.actors.Actor` of the play core (a JAX
     agent steps inside the rollout, a host agent's rows wait for the step's callback:
-    :meth:`act`). ``label``: how errors name it (the CLI spec); ``identity``: ``name@digest`` (its
-    class's source file, its state or declared ``identity`` / ``version``, the factory's
-    arguments: :mod:`~alem_eval.evaluate.agent_identity`), what stored results are keyed
-    by. ``host_slot``: which of a run's host agents it is (each has its own callback).
+    :meth:`act`). ``label``: how errors name it (the CLI spec); ``identity``:
+    ``name@digest`` (its class's source file, its state or declared ``identity`` /
+    ``version``, the factory's arguments: :mod:`~alem_eval.evaluate.agent_identity`), what
+    stored results are keyed by. ``host_slot``: which of a run's host agents it is (each
+    has its own callback).
 
     A JAX agent's ``arrays`` (the array leaves of its attributes:
     :func:`~alem_eval.evaluate.agent_identity.split_arrays`) are inputs of its program,
@@ -232,9 +233,9 @@ def _check_actions(label: str, actions: Any, k: int) -> None:
 
 def make_group(agent: Any, label: str | None = None, extra: bytes = b"") -> Any:
     """An :class:`~alem_eval.evaluate.actors.Actor` as it is (or the one an object carries
-    as ``actor``: a loaded ``Policy``); else check that ``agent`` follows the protocol (attributes only; shapes are checked by
-    :func:`check_group`) and wrap it. ``extra``: more identity bytes (e.g. the source
-    file and the factory's arguments of a CLI spec)."""
+    as ``actor``: a loaded ``Policy``); else check that ``agent`` follows the protocol
+    (attributes only; shapes are checked by :func:`check_group`) and wrap it. ``extra``:
+    more identity bytes (e.g. the source file and the factory's arguments of a CLI spec)."""
     if isinstance(agent, Actor):  # already the play core's (an AgentGroup, a released policy)
         return agent
     if isinstance(getattr(agent, "actor", None), Actor):  # e.g. alem_eval.load_policy's
