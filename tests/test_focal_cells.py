@@ -102,6 +102,11 @@ def test_cli_scenario_with_a_bad_cell_directory_is_one_line_and_a_non_zero_exit(
     assert not (tmp_path / "r").exists() or not list((tmp_path / "r").rglob("*.parquet"))
 
 
+class _Worlds:
+    def __init__(self, statics):
+        self.statics = statics
+
+
 def test_a_cell_needing_another_env_than_the_background_is_one_line(tmp_path):
     import dataclasses
 
@@ -109,11 +114,11 @@ def test_a_cell_needing_another_env_than_the_background_is_one_line(tmp_path):
     from alem_eval.scoring.focal_cell import check_focal_world, resolve_focal
 
     actor = resolve_focal(str(_cell_dir(FOCAL)))
-    world = eval_statics(actor.cfg).world
-    check_focal_world(actor, world, "error")  # its own world: fine
-    other = dataclasses.replace(world, num_comm_channels=world.num_comm_channels + 1)
+    statics = eval_statics(actor.cfg)
+    check_focal_world(actor, _Worlds({"bg": statics}), "error")  # its own world: fine
+    other = dataclasses.replace(statics, num_comm_channels=statics.num_comm_channels + 1)
     with pytest.raises(UsageError) as err:
-        check_focal_world(actor, other, "error")
+        check_focal_world(actor, _Worlds({"bg": other}), "error")
     assert str(err.value).startswith(f"focal {actor.label}: needs another env configuration")
     assert "num_comm_channels" in str(err.value)
 

@@ -82,13 +82,16 @@ def resolve_focal(focal: Any, args: Mapping[str, Any] | None = None) -> Any:
     return load_focal(focal, args)
 
 
-def check_focal_world(actor: Any, world: Any, on_env_mismatch: str) -> None:
-    """A released focal must play in the background's env (agents, comm channels, reward
-    sharing, difficulty scaling) and its env version: one line otherwise. (An agent plays
-    in whatever env it is given.)"""
+def check_focal_world(actor: Any, worlds: Any, on_env_mismatch: str) -> None:
+    """A released focal must play in the env of the background's ``worlds``
+    (:class:`~alem_eval.scoring.play.Worlds`: agents, comm channels, reward sharing,
+    difficulty scaling) and its env version: one line otherwise. (An agent plays in
+    whatever env it is given.)"""
     if not isinstance(actor, ReleasedPolicy) or actor.cfg is None:
         return
     from alem_eval.evaluate.settings import check_env_version, eval_statics
+
+    world = next(iter(worlds.statics.values())).world
 
     check_env_version(actor.cfg, on_mismatch=on_env_mismatch, where=f"focal {actor.label}")
     own = eval_statics(actor.cfg).world

@@ -410,7 +410,7 @@ def run_scenario(
     if not cells:
         raise UsageError("a scenario needs at least one background cell")
     w = resolve_worlds(source, cells, eval_difficulty, num_episodes, max_steps, on_env_mismatch)
-    check_focal_world(group, next(iter(w.statics.values())).world, on_env_mismatch)
+    check_focal_world(group, w, on_env_mismatch)
     label = FOCAL_PREFIX + group.identity
     teams = scenario_teams([c.id for c in cells], modes, label, num_slots=w.num_slots)
     played = play_teams(
