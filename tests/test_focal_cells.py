@@ -11,7 +11,7 @@ import pytest
 from alem_eval.core.errors import AlemEvalError, ConfigError, UsageError
 
 from .clitools import assert_one_line_error, cli_env, closed_port_url, run_cli_in_process
-from .eval_support import FAST_EPISODES
+from .eval_support import FAST_EPISODES, programs_made
 
 BACKGROUND = "demo/ippo-rnn/easy/seed0"
 FOCAL = "demo/mappo-rnn/easy/seed0"
@@ -160,7 +160,10 @@ def test_a_focal_cell_gives_the_records_of_its_cross_play_teams_in_the_same_slot
     ]
     both = [cells[BACKGROUND], cells[FOCAL]]
     worlds = resolve_worlds(src, both, None, on_env_mismatch="error", **SETTINGS)
+    made = programs_made()
     scores = play_teams(src, both, cross, worlds).scores
+    # the focal cell and the cross-play member are one actor: the scenario's program serves
+    assert programs_made() == made
     for t, c in zip(focal_scenario.teams, cross, strict=True):
         got, want = focal_scenario.scores[t.team].episodes, scores[c].episodes
         assert len(got) == FAST_EPISODES and list(got) == list(want), t.team.slots
