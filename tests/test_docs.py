@@ -74,3 +74,26 @@ def test_every_relative_link_names_a_file_of_the_repository(doc: Path):
         path = (doc.parent / target.split("#")[0]).resolve()
         assert path.is_relative_to(REPO.resolve()), f"{doc.name}: {target} leaves the repository"
         assert path.exists(), f"{doc.name}: {target} does not exist"
+
+
+def test_the_action_table_in_docs_scenarios_is_the_installed_alems():
+    """docs/scenarios.md's action table (index -> action, 3 agents and 4 comm channels, as
+    every released cell) names what alem's own ``Action`` enum and the env's layout say."""
+    from alem_eval.rendering.frames import action_names
+
+    text = (REPO / "docs" / "scenarios.md").read_text()
+    table = dict(
+        (int(i), name) for i, name in re.findall(r"\|\s*(\d+)\s*\|\s*`([A-Z_0-9]+)`", text)
+    )
+    names = action_names(3, 4)
+    assert sorted(table) == list(range(len(names[0]))) and len(names[0]) == 60
+    first_give = next(i for i, n in enumerate(names[0]) if n.startswith("GIVE->"))
+    for i, name in table.items():
+        if names[0][i].startswith("GIVE->"):  # a give: to the agent's k-th other agent
+            k = i - first_give
+            assert name == "GIVE" and [n[i] for n in names] == [
+                f"GIVE->a{[j for j in range(3) if j != a][k]}" for a in range(3)
+            ]
+            assert f"| {i} | `GIVE` to the {('1st', '2nd')[k]} other agent |" in text
+        else:
+            assert name == names[0][i] and all(n[i] == name for n in names)

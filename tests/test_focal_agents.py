@@ -224,15 +224,12 @@ def test_several_host_agents_each_drive_their_own_callback_and_one_run_at_a_time
 def test_a_residents_two_slots_get_distinct_host_keys():
     """``host_actions`` as the rollout calls it: 1 team x 2 episodes x 2 slots (a
     resident), one key per episode -> four rows, four keys."""
-    from alem_eval.evaluate.teams import Role
-
     agent = Host("keys")
     group = make_group(agent)
-    role = Role(0, (0, 2))
     episode_keys = jax.random.split(jax.random.PRNGKey(3), 2)[None]  # [1, E=2, 2]
     obs, mask = jnp.zeros((1, 2, 2, 3)), jnp.ones((1, 2, 2, 4), bool)
-    fresh, ones = jnp.ones((1, 2), bool), jnp.ones((1, 2), jnp.int32)
-    hr = focal.HostRole(group, 0, role, obs, mask, fresh, episode_keys, None, ones, 3)
+    fresh = jnp.ones((1, 2), bool)
+    hr = focal.HostRole(group, 0, (0, 2), obs, mask, fresh, episode_keys, None, 3)
     with host_agents.bind_host_agents([group], "easy", None):
         (actions,) = jax.jit(lambda: host_agents.host_actions([hr]))()
         actions.block_until_ready()

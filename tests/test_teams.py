@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from alem_eval.evaluate.programs import _PROGRAMS
+from alem_eval.evaluate.actors import RoleStep, released_policy
 from alem_eval.evaluate.rollout import policy_variables, run_stack, run_teams
 from alem_eval.evaluate.teams import (
     Role,
@@ -64,7 +65,8 @@ def test_every_algorithm_is_scored_by_one_program_and_identical_teams_equal_self
     # algorithms' seven teams. (test_recording, in the same worker, may have made it
     # already: its unrecorded run is this batch.)
     assert programs_made() - made <= 1 and len(_PROGRAMS) - programs <= 1
-    networks, _, classes, _ = batch_structure(teams, cfgs, [None] * len(cfgs))
+    actors = {m: released_policy(c, build_network(c), "test") for m, c in enumerate(cfgs)}
+    networks, _, classes, _ = batch_structure(teams, actors)
     released = {a.name for a in all_algorithms() if a.release is not None}  # fixture cells
     assert {c.algorithm for c in cfgs} == released and len(networks) >= len(released)
     assert sum(c.size for c in classes) == len(teams)
@@ -97,6 +99,7 @@ def test_each_slot_acts_as_its_own_policy_would_alone():
     cfgs, weights = _members(IPPO, MAPPO, HYPER, PQN)
     specs = [build_network(c) for c in cfgs]
     policies = [make_policy(s) for s in specs]
+    actors = [released_policy(c, s, "test") for c, s in zip(cfgs, specs, strict=True)]
     classes = (
         TeamClass((Role(0, (0,)), Role(1, (1,)), Role(2, (2,))), 1),
         TeamClass((Role(3, (0, 1)), Role(0, (2,))), 1),
@@ -115,13 +118,13 @@ def test_each_slot_acts_as_its_own_policy_would_alone():
     raw = jnp.asarray(rng.random((2, p, d), np.float32))  # N = 2 teams x 1 episode
     dones = jnp.zeros((2, p), bool)
     mask = jnp.asarray(rng.random((2, p, a)) < 0.7).at[:, :, 0].set(True)
-    carries = init_team_carries(policies, classes, 1)
+    carries = init_team_carries(actors, classes, 1)
     # Perturb the carries so that a slot's own recurrent state matters.
     carries = jax.tree_util.tree_map(
         lambda x: x + 0.1 * jnp.arange(x.size).reshape(x.shape) / x.size, carries
     )
     new, actions, illegal = team_actions(
-        policies, classes, params, use_mask, carries, raw, dones, mask, episodes=1, num_actions=a
+        actors, classes, params, use_mask, carries, raw, dones, mask, episodes=1, num_actions=a
     )
     assert illegal is None  # (no focal agent)
     for c, cls in enumerate(classes):
@@ -140,6 +143,70 @@ def test_each_slot_acts_as_its_own_policy_would_alone():
                 strict=True,
             ):
                 np.testing.assert_array_equal(np.asarray(got)[0, 0], np.asarray(exp))
+
+
+class _Fixed:
+    """A toy actor (evaluate.actors.Actor): action ``a`` on every slot it drives, its
+    carry a step count."""
+
+    key, label, algorithm, host, masked = "toy", "toy", "toy", False, True
+
+    def __init__(self, a):
+        self.a = a
+
+    def variables(self, weights):
+        return np.zeros((1,), np.float32)
+
+    def prepare(self, variables):
+        return variables
+
+    def init(self, num_slots):
+        return jnp.zeros((), jnp.int32)
+
+    def act(self, params, carry, inp):
+        return RoleStep(carry + 1, jnp.full(inp.obs.shape[:3], self.a, jnp.int32))
+
+    def checked(self, obs_dim, num_actions, batches):
+        return self
+
+
+def test_any_actor_drives_its_slots_through_the_one_interface():
+    """The step asks nothing of an actor but the interface: a toy actor beside a
+    checkpoint's greedy policy in one team gets its own slots, the policy keeps its actions
+    (computed on all P slots, as alone) on the others."""
+    from alem_eval.evaluate.actors import Actor
+
+    cfgs, weights = _members(IPPO)
+    spec = build_network(cfgs[0])
+    actors = [released_policy(cfgs[0], spec, "ippo"), _Fixed(7)]
+    assert all(isinstance(a, Actor) for a in actors)
+    classes = (TeamClass((Role(0, (0, 2)), Role(1, (1,))), 1),)
+    variables = [a.variables(w) for a, w in zip(actors, [weights[0], None], strict=True)]
+    params = (
+        (
+            tuple(
+                jax.tree_util.tree_map(lambda x: x[None], a.prepare(v))
+                for a, v in zip(actors, variables, strict=True)
+            )
+        ),
+    )
+    use_mask = ((np.array([True]), np.array([True])),)
+    rng = np.random.default_rng(1)
+    p, d, a = 3, spec.obs_dim, spec.num_actions
+    raw = jnp.asarray(rng.random((1, p, d), np.float32))
+    dones, mask = jnp.zeros((1, p), bool), jnp.ones((1, p, a), bool)
+    carries = init_team_carries(actors, classes, 1)
+    new, actions, illegal = team_actions(
+        actors, classes, params, use_mask, carries, raw, dones, mask, episodes=1, num_actions=a
+    )
+    policy = make_policy(spec)
+    prepared = policy.prepare(variables[0])
+    _, alone = policy.act(
+        prepared, policy.init_carry(), policy.policy_input(raw[0]), dones[0], mask[0]
+    )
+    assert illegal is None and int(actions[0, 1]) == 7
+    assert [int(actions[0, s]) for s in (0, 2)] == [int(alone[0]), int(alone[2])]
+    assert int(new[0][1][0, 0]) == 1  # the toy's carry, stepped once
 
 
 def test_team_of_cells_needing_different_envs_is_a_clear_error():

@@ -49,6 +49,15 @@ class Policy:
 
     ``cell`` (id), ``algorithm``, ``num_agents`` (P = 3), ``obs_dim`` (the raw observation
     width), ``num_actions`` (A); ``params``: the prepared network variables.
+
+    A focal for :func:`alem_eval.scenario` as it is (``scenario(policy, cells)``): there it
+    plays as the released checkpoint plays in a cross-play team (``actor``: the play
+    core's :class:`~alem_eval.evaluate.actors.ReleasedPolicy`, on all P slots of each team,
+    its actions kept for its own slots), keyed in the results store by its checkpoint
+    and config hashes. Its ``act`` here is the same step for loops of your own, on
+    whole episodes (``obs [batch, P, obs_dim]``), not the agent protocol's ``act(carry,
+    obs[k, obs_dim], mask, key)``: a released network may read every slot's row and
+    append the slot's one-hot id, so it needs all P rows.
     """
 
     params: Any = field(repr=False)
@@ -58,6 +67,7 @@ class Policy:
     obs_dim: int = field(metadata=dict(static=True))
     num_actions: int = field(metadata=dict(static=True))
     _static: _Static = field(metadata=dict(static=True), repr=False)
+    actor: Any = field(default=None, metadata=dict(static=True), repr=False)
 
     def init(self, batch: int) -> Any:
         """The zero recurrent state of ``batch`` episodes (a pytree, leading axis
@@ -116,12 +126,13 @@ def load_policy(
     selector naming exactly one cell of ``source`` (None: the Hub; downloaded if needed).
 
     Returns :class:`Policy`: ``init(batch) -> carry``, ``act(carry, obs, mask) ->
-    (carry, actions)``.
+    (carry, actions)``; also a focal :func:`alem_eval.scenario` takes as it is.
     """
     from alem_eval.api.functions import resolve_cells
     from alem_eval.evaluate.rollout import policy_variables
     from alem_eval.model.loader import load_policy_cell
     from alem_eval.model.policies import make_policy
+    from alem_eval.scoring.focal_cell import focal_of_cell
 
     src, cells = resolve_cells(cell, source, repo, revision, cache_dir)
     if len(cells) != 1:
@@ -139,4 +150,5 @@ def load_policy(
         obs_dim=spec.obs_dim,
         num_actions=spec.num_actions,
         _static=_Static(greedy, bool(loaded.cfg.env.action_masking)),
+        actor=focal_of_cell(loaded.cell_dir, c.id, loaded),
     )

@@ -25,7 +25,11 @@ where, from the calls down:
   callback per step (``host_actions``), the run's bindings (``bind_host_agents``), faults
   (``raise_failure``), ``HostInfo`` and the probe step (``probe_host``).
 * :mod:`~alem_eval.evaluate.agents` -- the focal-agent protocol (``Agent``) and its
-  adapter to the play core (``AgentGroup``, ``make_group``, ``role_actions``).
+  actor (``AgentGroup``, ``make_group``, ``role_actions``).
+* :mod:`~alem_eval.evaluate.actors` -- what drives a slot, ONE interface (``Actor``:
+  ``prepare`` / ``init`` / ``act`` -> ``RoleStep``): a checkpoint's greedy policy
+  (``ReleasedPolicy``, ``released_policy``, ``policy_variables``); the focal agents'
+  ``AgentGroup`` implements it too, so nothing above asks what drives a slot.
 * :mod:`~alem_eval.evaluate.settings` -- protocols and their constants, the request
   checks (``check_settings``, ``check_env_version``, ``check_eval_difficulty``), the eval
   env of a config (``eval_statics``, ``record_columns``), the keys (``reference_key``,
@@ -33,5 +37,6 @@ where, from the calls down:
   ``episode_settings``.
 
 Each module imports only those listed below it (``rollout`` -> ``group`` -> ``records``
--> ``programs`` -> ``machine`` -> ``teams`` -> ``settings``).
+-> ``programs`` -> ``machine`` -> ``teams`` -> ``host_agents`` -> ``agents`` -> ``actors`` and
+``settings``).
 """

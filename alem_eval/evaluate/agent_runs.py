@@ -19,7 +19,6 @@ from alem_eval.evaluate.agents import (
     AgentGroup,
     actions_legal,
     agent_traces,
-    check_group,
     illegal_message,
     make_group,
 )
@@ -56,7 +55,7 @@ def probe_group(
             group, np.asarray(obs), np.asarray(mask), key, state, difficulty, world, max_steps
         )
         return
-    carry = group.init_carry(batch)
+    carry = group.init(batch)
     with agent_traces(group):
         step = jax.jit(group.jax_step)
         _, actions = step(group.variables(), carry, obs, mask, jax.random.fold_in(key, FOCAL_SALT))
@@ -82,7 +81,8 @@ def run_agent_teams(
     **kwargs: Any,
 ):
     """:func:`alem_eval.evaluate.rollout.run_teams` with members driven by agents:
-    ``agents[k]`` (an agent, or an :class:`AgentGroup` from :func:`make_group`) drives the
+    ``agents[k]`` (an agent, an :class:`AgentGroup` from :func:`make_group`, or any
+    :class:`~alem_eval.evaluate.actors.Actor`, e.g. a released cell's policy) drives the
     slots of member ``k``; ``cfgs[k]`` is the env it plays in (e.g. a background
     checkpoint's config) and ``weights[k]`` is ignored. A fault of an agent raises
     :class:`EvaluationError` after the compiled call in which it came: the teams whose
@@ -90,7 +90,7 @@ def run_agent_teams(
     reach ``on_team`` (or the caller). ``on_note(line)``: a line worth telling (host
     agents on one of several devices)."""
     check_eval_difficulty(kwargs.get("eval_difficulty", ""))
-    groups: dict[int, AgentGroup] = {}
+    groups: dict[int, Any] = {}  # evaluate.actors.Actor
     batches: dict[int, list[int]] = {}
     hosts = 0
     for k, agent in agents.items():
@@ -99,7 +99,7 @@ def run_agent_teams(
         group = make_group(agent)
         if group.host:  # each host agent its own callback
             group, hosts = dataclasses.replace(group, host_slot=hosts), hosts + 1
-        groups[k] = check_group(group, st.obs_dim, st.num_actions, batches[k])
+        groups[k] = group.checked(st.obs_dim, st.num_actions, batches[k])
     if not groups:
         raise UsageError("run_agent_teams needs at least one agent")
     first = eval_statics(cfgs[next(iter(groups))])
@@ -107,7 +107,8 @@ def run_agent_teams(
     protocol = kwargs.get("protocol", DEFAULT_PROTOCOL)  # the cap in force, as run_teams'
     _, cap = episode_settings(cfgs[teams[0][0]], protocol, None, kwargs.get("max_steps"))
     for k, g in groups.items():
-        probe_group(g, first.world, kwargs["eval_difficulty"], batches[k][0], cap)
+        if isinstance(g, AgentGroup):  # (a released policy is the evaluator's own code)
+            probe_group(g, first.world, kwargs["eval_difficulty"], batches[k][0], cap)
     if hosts and jax.local_device_count() > 1 and on_note is not None:
         on_note(
             f"host agents play on one of the {jax.local_device_count()} devices (one "

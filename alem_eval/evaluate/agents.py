@@ -56,6 +56,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from alem_eval.core.errors import EvaluationError, UsageError, brief
+from alem_eval.evaluate.actors import Actor, RoleInput, RoleStep
 from alem_eval.evaluate.agent_identity import agent_digest, code_digest, split_arrays
 
 FOCAL_SALT = 0xF0CA1  # fold_in(step_key, FOCAL_SALT): a focal's key, the step key untouched
@@ -77,12 +78,13 @@ class Agent(Protocol):
 # ----------------------------------------------------------------------------------------
 @dataclass(frozen=True, eq=False)
 class AgentGroup:
-    """An agent as a group of the play core (``teams.team_actions`` hands a role whose
-    policy is one, :func:`~alem_eval.evaluate.teams.is_agent`, to :func:`role_actions`).
-    ``label``: how errors name it (the CLI spec); ``identity``: ``name@digest`` (its
-    class's source file, its state or declared ``identity`` / ``version``, the factory's
-    arguments: :mod:`~alem_eval.evaluate.agent_identity`), what stored results are keyed
-    by. ``host_slot``: which of a run's host agents it is (each has its own callback).
+    """An agent as an :class:`~alem_eval.evaluate.actors.Actor` of the play core (a JAX
+    agent steps inside the rollout, a host agent's rows wait for the step's callback:
+    :meth:`act`). ``label``: how errors name it (the CLI spec); ``identity``:
+    ``name@digest`` (its class's source file, its state or declared ``identity`` /
+    ``version``, the factory's arguments: :mod:`~alem_eval.evaluate.agent_identity`), what
+    stored results are keyed by. ``host_slot``: which of a run's host agents it is (each
+    has its own callback).
 
     A JAX agent's ``arrays`` (the array leaves of its attributes:
     :func:`~alem_eval.evaluate.agent_identity.split_arrays`) are inputs of its program,
@@ -124,8 +126,14 @@ class AgentGroup:
             return f"host-agent{self.host_slot}:state={self.wants_state}:info={self.wants_info}"
         return f"agent:{self.name}@{self.code}"
 
-    def variables(self) -> Any:
-        """The member's program input (``run_teams``): a placeholder and its arrays."""
+    @property
+    def masked(self) -> bool:
+        """An agent always sees the legal actions, whatever the background's ACTION_MASKING."""
+        return True
+
+    def variables(self, weights: Any = None) -> Any:
+        """The member's program input (``run_teams``; ``weights`` unused): a placeholder
+        and its arrays."""
         return (np.zeros((1,), np.float32), self.arrays)
 
     def prepare(self, variables: Any) -> Any:
@@ -137,7 +145,7 @@ class AgentGroup:
             return self.agent
         return self.rebuild(list(variables[1]))
 
-    def init_carry(self, k: int) -> Any:
+    def init(self, k: int) -> Any:
         """Zero carry of the ``k`` slots of one episode (the play core, ``evaluate.machine``,
         resets carries to zeros): ``started`` 0 makes the next step start from ``init(k)``
         (int32: the machine's reset writes 0 into every leaf)."""
@@ -172,6 +180,14 @@ class AgentGroup:
             ) from None
         _check_actions(self.label, actions, k)
         return (jax.tree_util.tree_map(jnp.asarray, new), jnp.ones((), jnp.int32)), actions
+
+    def act(self, params: Any, carry: Any, inp: RoleInput) -> RoleStep:
+        """One step of the agent's role in a team class (:func:`role_actions`)."""
+        return role_actions(self, params, carry, inp)
+
+    def checked(self, obs_dim: int, num_actions: int, batches: Sequence[int] = (2,)) -> AgentGroup:
+        """:func:`check_group`."""
+        return check_group(self, obs_dim, num_actions, batches)
 
 
 # What a traced array raises where its value is needed (``int(x)``, ``np.asarray(x)``, ``if x``).
@@ -215,12 +231,15 @@ def _check_actions(label: str, actions: Any, k: int) -> None:
         )
 
 
-def make_group(agent: Any, label: str | None = None, extra: bytes = b"") -> AgentGroup:
-    """Check that ``agent`` follows the protocol (attributes only; shapes are checked by
-    :func:`check_group`) and wrap it. ``extra``: more identity bytes (e.g. the source
-    file and the factory's arguments of a CLI spec)."""
-    if isinstance(agent, AgentGroup):
+def make_group(agent: Any, label: str | None = None, extra: bytes = b"") -> Any:
+    """An :class:`~alem_eval.evaluate.actors.Actor` as it is (or the one an object carries
+    as ``actor``: a loaded ``Policy``); else check that ``agent`` follows the protocol
+    (attributes only; shapes are checked by :func:`check_group`) and wrap it. ``extra``:
+    more identity bytes (e.g. the source file and the factory's arguments of a CLI spec)."""
+    if isinstance(agent, Actor):  # already the play core's (an AgentGroup, a released policy)
         return agent
+    if isinstance(getattr(agent, "actor", None), Actor):  # e.g. alem_eval.load_policy's
+        return agent.actor
     label = label or str(getattr(agent, "name", type(agent).__name__))
     name = getattr(agent, "name", None)
     if not isinstance(name, str) or not name:
@@ -277,7 +296,7 @@ def _check_batch(group: AgentGroup, obs_dim: int, num_actions: int, k: int) -> N
     mask = jax.ShapeDtypeStruct((k, num_actions), jnp.bool_)
     key = jax.ShapeDtypeStruct((2,), jnp.uint32)
     try:
-        carry = jax.eval_shape(lambda: group.init_carry(k))
+        carry = jax.eval_shape(lambda: group.init(k))
     except Exception as exc:
         raise EvaluationError(
             f"focal {group.label}: init raised {type(exc).__name__}: {brief(exc)}"
@@ -296,20 +315,19 @@ def _check_batch(group: AgentGroup, obs_dim: int, num_actions: int, k: int) -> N
 
 
 # ----------------------------------------------------------------------------------------
-# Inside the rollout (called by teams.team_actions)
+# Inside the rollout (AgentGroup.act, called by teams.team_actions)
 # ----------------------------------------------------------------------------------------
 class HostRole(NamedTuple):
     """A host agent's role in one team class, waiting for the step's one callback."""
 
     group: AgentGroup
     cls: int
-    role: Any  # teams.Role
+    slots: tuple[int, ...]  # the agent slots the role drives
     obs: jax.Array  # [size, E, k, obs_dim]
     mask: jax.Array  # [size, E, k, A]
     fresh: jax.Array  # [size, E] bool
     keys: jax.Array  # [size, E, 2]
     state: Any  # [size, E, ...] env states (wants_state) or None
-    new_carry: jax.Array  # [size, E] int32: started (1)
     num_agents: int  # P
 
     @property
@@ -317,30 +335,28 @@ class HostRole(NamedTuple):
         return int(np.prod(self.obs.shape[:3]))
 
 
-def role_actions(
-    group, params, carry, obs, mask, step_keys, states, block: Callable, role, cls: int
-):
-    """One step of a focal role of class ``cls``: ``obs [size, E, P, D]``, ``mask [size,
-    E, P, A]``, ``params`` per team (:meth:`AgentGroup.variables`), ``carry`` per (team,
-    episode) -> ``(carry, actions [size, E, P], illegal)``
-    with the role's slots filled and ``illegal``: (``[size]`` bool, ``[size]`` int32),
-    whether each team's slots got an illegal action this step and the first one (a JAX
-    agent), or ``(HostRole, None, None)`` (a host agent: see
+def role_actions(group: AgentGroup, params: Any, carry: Any, inp: RoleInput) -> RoleStep:
+    """One step of a focal role of class ``inp.cls``: ``inp.obs [size, E, P, D]``,
+    ``inp.mask [size, E, P, A]``, ``params`` per team (:meth:`AgentGroup.variables`),
+    ``carry`` per (team, episode) -> a JAX agent's :class:`RoleStep` (actions ``[size, E,
+    P]`` with the role's slots filled, ``illegal`` per team), or a host agent's with its
+    rows ``pending`` (:class:`HostRole`; see
     :func:`~alem_eval.evaluate.host_agents.host_actions`)."""
-    if step_keys is None:
+    if inp.step_keys is None:
         raise EvaluationError(f"focal {group.label}: this rollout gives agents no keys")
-    slots = np.asarray(role.slots)
-    o, m = obs[:, :, slots], mask[:, :, slots]
-    keys = block(jax.vmap(lambda k: jax.random.fold_in(k, FOCAL_SALT))(step_keys))
+    slots = np.asarray(inp.slots)
+    obs = inp.obs
+    o, m = obs[:, :, slots], inp.mask[:, :, slots]
+    keys = inp.block(jax.vmap(lambda k: jax.random.fold_in(k, FOCAL_SALT))(inp.step_keys))
     if group.host:
-        state = None if not group.wants_state else jax.tree_util.tree_map(block, states)
+        state = None if not group.wants_state else jax.tree_util.tree_map(inp.block, inp.states)
         ones = jnp.ones(o.shape[:2], jnp.int32)
-        hr = HostRole(group, cls, role, o, m, carry == 0, keys, state, ones, obs.shape[2])
-        return hr, None, None
+        hr = HostRole(group, inp.cls, inp.slots, o, m, carry == 0, keys, state, obs.shape[2])
+        return RoleStep(ones, jnp.zeros(obs.shape[:3], jnp.int32), None, hr)  # started: 1
     step = jax.vmap(group.jax_step, in_axes=(None, 0, 0, 0, 0))  # over the episodes
     cr, a = jax.vmap(step)(params, carry, o, m, keys)  # over the teams; a: [size, E, k]
     full = jnp.zeros(obs.shape[:3], jnp.int32).at[:, :, slots].set(a)
-    return cr, full, illegal_actions(a, m)
+    return RoleStep(cr, full, illegal_actions(a, m))
 
 
 def actions_legal(actions: Any, mask: Any, xp: Any) -> Any:

@@ -77,7 +77,7 @@ def _first(tree: Any) -> Any:
 def run_group(
     teams,
     cfgs,
-    specs,
+    actors: Mapping[int, Any],
     statics,
     variables,
     protocol,
@@ -90,21 +90,19 @@ def run_group(
     record: RecordTo | None = None,
     on_team: Callable[[int, list[dict[str, float]]], None] | None = None,
     padding: Collection[int] = (),
-    agents: Mapping[int, Any] | None = None,
 ):
     """Evaluate one group of teams (one world and settings) in one program -> (records,
     starts, slot-steps, live env-steps, recording error), per team in the group's order.
     A team's records are made as soon as its last episode ends (``on_team(i, records)``,
     ``i`` its index in ``teams``), from the same output buffer and score program as at the
-    end. The teams in ``padding`` (indices into ``teams``) run unreported (:func:`run_teams`)."""
-    agents = agents or {}
-    keys, group_specs, classes, order = batch_structure(teams, cfgs, specs, agents)
+    end. The teams in ``padding`` (indices into ``teams``) run unreported (:func:`run_teams`).
+    ``actors[m]``: what drives member ``m`` (:class:`~alem_eval.evaluate.actors.Actor`)."""
+    keys, group_actors, classes, order = batch_structure(teams, actors)
     batch_teams = [teams[i] for i in order]  # class by class
     t = len(batch_teams)
     wanted = [j for j in range(t) if order[j] not in padding]  # batch rows to report
     world = statics[batch_teams[0][0]].world
-    # (focal agents always see the legal actions: evaluate.agents)
-    masking = bool(agents) or any(cfgs[m].env.action_masking for team in batch_teams for m in team)
+    masking = any(actors[m].masked for team in batch_teams for m in team)
     capacity = _capacity(int(caps.max()))
     if record is not None:
         chunk = min(chunk, RECORD_CHUNK)  # a short log per call: the last call pads it
@@ -114,8 +112,8 @@ def run_group(
                 chunk * world_dims.num_agents * (world_dims.obs_dim + world_dims.num_actions) * 4
             )
             batch = min(default_batch(), max(1, RECORD_LOG_BYTES // per_slot))
-    # A host agent's callback gets all of its rows in one call per step: one device.
-    host = any(getattr(a, "host", False) for a in agents.values())
+    # A host actor's callback gets all of its rows in one call per step: one device.
+    host = any(actors[m].host for team in batch_teams for m in team)
     if protocol == "fast":
         n_dev = 1 if host else _devices_for(num_episodes)
         padded = num_episodes + (-num_episodes) % n_dev
@@ -139,7 +137,7 @@ def run_group(
             n_dev,
             record=record is not None,
         ),
-        group_specs,
+        group_actors,
     )
     # Per class, per role: the members' variables and masking flags, stacked over teams.
     role_vars, role_mask, start = [], [], 0
@@ -149,10 +147,7 @@ def run_group(
             tuple(stack_trees([variables[m[r]] for m in members]) for r in range(len(cls.roles)))
         )
         role_mask.append(
-            tuple(
-                np.array([m[r] in agents or cfgs[m[r]].env.action_masking for m in members])
-                for r in range(len(cls.roles))
-            )
+            tuple(np.array([actors[m[r]].masked for m in members]) for r in range(len(cls.roles)))
         )
         start += cls.size
     dyn = prog.env.difficulty_params(eval_difficulty)
@@ -199,7 +194,7 @@ def run_group(
         scoring["s"] += time.perf_counter() - t0
 
     def status(st: Status, done: EpisodeResult) -> None:
-        _raise_illegal(st, batch_teams[:t], keys, agents)
+        _raise_illegal(st, batch_teams[:t], keys, actors)
         finished = np.minimum(st.team_finished[wanted], num_episodes)  # padding's uncounted
         on_status(st._replace(finished=finished.sum()))
         rows = [j for j in wanted if j not in made and st.team_finished[j] >= queue]
@@ -228,17 +223,15 @@ def run_group(
     return out_records, out_starts, slot_steps, live_steps, error
 
 
-def _raise_illegal(st: Status, batch_teams, keys: Sequence[str], agents: Mapping[int, Any]):
-    """The first illegal action of a focal JAX agent the call's :class:`Status` reports
-    (per batch row and network group) -> one :class:`EvaluationError` naming the agent
-    that drove it, before any record of this call reaches the caller."""
+def _raise_illegal(st: Status, batch_teams, keys: Sequence[str], actors: Mapping[int, Any]):
+    """The first illegal action the call's :class:`Status` reports (per batch row and
+    network group: a focal JAX agent's) -> one :class:`EvaluationError` naming the actor
+    that chose it, before any record of this call reaches the caller."""
     if st.illegal is None or not np.any(st.illegal):
         return
     for j, team in enumerate(batch_teams):
         for g in np.flatnonzero(st.illegal[j]):
-            label = next(
-                agents[m].label for m in team if m in agents and agents[m].key == keys[int(g)]
-            )
+            label = next(actors[m].label for m in team if actors[m].key == keys[int(g)])
             raise EvaluationError(illegal_message(label, int(st.illegal_action[j, g])))
 
 

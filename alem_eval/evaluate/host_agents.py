@@ -89,7 +89,7 @@ def host_actions(roles: Sequence[HostRole]) -> list[jax.Array]:
             return x.reshape((r.rows,) + x.shape[3:])
 
         def per_row(x, r):  # [size, E, ...] -> [size, E, k, ...] -> [R, ...]
-            k = len(r.role.slots)
+            k = len(r.slots)
             y = jnp.broadcast_to(x[:, :, None], x.shape[:2] + (k,) + x.shape[2:])
             return rows(y, r)
 
@@ -98,7 +98,7 @@ def host_actions(roles: Sequence[HostRole]) -> list[jax.Array]:
         fresh = jnp.concatenate([per_row(r.fresh, r) for r in parts])
         player = jnp.concatenate(
             [
-                rows(jnp.broadcast_to(jnp.asarray(r.role.slots, jnp.int32), r.obs.shape[:3]), r)
+                rows(jnp.broadcast_to(jnp.asarray(r.slots, jnp.int32), r.obs.shape[:3]), r)
                 for r in parts
             ]
         )
@@ -132,7 +132,7 @@ def host_actions(roles: Sequence[HostRole]) -> list[jax.Array]:
             a = got[at : at + r.rows].reshape(r.obs.shape[:3])
             at += r.rows
             full = jnp.zeros(r.obs.shape[:2] + (r.num_agents,), jnp.int32)
-            out[i] = full.at[:, :, np.asarray(r.role.slots)].set(a)
+            out[i] = full.at[:, :, np.asarray(r.slots)].set(a)
     return out
 
 

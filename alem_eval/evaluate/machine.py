@@ -26,7 +26,7 @@ import numpy as np
 
 from alem_eval.evaluate.settings import SLOTS_PER_PORT
 from alem_eval.evaluate.teams import TeamClass, init_team_carries, team_actions
-from alem_eval.model.policies import GreedyPolicy
+from alem_eval.evaluate.actors import Actor
 
 # Diagnostics: traces of the rollout (``Machine.advance``: "rollout") and, per program kind,
 # traces and loads of exported programs (``programs._Compiled``: "<kind>:traced"/":loaded").
@@ -161,7 +161,7 @@ class Machine:
 
     env: Any
     mask_env: Any  # None: no member masks and nothing is recorded
-    policies: tuple[GreedyPolicy, ...]
+    policies: tuple[Actor, ...]  # one per network group (evaluate.actors)
     classes: tuple[TeamClass, ...]
     slots: int
     chunk: int  # steps per call (at most)

@@ -25,7 +25,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 from collections.abc import Callable, Sequence
 
 import jax
@@ -35,9 +35,8 @@ import numpy as np
 from alem_eval.core.errors import AlemEvalError, brief
 from alem_eval.core.fsutil import write_bytes_atomic
 from alem_eval.evaluate.machine import TRACE_COUNTS, Machine, Status
-from alem_eval.evaluate.teams import TeamClass, is_agent
-from alem_eval.model.networks import NetworkSpec
-from alem_eval.model.policies import make_policy
+from alem_eval.evaluate.actors import Actor
+from alem_eval.evaluate.teams import TeamClass
 
 
 # Diagnostics: the trace and compile time of every program compiled.
@@ -277,7 +276,7 @@ class Program:
     """The compiled rollout of one batch structure (network groups x team classes x world):
     ``start`` and ``advance`` of its :class:`Machine`, per protocol, over the devices."""
 
-    def __init__(self, key: ProgramKey, specs: Sequence[NetworkSpec]):
+    def __init__(self, key: ProgramKey, actors: Sequence[Actor]):
         from alem_eval.envs.eval_env import get_eval_env
 
         self.key = key
@@ -290,8 +289,7 @@ class Program:
         self.machine = Machine(
             env=env,
             mask_env=mask_env,
-            # a focal agent's group is its adapter (evaluate.agents), not a network spec
-            policies=tuple(cast(Any, s) if is_agent(s) else make_policy(s) for s in specs),
+            policies=tuple(actors),  # one per network group (evaluate.actors)
             classes=self.classes,
             slots=key.slots,
             chunk=key.chunk,
@@ -305,12 +303,12 @@ class Program:
         )
         if key.num_devices > 1:
             start, advance = self._sharded(start, loop_in=False), self._sharded(advance)
-        names = "+".join(dict.fromkeys(s.algorithm for s in specs))
+        names = "+".join(dict.fromkeys(a.algorithm for a in actors))
         # Multi-device (shard_map) programs are not exported: they trace every process.
         # A JAX agent's code is in the key (its group key names its code identity:
-        # evaluate.agents.AgentGroup.code; its arrays are inputs); a host agent's rollout
-        # is not exported (its callback cannot be serialised), its start program is.
-        host = any(is_agent(s) and cast(Any, s).host for s in specs)
+        # evaluate.agents.AgentGroup.code; its arrays are inputs); a rollout with a host
+        # actor is not exported (its callback cannot be serialised), its start program is.
+        host = any(a.host for a in actors)
         ident = repr(key) if key.num_devices == 1 else None
         label = f"{key.protocol}:{names}"
         self.start = _Compiled(start, f"rollout-start:{label}", ident and f"start:{ident}")
@@ -423,10 +421,10 @@ class Program:
 _PROGRAMS: dict[ProgramKey, Program] = {}
 
 
-def program(key: ProgramKey, specs: Sequence[NetworkSpec]) -> Program:
+def program(key: ProgramKey, actors: Sequence[Actor]) -> Program:
     prog = _PROGRAMS.get(key)
     if prog is None:
-        prog = _PROGRAMS[key] = Program(key, specs)
+        prog = _PROGRAMS[key] = Program(key, actors)
     return prog
 
 

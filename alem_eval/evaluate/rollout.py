@@ -22,6 +22,8 @@ import numpy as np
 
 from alem_eval.algorithms.config import RunConfig
 from alem_eval.core.errors import EvaluationError, UsageError
+from alem_eval.evaluate.actors import Actor, released_policy
+from alem_eval.evaluate.actors import policy_variables as policy_variables  # (re-export)
 from alem_eval.evaluate.host_agents import check_bound
 from alem_eval.evaluate.group import run_group
 from alem_eval.evaluate.machine import Status
@@ -71,29 +73,6 @@ class StackResult:
     def utilisation(self) -> float:
         """Live env-steps per slot-step: 1.0 when no batch slot ever idled."""
         return self.live_steps / self.slot_steps if self.slot_steps else 0.0
-
-
-def policy_variables(spec: NetworkSpec, weights: Any, where: str) -> Any:
-    """The policy's flax variables as float32 numpy, checked against the configured shapes."""
-    try:
-        variables = spec.policy_variables(weights)
-    except (KeyError, TypeError) as exc:
-        raise EvaluationError(f"{where}: weights lack the policy parameters ({exc})") from None
-    variables = jax.tree_util.tree_map(np.asarray, variables)
-    expected = spec.policy_variables(spec.expected_tree())
-    got = {
-        jax.tree_util.keystr(p): tuple(x.shape)
-        for p, x in jax.tree_util.tree_flatten_with_path(variables)[0]
-    }
-    exp = {
-        jax.tree_util.keystr(p): tuple(x.shape)
-        for p, x in jax.tree_util.tree_flatten_with_path(expected)[0]
-    }
-    if got != exp:
-        bad = sorted(set(got) ^ set(exp)) or sorted(k for k in exp if exp[k] != got[k])
-        detail = ", ".join(f"{k}: expected {exp.get(k)}, found {got.get(k)}" for k in bad[:3])
-        raise EvaluationError(f"{where}: weights do not match the configured network ({detail})")
-    return jax.tree_util.tree_map(lambda x: x.astype(np.float32, copy=False), variables)
 
 
 def check_play(
@@ -230,10 +209,12 @@ def run_teams(
     never see them, and progress counts only the other teams' episodes (``live_steps``
     and ``slot_steps`` still count every step the batch ran).
 
-    ``agents``: checkpoint indices driven by a focal agent instead (an
-    :class:`alem_eval.evaluate.agents.AgentGroup`; run them through
-    :func:`alem_eval.evaluate.agent_runs.run_agent_teams`): ``cfgs[k]`` says the env it plays
-    in, ``weights[k]`` is unused.
+    ``agents``: members driven by another :class:`~alem_eval.evaluate.actors.Actor` than
+    their checkpoint's greedy policy (a focal agent's
+    :class:`~alem_eval.evaluate.agents.AgentGroup`: run them through
+    :func:`alem_eval.evaluate.agent_runs.run_agent_teams`; a released cell's
+    :class:`~alem_eval.evaluate.actors.ReleasedPolicy` with its own weights): ``cfgs[k]``
+    says the env it plays in, ``weights[k]`` goes to its ``variables`` (None: its own).
     """
     agents = dict(agents or {})
     validate_request(protocol, eval_difficulty, num_episodes, max_steps)
@@ -255,13 +236,11 @@ def run_teams(
         cfgs, teams, protocol, eval_difficulty, on_env_mismatch=on_env_mismatch
     )
     used = sorted({m for team in teams for m in team})
-    variables = {
-        # a focal agent's members: its arrays (evaluate.agents.AgentGroup.variables)
-        i: agents[i].variables()
-        if i in agents
-        else policy_variables(specs[i], weights[i], f"checkpoint {i}")
+    actors: dict[int, Actor] = {
+        i: agents[i] if i in agents else released_policy(cfgs[i], specs[i], f"checkpoint {i}")
         for i in used
     }
+    variables = {i: actors[i].variables(weights[i]) for i in used}
 
     def settings(team):
         return episode_settings(cfgs[team[0]], protocol, num_episodes, max_steps)
@@ -295,7 +274,7 @@ def run_teams(
         recs, st, slot_steps, live_steps, error = run_group(
             [tuple(teams[i]) for i in idx],
             cfgs,
-            specs,
+            actors,
             statics,
             variables,
             protocol,
@@ -308,7 +287,6 @@ def run_teams(
             record,
             None if on_team is None else functools.partial(_team_in, on_team, idx),
             {j for j, i in enumerate(idx) if i in padding},
-            agents,
         )
         record_error = record_error or error
         for j, i in enumerate(idx):

@@ -1,19 +1,19 @@
-"""Teams: any checkpoint in any agent slot.
+"""Teams: any actor in any agent slot.
 
-A team names, per agent slot, the checkpoint driving it; its distinct members are its
-roles (:class:`Role`: a network group and the slots it drives). Checkpoints are grouped by
-network (``cfg.network_key``) and teams by role structure (:class:`TeamClass`), so any mix
-of algorithms runs in one program with one trace of the Alem step
-(:func:`batch_structure`). :func:`team_actions` is one greedy step of every role of a
-batch: each role's policy runs on all ``P`` agents of its teams (upstream's batch shape)
-and its actions are kept for the slots it drives.
-"""
+A team names, per agent slot, the member driving it; its distinct members are its roles
+(:class:`Role`: a network group and the slots it drives). What drives a member is an
+:class:`~alem_eval.evaluate.actors.Actor` (a checkpoint's greedy policy, a focal agent):
+members are grouped by their actor's ``key`` (a network: ``cfg.network_key``) and teams by
+role structure (:class:`TeamClass`), so any mix of algorithms runs in one program with
+one trace of the Alem step (:func:`batch_structure`). :func:`team_actions` is one step of
+every role of a batch: each role's actor sees all ``P`` agents of its teams (upstream's
+batch shape) and its actions are kept for the slots it drives."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 from collections.abc import Mapping, Sequence
 
 import jax
@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from alem_eval.core.errors import EvaluationError
-from alem_eval.model.policies import GreedyPolicy
+from alem_eval.evaluate.actors import Actor, RoleInput
 
 
 @dataclass(frozen=True)
@@ -47,27 +47,15 @@ def team_roles(team: Sequence[int]) -> tuple[tuple[int, ...], tuple[tuple[int, .
     return members, tuple(tuple(s for s, m in enumerate(team) if m == x) for x in members)
 
 
-def is_agent(policy: Any) -> bool:
-    """Whether a role's policy is a focal agent's group (:class:`~alem_eval.evaluate.agents.
-    AgentGroup`: acts on the slots it drives, with its own keys) rather than a checkpoint's
-    greedy policy."""
-    from alem_eval.evaluate.agents import AgentGroup
-
-    return isinstance(policy, AgentGroup)
-
-
 def init_team_carries(
-    policies: Sequence[GreedyPolicy], classes: Sequence[TeamClass], episodes: int
+    actors: Sequence[Actor], classes: Sequence[TeamClass], episodes: int
 ) -> tuple:
     """Zero recurrent state of every role: per class, per role, ``[size, episodes, ...]``."""
     return tuple(
         tuple(
             jax.tree_util.tree_map(
                 lambda x, s=cls.size: jnp.broadcast_to(x, (s, episodes) + x.shape),
-                # focal agents (evaluate.agents): a carry for the slots they drive
-                cast(Any, policies[role.group]).init_carry(len(role.slots))
-                if is_agent(policies[role.group])
-                else policies[role.group].init_carry(),
+                actors[role.group].init(len(role.slots)),
             )
             for role in cls.roles
         )
@@ -76,7 +64,7 @@ def init_team_carries(
 
 
 def team_actions(
-    policies: Sequence[GreedyPolicy],
+    actors: Sequence[Actor],
     classes: Sequence[TeamClass],
     params: Any,
     use_mask: Any,
@@ -90,29 +78,26 @@ def team_actions(
     step_keys: jax.Array | None = None,
     states: Any = None,
 ) -> tuple[Any, jax.Array, tuple[jax.Array, jax.Array] | None]:
-    """One greedy step of every team in the batch -> (new carries, actions ``[N, P]`` int32,
-    illegal). ``illegal``: None without focal JAX agents, else ``([T, G] bool, [T, G]
-    int32)``, per team and network group whether a focal chose an illegal action this step
-    and the first one (:func:`~alem_eval.evaluate.agents.illegal_actions`).
+    """One step of every team in the batch -> (new carries, actions ``[N, P]`` int32,
+    illegal). ``illegal``: None when no actor can choose an illegal action (released
+    policies only), else ``([T, G] bool, [T, G] int32)``, per team and network group
+    whether its actor chose an illegal action this step and the first one.
 
     ``raw_obs [N, P, obs_dim]``, ``dones [N, P]``, ``mask [N, P, A]`` (None: all legal),
     laid out class by class, team by team, episode by episode (``N = sum(sizes) x
-    episodes``). Each role's policy runs on all ``P`` slots of its teams -- the batch shape
-    upstream's policies use, so a team of one checkpoint computes exactly its self-play
-    actions -- and its actions are kept for the slots it drives.
-
-    Focal agents (:mod:`alem_eval.evaluate.agents`, roles whose policy :func:`is_agent`)
-    act on the slots they drive only, with a key derived from ``step_keys [N, 2]`` (the
-    slots' step keys, not consumed); host agents' roles are gathered into one callback
-    per agent and step (``states``: the slots' env states, for agents that read them).
+    episodes``). Each role's actor (:class:`~alem_eval.evaluate.actors.Actor`) sees all
+    ``P`` slots of its teams and its actions are kept for the slots it drives (a released
+    policy runs on all of them -- the batch shape upstream's policies use, so a team of
+    one checkpoint computes exactly its self-play actions). ``step_keys [N, 2]`` and
+    ``states`` (the slots' env states) are there for actors that read them; the roles of
+    a host agent (``RoleStep.pending``) are gathered into one callback per agent and step.
     """
-    from alem_eval.evaluate import agents as focal  # focal agents' roles (evaluate.agents)
     from alem_eval.evaluate import host_agents
 
     num_agents = raw_obs.shape[1]
     new_carries, actions, start, first_team = [], [], 0, 0
-    host_roles: list[focal.HostRole] = []
-    shape = (sum(cls.size for cls in classes), len(policies))
+    pending: list[Any] = []
+    shape = (sum(cls.size for cls in classes), len(actors))
     illegal: tuple[jax.Array, jax.Array] | None = None
     for c, cls in enumerate(classes):
         size = cls.size * episodes
@@ -126,62 +111,45 @@ def team_actions(
         acts = jnp.zeros((cls.size, episodes, num_agents), jnp.int32)
         role_carries = []
         for r, role in enumerate(cls.roles):
-            policy = policies[role.group]
             if mask_c is None:
                 m = jnp.ones(obs.shape[:3] + (num_actions,), bool)
             else:  # members with ACTION_MASKING off see every action as legal
                 m = jnp.where(use_mask[c][r][:, None, None, None], mask_c, True)
-
-            def per_team(p, cr, o, d, mm, policy=policy):
-                def one(cr1, o1, d1, m1):
-                    return policy.act(p, cr1, policy.policy_input(o1), d1, m1)
-
-                return jax.vmap(one)(cr, o, d, mm)
-
-            if is_agent(policy):  # a focal agent (evaluate.agents)
-                cr, a, bad = focal.role_actions(
-                    policy, params[c][r], carries[c][r], obs, m, step_keys, states, block, role, c
-                )
-                if a is None:  # a host agent: its actions come from the callback below
-                    host_roles.append(cr)
-                    role_carries.append(cr.new_carry)
-                    continue
+            inp = RoleInput(obs, done, m, step_keys, states, block, role.slots, c)
+            out = actors[role.group].act(params[c][r], carries[c][r], inp)
+            acts = jnp.where(np.isin(np.arange(num_agents), role.slots), out.actions, acts)
+            role_carries.append(out.carry)
+            if out.pending is not None:  # a host agent's rows: the callback below
+                pending.append(out.pending)
+            if out.illegal is not None:
                 if illegal is None:
                     illegal = (jnp.zeros(shape, bool), jnp.zeros(shape, jnp.int32))
                 rows = slice(first_team, first_team + cls.size)
                 seen = illegal[0][rows, role.group]
                 illegal = (
-                    illegal[0].at[rows, role.group].set(seen | bad[0]),
+                    illegal[0].at[rows, role.group].set(seen | out.illegal[0]),
                     illegal[1]
                     .at[rows, role.group]
-                    .set(jnp.where(seen, illegal[1][rows, role.group], bad[1])),
+                    .set(jnp.where(seen, illegal[1][rows, role.group], out.illegal[1])),
                 )
-            else:
-                cr, a = jax.vmap(per_team)(params[c][r], carries[c][r], obs, done, m)
-            acts = jnp.where(np.isin(np.arange(num_agents), role.slots), a, acts)
-            role_carries.append(cr)
         new_carries.append(tuple(role_carries))
         actions.append(acts)
         start += size
         first_team += cls.size
-    for hr, a in zip(host_roles, host_agents.host_actions(host_roles), strict=True):
-        on = np.isin(np.arange(num_agents), hr.role.slots)
+    for hr, a in zip(pending, host_agents.host_actions(pending), strict=True):
+        on = np.isin(np.arange(num_agents), hr.slots)
         actions[hr.cls] = jnp.where(on, a, actions[hr.cls])
     joined = jnp.concatenate([a.reshape((-1, num_agents)) for a in actions])
     return tuple(new_carries), joined, illegal
 
 
-def batch_structure(teams, cfgs, specs, agents: Mapping[int, Any] | None = None):
-    """Network groups, team classes (role structure) and the batch order of the teams.
-    ``agents``: members driven by a focal agent (:mod:`alem_eval.evaluate.agents`): their
-    group is the agent's adapter, keyed by its ``key`` instead of a network."""
-    agents = agents or {}
-
-    def net(m):
-        return agents[m].key if m in agents else cfgs[m].network_key
-
-    keys = list(dict.fromkeys(net(m) for team in teams for m in team))
-    group_of = {m: keys.index(net(m)) for team in teams for m in team}
+def batch_structure(teams: Sequence[Sequence[int]], actors: Mapping[int, Actor]):
+    """Network groups, team classes (role structure) and the batch order of the teams ->
+    ``(keys, group_actors, classes, order)``. ``actors[m]``: what drives member ``m``
+    (:class:`~alem_eval.evaluate.actors.Actor`); members whose actors share a ``key`` (a
+    network, an agent's code) form one group, played by its first member's actor."""
+    keys = list(dict.fromkeys(actors[m].key for team in teams for m in team))
+    group_of = {m: keys.index(actors[m].key) for team in teams for m in team}
     by_class: dict[tuple[Role, ...], list[int]] = {}
     for i, team in enumerate(teams):
         members, slots = team_roles(team)
@@ -190,8 +158,7 @@ def batch_structure(teams, cfgs, specs, agents: Mapping[int, Any] | None = None)
     classes = tuple(TeamClass(sig, len(idx)) for sig, idx in by_class.items())
     order = [i for idx in by_class.values() for i in idx]
     first = [next(m for m in group_of if group_of[m] == g) for g in range(len(keys))]
-    group_specs = [agents[m] if m in agents else specs[m] for m in first]
-    return tuple(keys), group_specs, classes, order
+    return tuple(keys), [actors[m] for m in first], classes, order
 
 
 def check_team(i: int, team: Sequence[int], cfgs, statics, protocol: str) -> None:

@@ -76,14 +76,14 @@ class EpisodePlayer:
         on_env_mismatch: str = "error",
     ):
         from alem_eval.evaluate.group import stack_trees
-        from alem_eval.evaluate.rollout import check_play, policy_variables
+        from alem_eval.evaluate.actors import released_policy
+        from alem_eval.evaluate.rollout import check_play
         from alem_eval.evaluate.settings import (
             FAST_MAX_STEPS,
             check_eval_difficulty,
             check_settings,
         )
         from alem_eval.evaluate.teams import batch_structure, team_roles
-        from alem_eval.model.policies import make_policy
 
         check_episode(episode)
         check_settings("fast", None, max_steps)
@@ -99,15 +99,12 @@ class EpisodePlayer:
         self.world = statics[team[0]].world
         self.num_agents = self.world.num_agents
         self.num_comm_channels = self.world.num_comm_channels
-        keys, group_specs, classes, _ = batch_structure([team], cfgs, specs)
+        actors = {m: released_policy(cfgs[m], specs[m], f"checkpoint {m}") for m in team}
+        keys, group_actors, classes, _ = batch_structure([team], actors)
         members, _slots = team_roles(team)
-        masking = any(cfgs[m].env.action_masking for m in team)
-        self._step = _step_program(
-            keys, classes, self.world, masking, tuple(make_policy(s) for s in group_specs)
-        )
-        variables = tuple(
-            policy_variables(specs[m], weights[m], f"checkpoint {m}") for m in members
-        )
+        masking = any(actors[m].masked for m in team)
+        self._step = _step_program(keys, classes, self.world, masking, tuple(group_actors))
+        variables = tuple(actors[m].variables(weights[m]) for m in members)
         # Per class (one), per role: the member's variables with a leading team axis of one.
         self._variables = (tuple(stack_trees([v]) for v in variables),)
         self._use_mask = (tuple(np.array([cfgs[m].env.action_masking]) for m in members),)

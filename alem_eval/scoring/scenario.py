@@ -1,7 +1,8 @@
 """Scenarios: your agent with the baselines (ad-hoc teamwork over a background population).
 
-A focal agent (:mod:`alem_eval.evaluate.agents`: any JAX or host agent) joins teams of
-released checkpoints it never trained with. The selected cells are grouped into
+A focal agent (:mod:`alem_eval.evaluate.agents`: any JAX or host agent; or a released
+cell's greedy policy, :mod:`~alem_eval.scoring.focal_cell`) joins teams of released
+checkpoints it never trained with. The selected cells are grouped into
 background populations (the seeds of one budget, algorithm and difficulty: the cell id
 without its last component); per population and mode, with S agent slots:
 
@@ -392,7 +393,9 @@ def run_scenario(
     on_progress: Callable[[str], None] | None = None,
     on_episodes: Callable[[Any], None] | None = None,
 ) -> ScenarioResult:
-    """Play ``focal`` (an agent, or a ``--focal`` SPEC string with ``focal_args``) with
+    """Play ``focal`` (an agent, a ``--focal`` SPEC string with ``focal_args``, a cell
+    directory in the released layout or a loaded policy: :mod:`~alem_eval.scoring.
+    focal_cell`) with
     the background ``cells`` of ``source`` in the ``mode`` compositions, beside the
     background's self-play and cross-play, in one compiled rollout; see the module
     docstring. Teams already in ``store`` are read back (``fresh``: none is, every team
@@ -400,15 +403,16 @@ def run_scenario(
     others are written to it as each one's episodes end, after the agent's checks (see
     docs/scenarios.md for what a fault keeps). ``on_episodes(RolloutProgress)`` as the
     rollout's episodes end (an episode bar's ``update``)."""
-    from alem_eval.evaluate.agent_spec import load_focal
+    from alem_eval.scoring.focal_cell import check_focal_world, resolve_focal
 
     modes = check_mode(mode)
     check_int("--reps", reps, 1)
-    group = load_focal(focal, focal_args)
+    group = resolve_focal(focal, focal_args)
     cells = list({c.id: c for c in cells}.values())
     if not cells:
         raise UsageError("a scenario needs at least one background cell")
     w = resolve_worlds(source, cells, eval_difficulty, num_episodes, max_steps, on_env_mismatch)
+    check_focal_world(group, w, on_env_mismatch)
     label = FOCAL_PREFIX + group.identity
     teams = scenario_teams([c.id for c in cells], modes, label, num_slots=w.num_slots)
     played = play_teams(

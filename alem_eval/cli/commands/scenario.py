@@ -69,9 +69,10 @@ def scenario(
         str,
         typer.Option(
             "--focal",
-            help="Your agent: package.module:factory, path/to/file.py:factory, or a "
-            "reference agent (random-legal, noop, scripted, scripted-host).",
-            metavar="SPEC",
+            help="Your agent: package.module:factory, path/to/file.py:factory, a "
+            "reference agent (random-legal, noop, scripted, scripted-host), or a cell "
+            "directory (checkpoint/ + config.json: its greedy policy).",
+            metavar="SPEC|PATH",
         ),
     ] = "random-legal",
     focal_arg: Annotated[
@@ -132,9 +133,12 @@ def scenario(
     Base% / Coord%, beside the background's own self-play on the same worlds (what the
     focal must match) and its cross-play (a trained stranger in the focal's slots: the
     population's other seeds, or the other selected cells), and focal - self-play, with
-    bootstrap CIs over the worlds. Teams are kept in the results store, keyed by the
-    focal's identity (its name and a digest of its class's source, its state and the
-    factory's arguments), so a rerun scores only what it has not seen (--fresh: all).
+    bootstrap CIs over the worlds. The focal is code, or a cell directory in the released
+    layout (a cell you trained): its greedy policy plays as it would in cross-play. Teams
+    are kept in the results store, keyed by the focal's identity (its name and a digest of
+    its class's source, its state and the factory's arguments; a cell: its algorithm,
+    checkpoint hash and config hash), so a rerun scores only what it has not seen
+    (--fresh: all).
     --format md / latex print the table for a paper (percent, intervals over the worlds, a
     † where an interval has zero width); json and csv hold fractions.
 
@@ -144,6 +148,7 @@ def scenario(
           --source demo --mode both
       alem-eval scenario --focal mypkg.agents:make --focal-arg temperature=0.5 \\
           '1B/ippo-rnn/hard' --mode visitor
+      alem-eval scenario --focal runs/my-cell '1B/ippo-rnn/hard' --mode visitor
     """
     from alem_eval.analysis.results import collect_warnings
     from alem_eval.core.runtime import enable_compilation_cache
