@@ -165,6 +165,22 @@ def train(
         override(FreshOpt, help="Start from scratch; resume state is replaced at the first save."),
     ] = False,
     force: bool = typer.Option(False, "--force", help="Retrain cells that are already complete."),
+    partners: list[str] | None = typer.Option(
+        None,
+        "--partners",
+        help="Train with frozen partners: cells of --source (the Hub without one) playing the "
+        "other slots with their greedy policies, one drawn per env and episode, e.g. "
+        "'demo/*' (repeatable; ippo-rnn and mappo-rnn).",
+    ),
+    split: str | None = typer.Option(
+        None, "--split", help="With --partners: only the partners of this split (train|val|test)."
+    ),
+    focal_slots: int | None = typer.Option(
+        None,
+        "--focal-slots",
+        help="With --partners: slots the trained policy takes, 1 or 2 of 3 (default 1), "
+        "drawn per env and episode.",
+    ),
     dry_run: Annotated[bool, override(DryRunOpt, help="Show the plan and exit.")] = False,
 ) -> None:
     """Train cells with the alem-eval trainers, in the released checkpoint format.
@@ -180,6 +196,9 @@ def train(
 
       alem-eval train 1B/ippo-rnn/hard/seed3
       alem-eval train 100M/pqn/easy --source hub --out runs
+
+      alem-eval train demo/ippo-rnn/easy/seed0 --source demo --partners 'demo/*'
+      --split train --total-timesteps 300000 --out runs/partners
     """
     from alem_eval.hub.selectors import parse_shard
     from alem_eval.trainers.contract import TrainingStopped
@@ -203,6 +222,9 @@ def train(
         fresh=fresh,
         force=force,
         dry_run=dry_run,
+        partners=tuple(partners or ()),
+        split=split,
+        focal_slots=focal_slots,
     )
     if not dry_run:
         from alem_eval.core.runtime import enable_compilation_cache
