@@ -88,6 +88,8 @@ def select(
     repo: str | None = None,
     revision: str | None = None,
     cache_dir: str | Path | None = None,
+    split: str | None = None,
+    splits: Any = None,
 ) -> list[Cell]:
     """The cells of ``source`` matched by the selectors (every cell when none is given).
 
@@ -95,8 +97,11 @@ def select(
     comma list, trailing levels optional (``"1B/*/hard"``, ``"1B/ippo,pqn"``).
     ``source``: ``"hub"`` (the Hugging Face release; ``repo`` / ``revision`` /
     ``cache_dir`` as in the CLI), ``"demo"`` (the cells bundled with the package) or a
-    local directory in the released layout. Nothing is downloaded here; what a later call
-    downloads for these cells shows a bar on stderr when it is a terminal.
+    local directory in the released layout. ``split``: only the cells of that frozen
+    partner split (``"train"``, ``"val"``, ``"test"``) of ``splits`` (None: the release's;
+    a split file's path or an :class:`~alem_eval.hub.splits.Splits`). Nothing is
+    downloaded here; what a later call downloads for these cells shows a bar on stderr
+    when it is a terminal.
     Returns ``list[Cell]`` in manifest order; a selector that matches nothing raises
     :class:`~alem_eval.core.errors.SelectorError`.
     """
@@ -109,8 +114,17 @@ def select(
     origin = _origin(source, repo, revision, cache_dir)
     return [
         Cell(c.budget, c.algorithm, c.difficulty, c.seed, source=src, origin=origin)
-        for c in src.select(_selectors(selectors))
+        for c in cells_of_split(src.select(_selectors(selectors)), split, splits)
     ]
+
+
+def cells_of_split(cells: list, split: str | None, splits: Any) -> list:
+    """The ``cells`` of ``split`` (None: all) in ``splits`` (:mod:`alem_eval.hub.splits`)."""
+    if split is None and splits is None:
+        return cells
+    from alem_eval.hub.splits import as_splits, select_split
+
+    return select_split(cells, split, as_splits(splits))
 
 
 def resolve_cells(
@@ -224,6 +238,8 @@ def score(
     revision: str | None = None,
     cache_dir: str | Path | None = None,
     progress: bool | None = None,
+    split: str | None = None,
+    splits: Any = None,
 ) -> pd.DataFrame:
     """Score cells with greedy self-play, as ``alem-eval score`` does, and return every
     episode.
@@ -237,7 +253,8 @@ def score(
     (None: the user cache's, shared with the CLI): cells already scored the same way are
     read back, new ones written as they finish. ``record``: also record every step into
     this directory (:mod:`alem_eval.datasets.recorder`). ``progress``: an episode bar on stderr
-    (None: on a terminal or in Jupyter).
+    (None: on a terminal or in Jupyter). ``split`` / ``splits``: only the cells of that
+    partner split, as for :func:`select`.
 
     Returns a DataFrame with one row per (cell, eval difficulty, episode): ``cell, budget,
     algorithm, difficulty, seed, eval_difficulty, episode, episode_length, episode_return,
@@ -260,6 +277,7 @@ def score(
         eval_difficulty=eval_difficulty,
     )
     src, chosen = resolve_cells(cells, source, repo, revision, cache_dir)
+    chosen = cells_of_split(chosen, split, splits)
     store = open_store(results)
     with _progress("score", progress) as bar:
         scores = score_cells(
@@ -501,6 +519,8 @@ def crossplay(
     revision: str | None = None,
     cache_dir: str | Path | None = None,
     progress: bool | None = None,
+    split: str | None = None,
+    splits: Any = None,
 ) -> CrossPlay:
     """Teams mixing the cells' agents against their self-play, as ``alem-eval crossplay``.
 
@@ -512,7 +532,8 @@ def crossplay(
     never mixed with the cells' own scores) and read back on a rerun. ``runs``:
     ``"teams"`` or ``"episodes"`` as the bootstrap's runs (``reps`` resamples). ``out``: also write ``pair_matrix.png/.pdf``, ``teams.csv`` and
     ``crossplay.json`` there. ``progress``: an episode bar and a line per step on
-    stderr (None: on a terminal or in Jupyter).
+    stderr (None: on a terminal or in Jupyter). ``split`` / ``splits``: only the cells of
+    that partner split, as for :func:`select`.
 
     Returns :class:`CrossPlay`: ``.to_frame()`` (one row per team), ``.gap`` and
     ``.matrix`` (DataFrames), ``.to_json()``.
@@ -523,6 +544,7 @@ def crossplay(
     from alem_eval.analysis.results import open_store
 
     src, chosen = resolve_cells(cells, source, repo, revision, cache_dir)
+    chosen = cells_of_split(chosen, split, splits)
     with _progress("crossplay", progress) as bar:
         result = run_crossplay(
             src,

@@ -20,7 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from alem_eval.api.functions import Cells, SourceSpec, before_compiling, resolve_cells
+from alem_eval.api.functions import (
+    Cells,
+    SourceSpec,
+    cells_of_split,
+    before_compiling,
+    resolve_cells,
+)
 from alem_eval.core.tables import PaperTables
 
 if TYPE_CHECKING:
@@ -107,13 +113,16 @@ def scenario(
     revision: str | None = None,
     cache_dir: str | Path | None = None,
     progress: bool | None = None,
+    split: str | None = None,
+    splits: Any = None,
 ) -> Scenario:
     """``focal`` with the background ``cells``, as ``alem-eval scenario``: ``mode``
     ``"visitor"`` (1 focal + 2 background agents), ``"resident"`` (2 + 1) or ``"both"``,
     every slot position, beside the background's self-play and cross-play on the same
     worlds. Teams are kept in the results store (team rows) and read back on a rerun
     (keyed by the focal's identity: its code, factory arguments and state); ``fresh=True``
-    plays every team again (and stores it anew).
+    plays every team again (and stores it anew). ``split`` / ``splits``: only the
+    background cells of that partner split (:func:`alem_eval.select`).
     ``out``: also write ``scenario.png`` and ``scenario.json`` there. Returns
     :class:`Scenario` (``.table``, ``.teams``: DataFrames)."""
     before_compiling()
@@ -123,6 +132,7 @@ def scenario(
     from alem_eval.scoring.scenario import plot_scenario, run_scenario
 
     src, chosen = resolve_cells(cells, source, repo, revision, cache_dir)
+    chosen = cells_of_split(chosen, split, splits)
     show = err_console.is_terminal if progress is None else progress
     result = run_scenario(
         src,

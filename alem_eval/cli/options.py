@@ -93,6 +93,14 @@ class Difficulty(StrEnum):
     hard = "hard"
 
 
+class Split(StrEnum):
+    """``alem_eval.hub.splits.SPLITS``: the frozen partner splits."""
+
+    train = "train"
+    val = "val"
+    test = "test"
+
+
 class PaperFormat(StrEnum):
     """:class:`~alem_eval.cli.console.OutputFormat` plus the paper tables (``md``,
     ``latex``: :class:`alem_eval.core.tables.PaperTable`)."""
@@ -255,6 +263,36 @@ DifficultyFilterOpt = Annotated[
         help="Filter: the cells' training difficulty(ies); repeat or comma-separate.",
     ),
 ]
+SplitOpt = Annotated[
+    Split | None,
+    typer.Option(
+        "--split",
+        help="Only the cells of this frozen partner split (the release's, or --splits "
+        "FILE's): train, val or test (test is for final numbers only).",
+        **choice(Split, "--split", "split"),
+    ),
+]
+SplitsFileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--splits",
+        help="A split file of your own (JSON: population -> train/val/test seeds) instead "
+        "of the release's.",
+    ),
+]
+
+
+def split_cells(cells: list, split: Split | None, splits_file: Path | None) -> list:
+    """The selected ``cells`` of ``--split`` in the release's or ``--splits``' splits
+    (:func:`alem_eval.hub.splits.select_split`; a ``--splits`` file is checked even
+    without ``--split``)."""
+    if split is None and splits_file is None:
+        return cells
+    from alem_eval.hub.splits import load_splits, select_split
+
+    return select_split(cells, split.value if split else None, load_splits(splits_file))
+
+
 EvalDifficultyOpt = Annotated[
     Difficulty | None,
     typer.Option(

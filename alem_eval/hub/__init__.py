@@ -8,4 +8,6 @@
   (reported to a ``DownloadProgress``: sources draw nothing); ``client``: the huggingface_hub
   client (floor, errors); ``state``: the JSON state files (verified markers, pulled commits).
 - ``released``: writing cells in the released format; ``demo_cells``: the bundled demo cells.
+- ``splits``: the frozen partner splits (train / val / test seeds per population; the
+  release's ship beside the manifest, a user's own file is read the same way).
 """

@@ -121,6 +121,8 @@ class Manifest:
     env_version: str
     entries: tuple[ManifestEntry, ...]
     path: Path | None = None
+    # The digest of the release's partner splits shipped beside it (hub.splits checks it).
+    splits_digest: str | None = None
 
     def cells(self) -> list[Cell]:
         return [e.cell for e in self.entries]
@@ -155,6 +157,7 @@ def parse_manifest(data: Any, where: str = "manifest") -> Manifest:
         revision=str(data.get("revision", DEFAULT_REVISION)),
         env_version=str(data.get("env_version", "")),
         entries=entries,
+        splits_digest=None if data.get("splits_digest") is None else str(data["splits_digest"]),
     )
 
 
@@ -177,4 +180,6 @@ def _load_cached(path: Path) -> Manifest:
     except (OSError, json.JSONDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read manifest ({exc})") from None
     m = parse_manifest(data, where=str(path))
-    return Manifest(m.repo, m.revision, m.env_version, m.entries, path=path)
+    return Manifest(
+        m.repo, m.revision, m.env_version, m.entries, path=path, splits_digest=m.splits_digest
+    )

@@ -36,11 +36,14 @@ from alem_eval.cli.options import (
     RunsTeamsOpt,
     SeedOpt,
     SourceOpt,
+    SplitOpt,
+    SplitsFileOpt,
     TeamRuns,
     choice,
     override,
     split_commas,
     open_cli_source,
+    split_cells,
     Difficulty,
     EVAL_DIFFICULTY_SHARED_HELP,
 )
@@ -69,6 +72,8 @@ def crossplay(
     revision: RevisionOpt = None,
     cache_dir: CacheDirOpt = None,
     difficulty: DifficultyFilterOpt = None,
+    split: SplitOpt = None,
+    splits: SplitsFileOpt = None,
     eval_difficulty: Annotated[
         Difficulty | None, override(EvalDifficultyOpt, help=EVAL_DIFFICULTY_SHARED_HELP)
     ] = None,
@@ -137,6 +142,7 @@ def crossplay(
     src = open_cli_source(source, repo, revision, cache_dir, read_only=dry_run)
     require_selection(src, selectors, command="crossplay", filters=(difficulty,))
     cells = src.select(list(selectors or []), difficulties=split_commas(difficulty))
+    cells = split_cells(cells, split, splits)
     play: dict[str, Any] = {  # the run's settings, and its --dry-run plan's
         "scheme": scheme.value,
         "eval_difficulty": eval_difficulty.value if eval_difficulty else None,

@@ -16,6 +16,9 @@ from alem_eval.cli.options import (
     RepoOpt,
     RevisionOpt,
     SourceOpt,
+    SplitOpt,
+    SplitsFileOpt,
+    split_cells,
 )
 
 COLUMNS = [
@@ -39,6 +42,8 @@ def list_cells(
     budget: BudgetFilterOpt = None,
     algorithm: AlgorithmFilterOpt = None,
     difficulty: DifficultyFilterOpt = None,
+    split: SplitOpt = None,
+    splits: SplitsFileOpt = None,
     source: SourceOpt = "hub",
     repo: RepoOpt = None,
     revision: RevisionOpt = None,
@@ -54,6 +59,7 @@ def list_cells(
 
       alem-eval list '1B/*/hard'
       alem-eval list --source demo --format json
+      alem-eval list '1B/*/hard' --split test
     """
     from alem_eval.hub.sources import open_source
 
@@ -61,6 +67,7 @@ def list_cells(
     cells = src.select(
         list(selectors or []), budgets=budget, algorithms=algorithm, difficulties=difficulty
     )
+    cells = split_cells(cells, split, splits)
     records = src.records(cells)
     for w in src.warnings:
         err_console.print(f"[yellow]warning[/yellow] {w}", highlight=False)

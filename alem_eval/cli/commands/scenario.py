@@ -33,8 +33,11 @@ from alem_eval.cli.options import (
     RevisionOpt,
     SeedOpt,
     SourceOpt,
+    SplitOpt,
+    SplitsFileOpt,
     choice,
     override,
+    split_cells,
     split_commas,
     Difficulty,
     EVAL_DIFFICULTY_SHARED_HELP,
@@ -90,6 +93,8 @@ def scenario(
     revision: RevisionOpt = None,
     cache_dir: CacheDirOpt = None,
     difficulty: DifficultyFilterOpt = None,
+    split: SplitOpt = None,
+    splits: SplitsFileOpt = None,
     eval_difficulty: Annotated[
         Difficulty | None, override(EvalDifficultyOpt, help=EVAL_DIFFICULTY_SHARED_HELP)
     ] = None,
@@ -151,6 +156,7 @@ def scenario(
     src = open_source(source, repo=repo, revision=revision, cache_dir=cache_dir)
     require_selection(src, selectors, command="scenario", filters=(difficulty,))
     cells = src.select(list(selectors or []), difficulties=split_commas(difficulty))
+    cells = split_cells(cells, split, splits)
     enable_compilation_cache()
 
     def progress(message: str) -> None:

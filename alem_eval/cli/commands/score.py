@@ -32,9 +32,12 @@ from alem_eval.cli.options import (
     RevisionOpt,
     ShardOpt,
     SourceOpt,
+    SplitOpt,
+    SplitsFileOpt,
     override,
     split_commas,
     open_cli_source,
+    split_cells,
 )
 
 
@@ -47,6 +50,8 @@ def score(
     budget: BudgetFilterOpt = None,
     algorithm: AlgorithmFilterOpt = None,
     difficulty: DifficultyFilterOpt = None,
+    split: SplitOpt = None,
+    splits: SplitsFileOpt = None,
     eval_difficulty: EvalDifficultyOpt = None,
     episodes: Annotated[
         int | None,
@@ -168,6 +173,7 @@ def score(
         algorithms=split_commas(algorithm),
         difficulties=split_commas(difficulty),
     )
+    selected = split_cells(selected, split, splits)
     cells = shard_cells(selected, parse_shard(shard))
     if not cells:
         err_console.print(
