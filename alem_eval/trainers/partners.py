@@ -44,7 +44,7 @@ import numpy as np
 
 from alem_eval.algorithms.config import RunConfig
 from alem_eval.algorithms.registry import algorithm_names, get_algorithm
-from alem_eval.core.errors import CheckpointError, ConfigError, SelectorError, UsageError
+from alem_eval.core.errors import CheckpointError, ConfigError, UsageError
 
 FOCAL_SLOT_CHOICES = (1, 2)
 # The env settings partners must share with the focal (EnvConfig fields).
@@ -64,12 +64,16 @@ class PartnerRecord:
     split: str | None = None
     selectors: tuple[str, ...] = ()
     source: str | None = None
+    splits: tuple[str, str] | None = None  # (name, digest) of the split file used
 
     def as_json(self) -> dict[str, Any]:
         return {
             "cells": list(self.cells),
             "checkpoint_hashes": dict(zip(self.cells, self.checkpoint_hashes, strict=True)),
             "split": self.split,
+            "splits": None
+            if self.splits is None
+            else {"name": self.splits[0], "digest": self.splits[1]},
             "focal_slots": self.focal_slots,
             "selectors": list(self.selectors),
             "source": self.source,
@@ -226,10 +230,13 @@ def load_partners(
     *,
     source: str = "hub",
     split: str | None = None,
+    splits: Any = None,
     focal_slots: int = 1,
     where: str = "--partners",
 ) -> Partners:
-    """Select, verify, check and load the partners of a focal run (one-line errors:
+    """Select, verify, check and load the partners of a focal run. ``split``: only the
+    selected cells of this split of ``splits`` (a :class:`alem_eval.hub.splits.Splits`, a
+    split file, or None: the release's). One-line errors:
     :class:`SelectorError` when nothing matches, :class:`CheckpointError` when a partner
     fails verification, :class:`ConfigError` when its env configuration differs from the
     focal's)."""
@@ -252,14 +259,13 @@ def load_partners(
         )
     src = open_source(source, on_download=download_bar())
     cells = src.select(selectors)
-    if split is not None:
-        from alem_eval.hub.splits import select_split
+    used = None
+    if split is not None or splits is not None:
+        from alem_eval.hub.splits import as_splits, select_split
 
-        cells = select_split(cells, split)
-        if not cells:
-            raise SelectorError(
-                f"{where} {' '.join(selectors)}: no cell of split {split!r} matches"
-            )
+        chosen = as_splits(splits)
+        cells = select_split(cells, split, chosen)
+        used = (chosen.name, chosen.digest)
     for result in verify_cells(src, cells):
         if not result.ok:
             raise CheckpointError(f"partner {result.cell} fails verification: {result.message}")
@@ -288,6 +294,6 @@ def load_partners(
             ids.append(cell.id)
             hashes.append(checkpoint_hash(cell_checkpoint_dir(one.cell_dir)))
     record = PartnerRecord(
-        tuple(ids), tuple(hashes), focal_slots, split, tuple(selectors), str(source)
+        tuple(ids), tuple(hashes), focal_slots, split, tuple(selectors), str(source), used
     )
     return Partners(tuple(policies), tuple(params), tuple(sizes), record, focal.env.num_agents)

@@ -300,6 +300,7 @@ class TrainOptions:
     # without one), their split, and how many of the 3 slots the trained (focal) policy takes.
     partners: tuple[str, ...] = ()
     split: str | None = None
+    splits_file: Path | None = None
     focal_slots: int | None = None
 
 
@@ -339,6 +340,11 @@ def plan_training(selectors: Sequence[str], options: TrainOptions) -> TrainPlan:
     check_partner_options(options)
     selected = expand_cells(selectors)
     chosen = shard_cells(selected, options.shard)
+    if options.partners:
+        from alem_eval.trainers.partners import check_supported
+
+        for c in chosen:
+            check_supported(c.algorithm, c.id)
     configs = released_configs(chosen, from_config=options.from_config, source=options.source)
     skipped, todo = [], []
     items = plan_items(
@@ -371,12 +377,18 @@ def plan_training(selectors: Sequence[str], options: TrainOptions) -> TrainPlan:
 def check_partner_options(options: TrainOptions) -> None:
     """--split and --focal-slots belong to --partners; --focal-slots is 1 or 2."""
     if not options.partners:
-        for flag, value in (("--split", options.split), ("--focal-slots", options.focal_slots)):
+        for flag, value in (
+            ("--split", options.split),
+            ("--splits", options.splits_file),
+            ("--focal-slots", options.focal_slots),
+        ):
             if value is not None:
                 raise UsageError(f"{flag} applies to training with --partners; name them")
         return
+    from alem_eval.hub.splits import check_split
     from alem_eval.trainers.partners import check_focal_slots
 
+    check_split(options.split)
     check_focal_slots(1 if options.focal_slots is None else options.focal_slots)
 
 
@@ -385,10 +397,8 @@ def load_item_partners(items: Sequence[TrainItem], options: TrainOptions) -> dic
     are loaded (verified, checked against the cells' env) once per env configuration."""
     if not options.partners:
         return {}
-    from alem_eval.trainers.partners import check_supported, load_partners
+    from alem_eval.trainers.partners import load_partners
 
-    for m in items:
-        check_supported(m.run.algorithm, m.cell.id)
     out: dict[Any, Any] = {}
     for m in items:
         if m.run.env not in out:
@@ -397,6 +407,7 @@ def load_item_partners(items: Sequence[TrainItem], options: TrainOptions) -> dic
                 m.run,
                 source=options.source or "hub",
                 split=options.split,
+                splits=options.splits_file,
                 focal_slots=1 if options.focal_slots is None else options.focal_slots,
             )
     return out

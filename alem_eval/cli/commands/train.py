@@ -14,7 +14,17 @@ import typer
 from alem_eval.cli.app import app
 from alem_eval.cli.console import err_console
 from alem_eval.core.progress import Reporter
-from alem_eval.cli.options import DryRunOpt, FreshOpt, OutDirOpt, ShardOpt, SourceOpt, override
+from alem_eval.cli.options import (
+    DryRunOpt,
+    FreshOpt,
+    OutDirOpt,
+    ShardOpt,
+    SourceOpt,
+    Split,
+    SplitOpt,
+    SplitsFileOpt,
+    override,
+)
 from alem_eval.trainers.contract import Progress
 from alem_eval.trainers.planning import GroupOutcome, TrainEvents, TrainGroup, TrainPlan
 
@@ -172,9 +182,15 @@ def train(
         "other slots with their greedy policies, one drawn per env and episode, e.g. "
         "'demo/*' (repeatable; ippo-rnn and mappo-rnn).",
     ),
-    split: str | None = typer.Option(
-        None, "--split", help="With --partners: only the partners of this split (train|val|test)."
-    ),
+    split: Annotated[
+        Split | None,
+        override(
+            SplitOpt,
+            help="With --partners: only the partners of this split (train, val "
+            "or test; test is for final numbers only).",
+        ),
+    ] = None,
+    splits_file: SplitsFileOpt = None,
     focal_slots: int | None = typer.Option(
         None,
         "--focal-slots",
@@ -223,7 +239,8 @@ def train(
         force=force,
         dry_run=dry_run,
         partners=tuple(partners or ()),
-        split=split,
+        split=None if split is None else split.value,
+        splits_file=splits_file,
         focal_slots=focal_slots,
     )
     if not dry_run:
