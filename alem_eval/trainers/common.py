@@ -410,7 +410,7 @@ def cached_trainer(
 ) -> Trainer:
     """One :class:`Trainer` (and one compilation) per network, env and compile key (and
     set of frozen partners: ``build(run, tcfg, partners)`` when there are some)."""
-    key = (run.algorithm, run.network_key, run.env, tcfg.compile_key)
+    key: tuple = (run.algorithm, run.network_key, run.env, tcfg.compile_key)
     if partners is not None:
         key += (partners.cache_key,)
     if key not in _TRAINERS:
