@@ -1,7 +1,7 @@
 """Training throughput with frozen partners against plain self-play, as a ratio from one run.
 
     .venv/bin/python bench/train_partners.py [--algorithm ippo-rnn] [--partners 'demo/*']
-        [--source demo] [--focal-slots 1] [--num-envs 64] [--num-steps 64] [--updates 2]
+        [--source demo] [--split train] [--focal-slots 1] [--num-envs 64] [--num-steps 64] [--updates 2]
         [--set KEY=VALUE ...] [--markdown BENCHMARKS.md]
 
 Measures the same cell's trainer twice in one process, on the same device, with the same
@@ -30,12 +30,16 @@ sys.path.insert(0, str(REPO / "bench"))
 def main(argv=None) -> None:
     from train_throughput import measure
 
+    from alem_eval.core.runtime import enable_compilation_cache
+
+    enable_compilation_cache()
     from alem_eval.algorithms.registry import get_algorithm
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--algorithm", default="ippo-rnn")
     ap.add_argument("--partners", action="append", default=None, help="default: 'demo/*'")
     ap.add_argument("--source", default="demo", help="the partners' source")
+    ap.add_argument("--split", default="train", help="the partners' split ('' for all)")
     ap.add_argument("--focal-slots", type=int, default=1)
     ap.add_argument("--num-envs", type=int, default=64)
     ap.add_argument("--num-steps", type=int, default=64)
@@ -59,6 +63,7 @@ def main(argv=None) -> None:
         **common,
         partners=tuple(args.partners or ["demo/*"]),
         partners_source=args.source,
+        split=args.split or None,
         focal_slots=args.focal_slots,
     )
     ratio = partners["env_steps_per_s"] / plain["env_steps_per_s"]

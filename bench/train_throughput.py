@@ -35,6 +35,7 @@ def measure(
     overrides: dict,
     partners: tuple[str, ...] = (),
     partners_source: str = "demo",
+    split: str | None = None,
     focal_slots: int = 1,
 ) -> dict:
     """One trainer's throughput; with ``partners`` (selectors of ``partners_source``) the
@@ -59,7 +60,9 @@ def measure(
     if partners:
         from alem_eval.trainers.partners import load_partners
 
-        team = load_partners(partners, runs[0], source=partners_source, focal_slots=focal_slots)
+        team = load_partners(
+            partners, runs[0], source=partners_source, split=split, focal_slots=focal_slots
+        )
     trainer = trainer_for(runs[0], tcfg, team)
     init, update_n = trainer.compiled()
     keys = jax.numpy.stack([seed_key(s) for s in range(seeds)])
