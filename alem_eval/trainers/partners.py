@@ -94,7 +94,9 @@ class Team(NamedTuple):
 
     member: jax.Array  # [E] int32: the partner checkpoint (index into Partners.members)
     focal: jax.Array  # [E, A] bool: the focal's slots
-    carries: tuple  # per network group: every member's carry, [M_g, E, ...]
+    # per network group: every member's carry, [E, M_g, ...] (env axis first, as every array
+    # of the trainers' Envs: it is the axis sharded over devices)
+    carries: tuple
 
 
 # ========================================================================================
@@ -148,7 +150,7 @@ class Partners:
             one = policy.init_carry()
             carries.append(
                 jax.tree_util.tree_map(
-                    lambda x, s=size: jnp.broadcast_to(x, (s, num_envs) + x.shape), one
+                    lambda x, s=size: jnp.broadcast_to(x, (num_envs, s) + x.shape), one
                 )
             )
         return Team(member, focal, tuple(carries))
@@ -178,7 +180,8 @@ class Partners:
 
                 return jax.vmap(one_env)(c, raw_obs, dones, mask)
 
-            c2, a = jax.vmap(member_over_envs)(p_g, c_g)  # a: [M_g, E, A]
+            # carries [E, M_g, ...] in and out; actions a: [M_g, E, A]
+            c2, a = jax.vmap(member_over_envs, in_axes=(0, 1), out_axes=(1, 0))(p_g, c_g)
             new.append(c2)
             acts.append(a)
         every = jnp.concatenate(acts, axis=0)  # [M, E, A], member order
