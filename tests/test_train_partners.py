@@ -308,15 +308,15 @@ def test_algorithms_without_partner_training_are_refused(tmp_path, algo):
 def _options(out: Path, **kw):
     from alem_eval.trainers.planning import TrainOptions
 
-    return TrainOptions(
+    settings = dict(
         out=out,
         total_timesteps=TINY_STEPS,
         overrides=dict(PPO_TINY),
         source="demo",
         partners=("demo/*",),
         split="train",
-        **kw,
     )
+    return TrainOptions(**{**settings, **kw})
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,13 @@ TOTAL_TIMESTEPS_DECAY at 1e9 whatever the budget, so a 100M cell regenerated wit
 config.json reaches its epsilon floor after EPS_DECAY x 1e9 = 1e8 env steps (the end of its
 run) and decays the LR over 1e9 (ending at 90% of LR), as the yaml says.
 
+With frozen partners (``TrainOptions.partners`` / ``split`` / ``splits_file`` /
+``focal_slots``, ``alem-eval train CELL --partners SELECTOR``): every cell's algorithm must
+train with partners (the registry's ``trains_with_partners``), and the partners are
+selected from ``--source`` (the Hub without one), verified, checked against the cells' env
+and loaded while planning (:mod:`alem_eval.trainers.partners`), before anything is written;
+their identity enters the cells' resume identity and ``is_complete``.
+
 The contract between the library and the driver (:class:`~alem_eval.trainers.contract.Progress`,
 :class:`~alem_eval.trainers.contract.CellResult`, ...) is :mod:`alem_eval.trainers.contract`.
 """
