@@ -128,7 +128,7 @@ def test_the_masked_loss_is_the_loss_of_the_focal_slots_alone():
     adv = jax.random.normal(jax.random.PRNGKey(3), tr.value.shape)
     targets = tr.value + adv
     masked = ppo_loss(logits, value, tr._replace(focal=focal), adv, targets, tcfg)[0]
-    cols = lambda x: x[:, 2:]  # noqa: E731
+    cols = lambda x: x[:, 2:]
     alone = tr._replace(focal=None)
     alone = jax.tree_util.tree_map(lambda x: x[:, 2:], alone)
     plain = ppo_loss(cols(logits), cols(value), alone, cols(adv), cols(targets), tcfg)[0]
@@ -384,7 +384,7 @@ def test_partner_weights_are_unchanged_and_outside_the_optimiser(ippo_trained):
     spec = build_network(
         training_run_config("ippo-rnn", difficulty="easy", seed=0, overrides={**PPO_TINY})
     )
-    leaves = lambda t: sum(np.size(x) for x in jax.tree_util.tree_leaves(t))  # noqa: E731
+    leaves = lambda t: sum(np.size(x) for x in jax.tree_util.tree_leaves(t))
     # the optimiser's moments are the focal's parameters', nothing else
     assert leaves(tree["params"]) == spec.num_params() == cfg["wandb_summary"]["num_params"]
     mu = tree["opt_state"]["1"]["0"]["mu"]
