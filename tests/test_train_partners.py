@@ -387,7 +387,7 @@ def test_partner_weights_are_unchanged_and_outside_the_optimiser(ippo_trained):
     leaves = lambda t: sum(np.size(x) for x in jax.tree_util.tree_leaves(t))
     # the optimiser's moments are the focal's parameters', nothing else
     assert leaves(tree["params"]) == spec.num_params() == cfg["wandb_summary"]["num_params"]
-    mu = tree["opt_state"]["1"]["0"]["mu"]
+    mu = tree["opt_state"][1][0]["mu"]
     assert leaves(mu) == leaves(tree["params"])
 
 
