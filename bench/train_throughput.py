@@ -33,7 +33,13 @@ def measure(
     updates: int,
     seeds: int,
     overrides: dict,
+    partners: tuple[str, ...] = (),
+    partners_source: str = "demo",
+    split: str | None = None,
+    focal_slots: int = 1,
 ) -> dict:
+    """One trainer's throughput; with ``partners`` (selectors of ``partners_source``) the
+    trainer trains with those frozen partners (``alem_eval.trainers.partners``)."""
     import jax
     import numpy as np
 
@@ -50,7 +56,14 @@ def measure(
         training_run_config(algo, difficulty="easy", seed=s, overrides=ov) for s in range(seeds)
     ]
     tcfg = build_train_config(runs[0])
-    trainer = trainer_for(runs[0], tcfg)
+    team = None
+    if partners:
+        from alem_eval.trainers.partners import load_partners
+
+        team = load_partners(
+            partners, runs[0], source=partners_source, split=split, focal_slots=focal_slots
+        )
+    trainer = trainer_for(runs[0], tcfg, team)
     init, update_n = trainer.compiled()
     keys = jax.numpy.stack([seed_key(s) for s in range(seeds)])
     plan = {k: np.full((seeds,), v) for k, v in trainer.plan(tcfg).items()}
@@ -79,6 +92,7 @@ def measure(
         "compile_plus_first_update_s": round(t_first, 1),
         "init_s": round(t_init, 1),
         "num_params": trainer.spec.num_params(),
+        "partners": list(team.members) if team is not None else [],
         "device": jax.devices()[0].device_kind,
         "platform": jax.devices()[0].platform,
         "cpus": os.cpu_count(),

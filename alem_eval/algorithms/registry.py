@@ -94,6 +94,7 @@ class Algorithm:
     agent_id_input: str = "never"  # "never" | "if_configured" (APPEND_AGENT_ID) | "always"
     trains_with_env_overrides: bool = False  # trainer applies SOFT_SPECIALIZATION / *_EFFICIENCY
     trains_with_shared_reward_key: bool = True  # trainer reads SHARED_REWARD (PQN's does not)
+    trains_with_partners: bool = False  # its trainer takes frozen partners (train --partners)
     # -- training and regeneration -----------------------------------------------------
     reload_keys: tuple[str, ...]  # written to config.json reload_overrides
     not_logged_keys: tuple[str, ...] = ()  # keys of the full config its trainer never reads
@@ -265,6 +266,7 @@ _BUILT_IN: tuple[Algorithm, ...] = (
         ),
         not_logged_keys=("APPEND_AGENT_ID",),
         trainer_module="alem_eval.trainers.ippo_rnn",
+        trains_with_partners=True,
         demo=Demo({**_DEMO_PPO, "NUM_AGENTS": 3}, {"LR": 1e-3}),
         release=Release("ppo", 2_589_885, 20),
     ),
@@ -284,6 +286,7 @@ _BUILT_IN: tuple[Algorithm, ...] = (
         reload_keys=(*_COMMON_RELOAD, *_PPO_SIZES, *_ENV_RELOAD),
         not_logged_keys=("APPEND_AGENT_ID", "NUM_AGENTS"),
         trainer_module="alem_eval.trainers.mappo_rnn",
+        trains_with_partners=True,
         demo=Demo(dict(_DEMO_PPO), {"LR": 1e-3}),
         release=Release("ppo-ctde", 7_508_797, 48),
     ),

@@ -196,6 +196,10 @@ def train(
     fresh: bool = False,
     force: bool = False,
     dry_run: bool = False,
+    partners: Cells | None = None,
+    split: str | None = None,
+    splits: str | Path | None = None,
+    focal_slots: int | None = None,
     progress: bool | None = None,
     display: TrainEvents | None = None,
 ) -> Training:
@@ -206,6 +210,11 @@ def train(
     ``config.json`` when ``source`` holds it (or ``from_config``), else the upstream yaml;
     ``overrides`` and ``total_timesteps`` win over both. A rerun resumes
     (``<cell>/_resume/``); ``force`` retrains complete cells; ``dry_run`` only plans.
+    ``partners``: train with frozen partners (selectors or ``Cell`` s of ``source``, the
+    Hub without one) playing the other slots with their greedy policies, one drawn per env
+    and episode; ``split`` / ``splits`` keep the partners of that split
+    (:mod:`alem_eval.hub.splits`); ``focal_slots``: 1 or 2 of the 3 slots the trained
+    policy takes (default 1). ippo-rnn and mappo-rnn (``docs/splits.md``).
     ``progress``: the plan, a bar per group and a line per cell on stderr (None: on a
     terminal or in Jupyter; False: none); ``display`` draws instead (``alem-eval train``'s
     :class:`TrainDisplay`). A signal raises
@@ -233,6 +242,10 @@ def train(
         fresh=fresh,
         force=force,
         dry_run=dry_run,
+        partners=tuple(selector_strings(partners)) if partners is not None else (),
+        split=split,
+        splits_file=None if splits is None else Path(splits),
+        focal_slots=focal_slots,
     )
     if not dry_run:
         from alem_eval.api.calls import before_compiling

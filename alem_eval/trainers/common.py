@@ -56,28 +56,46 @@ def gae(reward, value, done, last_value, *, gamma: float, lam: float):
     return adv, adv + value
 
 
-def normalize_advantages(adv):
-    """Per-minibatch standardisation, as upstream (population std, +1e-8)."""
-    return (adv - adv.mean()) / (adv.std() + 1e-8)
+def weighted_mean(x, weight=None):
+    """``x.mean()``, or with ``weight`` (0/1 per element, e.g. the focal slots of training
+    with partners, :mod:`alem_eval.trainers.partners`) the mean over the weighted elements
+    only: elements of weight 0 (partner slots) enter neither the value nor its gradient."""
+    if weight is None:
+        return x.mean()
+    w = weight.astype(x.dtype)
+    return jnp.sum(jnp.where(w > 0, x, 0.0) * w) / jnp.maximum(w.sum(), 1.0)
 
 
-def ppo_actor_loss(log_prob, old_log_prob, advantages, *, clip_eps: float):
+def normalize_advantages(adv, weight=None):
+    """Per-minibatch standardisation, as upstream (population std, +1e-8); with ``weight``
+    the mean and std are the weighted elements' (see :func:`weighted_mean`)."""
+    if weight is None:
+        return (adv - adv.mean()) / (adv.std() + 1e-8)
+    mean = weighted_mean(adv, weight)
+    std = jnp.sqrt(weighted_mean(jnp.square(adv - mean), weight))
+    return jnp.where(weight > 0, (adv - mean) / (std + 1e-8), 0.0)
+
+
+def ppo_actor_loss(log_prob, old_log_prob, advantages, *, clip_eps: float, weight=None):
     """Clipped surrogate: ``mean(-min(r A, clip(r, 1-eps, 1+eps) A))``; returns
-    ``(loss, {"approx_kl", "clip_frac"})``. ``advantages`` are used as given."""
+    ``(loss, {"approx_kl", "clip_frac"})``. ``advantages`` are used as given; ``weight``:
+    the means run over the weighted elements only (:func:`weighted_mean`)."""
     log_ratio = log_prob - old_log_prob
     ratio = jnp.exp(log_ratio)
     unclipped = ratio * advantages
     clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages
-    loss = -jnp.minimum(unclipped, clipped).mean()
-    approx_kl = ((ratio - 1.0) - log_ratio).mean()
-    clip_frac = (jnp.abs(ratio - 1.0) > clip_eps).mean()
+    loss = -weighted_mean(jnp.minimum(unclipped, clipped), weight)
+    approx_kl = weighted_mean((ratio - 1.0) - log_ratio, weight)
+    clip_frac = weighted_mean((jnp.abs(ratio - 1.0) > clip_eps).astype(jnp.float32), weight)
     return loss, {"approx_kl": approx_kl, "clip_frac": clip_frac}
 
 
-def ppo_value_loss(value, old_value, targets, *, clip_eps: float):
-    """Clipped value loss: ``0.5 * mean(max((v - R)^2, (v_old + clip(v - v_old) - R)^2))``."""
+def ppo_value_loss(value, old_value, targets, *, clip_eps: float, weight=None):
+    """Clipped value loss: ``0.5 * mean(max((v - R)^2, (v_old + clip(v - v_old) - R)^2))``
+    (``weight``: over the weighted elements only, :func:`weighted_mean`)."""
     v_clipped = old_value + jnp.clip(value - old_value, -clip_eps, clip_eps)
-    return 0.5 * jnp.maximum(jnp.square(value - targets), jnp.square(v_clipped - targets)).mean()
+    sq = jnp.maximum(jnp.square(value - targets), jnp.square(v_clipped - targets))
+    return 0.5 * weighted_mean(sq, weight)
 
 
 def mask_logits(logits, mask):
@@ -317,6 +335,9 @@ class Trainer:
     update: Callable[[Any], tuple[Any, dict]]
     released: Callable[[Any], Any]
     warmup: bool = False
+    # Frozen partners (alem_eval.trainers.partners.Partners; None: self-play). Their weights
+    # enter the compiled update as an argument: ``update(state, warm, frozen)``.
+    partners: Any = None
     _jitted: dict = field(default_factory=dict, repr=False)
 
     def plan(self, tcfg: TrainConfig) -> dict[str, Any]:
@@ -333,29 +354,39 @@ class Trainer:
         if key not in self._jitted:
             init = jax.vmap(self.init)
 
-            def update_n(state, n, warm):
+            def update_n(state, n, warm, frozen):
+                def one(st):
+                    return (
+                        self.update(st, warm) if frozen is None else self.update(st, warm, frozen)
+                    )
+
                 def body(_, carry):
                     st, acc = carry
-                    st, tot = self.update(st, warm)
+                    st, tot = one(st)
                     return st, jax.tree_util.tree_map(jnp.add, acc, tot)
 
-                shapes = jax.eval_shape(lambda s: self.update(s, warm)[1], state)
+                shapes = jax.eval_shape(lambda s: one(s)[1], state)
                 zeros = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
                 return jax.lax.fori_loop(0, n, body, (state, zeros))
 
-            vupdate = jax.vmap(update_n, in_axes=(0, None, None))
+            vupdate = jax.vmap(update_n, in_axes=(0, None, None, None))
             if shardings is None:
-                self._jitted[key] = (jax.jit(init), jax.jit(vupdate, donate_argnums=0))
+                jitted = (jax.jit(init), jax.jit(vupdate, donate_argnums=0))
             else:
-                self._jitted[key] = (
+                jitted = (
                     jax.jit(init, out_shardings=shardings),
                     jax.jit(
                         vupdate,
-                        in_shardings=(shardings, None, None),
+                        in_shardings=(shardings, None, None, None),
                         out_shardings=(shardings, None),
                         donate_argnums=0,
                     ),
                 )
+            frozen = None if self.partners is None else jax.device_put(self.partners.params)
+            self._jitted[key] = (
+                jitted[0],
+                lambda state, n, warm, u=jitted[1]: u(state, n, warm, frozen),
+            )
         return self._jitted[key]
 
 
@@ -375,12 +406,15 @@ _TRAINERS: dict[tuple, Trainer] = {}
 
 
 def cached_trainer(
-    run: RunConfig, tcfg: TrainConfig, build: Callable[[RunConfig, Any], Trainer]
+    run: RunConfig, tcfg: TrainConfig, build: Callable[..., Trainer], partners: Any = None
 ) -> Trainer:
-    """One :class:`Trainer` (and one compilation) per network, env and compile key."""
-    key = (run.algorithm, run.network_key, run.env, tcfg.compile_key)
+    """One :class:`Trainer` (and one compilation) per network, env and compile key (and
+    set of frozen partners: ``build(run, tcfg, partners)`` when there are some)."""
+    key: tuple = (run.algorithm, run.network_key, run.env, tcfg.compile_key)
+    if partners is not None:
+        key += (partners.cache_key,)
     if key not in _TRAINERS:
-        _TRAINERS[key] = build(run, tcfg)
+        _TRAINERS[key] = build(run, tcfg) if partners is None else build(run, tcfg, partners)
     return _TRAINERS[key]
 
 
@@ -392,9 +426,14 @@ def clear_trainer_cache() -> None:
 # ========================================================================================
 # 6. The registry's answers for the trainers
 # ========================================================================================
-def trainer_for(run: RunConfig, tcfg: TrainConfig) -> Trainer:
-    """The (cached) trainer of ``run.algorithm`` for this config (the registry's module)."""
-    return get_algorithm(run.algorithm).trainer().make_train(run, tcfg)
+def trainer_for(run: RunConfig, tcfg: TrainConfig, partners: Any = None) -> Trainer:
+    """The (cached) trainer of ``run.algorithm`` for this config (the registry's module);
+    ``partners``: frozen partners (:mod:`alem_eval.trainers.partners`; the algorithm's
+    record must say ``trains_with_partners``)."""
+    module = get_algorithm(run.algorithm).trainer()
+    if partners is None:
+        return module.make_train(run, tcfg)
+    return module.make_train(run, tcfg, partners=partners)
 
 
 def training_env(run: RunConfig):

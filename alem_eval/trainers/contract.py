@@ -71,29 +71,41 @@ class TrainingStopped(KeyboardInterrupt):
         return signal.Signals(self.signum).name
 
 
-def training_settings(run: RunConfig, tcfg: TrainConfig) -> dict[str, Any]:
+def training_settings(
+    run: RunConfig, tcfg: TrainConfig, partners: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Every setting a run's trained state depends on, the seed aside, flat and JSON-ready
-    (saved with resume state, so a mismatch can say what differs)."""
+    (saved with resume state, so a mismatch can say what differs). ``partners``: the frozen
+    partners' identity (``PartnerRecord.identity()``; None: self-play)."""
     out: dict[str, Any] = {"algorithm": run.algorithm}
     out.update({f"network.{k}": v for k, v in dataclasses.asdict(run.network).items()})
     out.update({f"env.{k}": v for k, v in dataclasses.asdict(run.env).items()})
     out.update(dataclasses.asdict(dataclasses.replace(tcfg, seed=0)))
+    if partners is not None:
+        out.update({f"partners.{k}": v for k, v in partners.items()})
     return json.loads(json.dumps(out, default=list))
 
 
-def config_identity(run: RunConfig, tcfg: TrainConfig) -> str:
+def config_identity(
+    run: RunConfig, tcfg: TrainConfig, partners: Mapping[str, Any] | None = None
+) -> str:
     """A short hash of :func:`training_settings`' content (the seed does not enter)."""
-    payload = json.dumps(
-        [
-            run.algorithm,
-            run.network_key,
-            dataclasses.asdict(run.env),
-            dataclasses.asdict(dataclasses.replace(tcfg, seed=0)),
-        ],
-        sort_keys=True,
-        default=list,
-    )
+    parts: list[Any] = [
+        run.algorithm,
+        run.network_key,
+        dataclasses.asdict(run.env),
+        dataclasses.asdict(dataclasses.replace(tcfg, seed=0)),
+    ]
+    if partners is not None:  # self-play keeps the identity it always had
+        parts.append(dict(partners))
+    payload = json.dumps(parts, sort_keys=True, default=list)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def partner_identity(trainer: Any) -> dict[str, Any] | None:
+    """The identity of a trainer's frozen partners (None: self-play)."""
+    partners = getattr(trainer, "partners", None)
+    return None if partners is None else partners.record.identity()
 
 
 def settings_diff(saved: Mapping[str, Any] | None, now: Mapping[str, Any], limit: int = 4) -> str:

@@ -45,6 +45,7 @@ from alem_eval.trainers.contract import (
     Progress,
     TrainingStopped,
     config_identity,
+    partner_identity,
     training_settings,
 )
 
@@ -133,8 +134,8 @@ def plan_group(
     store = ResumeStore(
         cell_dirs,
         ids,
-        identity=config_identity(runs[0], base),
-        settings=training_settings(runs[0], base),
+        identity=config_identity(runs[0], base, partner_identity(trainer)),
+        settings=training_settings(runs[0], base, partner_identity(trainer)),
     )
     keys = jnp.stack([seed_key(t.seed) for t in tcfgs])
     plan = {k: np.full((len(runs),), v) for k, v in trainer.plan(base).items()}
@@ -354,7 +355,7 @@ def config_json(trainer: Trainer, run: RunConfig, summary: dict) -> dict:
     for k in ("mean_episode_return", "mean_episode_length", "achievement_pct"):
         if final.get(k) is not None:
             wandb[k] = final[k]
-    return {
+    out = {
         "algorithm": run.algorithm,
         "env_config": {
             "env_name": env.env_name,
@@ -377,3 +378,6 @@ def config_json(trainer: Trainer, run: RunConfig, summary: dict) -> dict:
             **summary,
         },
     }
+    if trainer.partners is not None:  # trained with frozen partners: which, and how
+        out["partners"] = trainer.partners.record.as_json()
+    return out

@@ -16,6 +16,12 @@ Algorithm facts kept from upstream (``baselines/ippo_rnn.py``, spec §1.1, §5):
   (``alem_eval.envs.training``);
 * saved: a flax TrainState ``{step, params: {params: ...}, opt_state}``.
 
+With frozen partners (``alem-eval train CELL --partners ...``, :mod:`alem_eval.trainers.partners`):
+the network still runs on every actor, the partners' greedy actions replace its samples on
+the partner slots, and the loss (every mean of it, and the advantage standardisation)
+runs over the focal's slots only (``Transition.focal``); the partners' weights are an
+argument of the update, outside the optimiser state.
+
 Sections: 1. config  2. maths  3. rollout  4. update  5. make_train  6. entry point.
 """
 
@@ -58,7 +64,9 @@ from alem_eval.trainers.common import (
     step_envs,
     sum_totals,
     training_env,
+    weighted_mean,
 )
+from alem_eval.trainers.partners import Partners, Team, focal_weight, mix_actions
 
 ALGORITHM = "ippo-rnn"
 # Hyperparameters: alem_eval.algorithms.train_config.PPOTrainConfig, built by
@@ -81,17 +89,19 @@ class Transition(NamedTuple):
     reward: jax.Array  # [N]
     done: jax.Array  # [N] this step ended the episode
     mask: jax.Array  # [N, num_actions] available actions
+    focal: jax.Array | None = None  # [N] the focal's slots (with partners; None: every slot)
 
 
 def ppo_loss(logits, value, tr: Transition, advantages, targets, tcfg: PPOTrainConfig):
     """Total PPO loss of one minibatch (shared actor-critic) and its parts."""
+    w = tr.focal  # None: every slot; with partners only the focal's enter the loss
     logits = mask_logits(logits, tr.mask)
     log_prob = log_prob_of(logits, tr.action)
     actor, aux = ppo_actor_loss(
-        log_prob, tr.log_prob, normalize_advantages(advantages), clip_eps=tcfg.clip_eps
+        log_prob, tr.log_prob, normalize_advantages(advantages, w), clip_eps=tcfg.clip_eps, weight=w
     )
-    critic = ppo_value_loss(value, tr.value, targets, clip_eps=tcfg.clip_eps)
-    entropy = entropy_of(logits).mean()
+    critic = ppo_value_loss(value, tr.value, targets, clip_eps=tcfg.clip_eps, weight=w)
+    entropy = weighted_mean(entropy_of(logits), w)
     total = actor + tcfg.vf_coef * critic - tcfg.ent_coef * entropy
     return total, {
         "loss/total": total,
@@ -114,16 +124,17 @@ class Envs(NamedTuple):
     done: jax.Array  # [E, A] done flags of the last step (GRU resets)
     hidden: jax.Array  # [E, A, H]
     log: EpisodeLog
+    team: Team | None = None  # with partners: who plays the other slots
 
 
-def make_rollout(spec, tenv, tcfg: PPOTrainConfig):
+def make_rollout(spec, tenv, tcfg: PPOTrainConfig, partners: Partners | None = None):
     E, A = tcfg.num_envs, tenv.num_agents
     N = E * A
 
     def policy_input(obs):  # [E, A, D] -> [N, input_dim]
         return (append_agent_id(obs) if spec.appends_agent_id else obs).reshape(N, -1)
 
-    def rollout(params, envs: Envs, key, first):
+    def rollout(params, envs: Envs, key, first, frozen=None):
         consts = spec.apply_constants(params)  # HyperMARL: heads generated once per rollout
         key, k_fresh = jax.random.split(key)
         obs, states, fresh = begin_rollout(tenv, k_fresh, envs.obs, envs.state, first)
@@ -139,6 +150,13 @@ def make_rollout(spec, tenv, tcfg: PPOTrainConfig):
             mask = action_masks(tenv, envs.state).reshape(N, -1)
             logits = mask_logits(logits[0], mask)
             action = jax.random.categorical(k_act, logits)
+            team = envs.team
+            if partners is not None:  # the partners' actions on their slots
+                k_env, k_draw = jax.random.split(k_env)
+                team, theirs = partners.act(
+                    frozen, team, envs.obs, envs.done, mask.reshape(E, A, -1)
+                )
+                action = mix_actions(team, action.reshape(E, A), theirs).reshape(N)
             obs2, state2, reward, done, info = step_envs(
                 tenv, k_env, envs.state, action.reshape(E, A), fresh
             )
@@ -152,9 +170,12 @@ def make_rollout(spec, tenv, tcfg: PPOTrainConfig):
                 reward.reshape(N),
                 jnp.repeat(done, A),
                 mask,
+                focal_weight(team),
             )
+            if partners is not None:
+                team = partners.redraw(k_draw, team, done)
             done_agents = jnp.broadcast_to(done[:, None], (E, A))
-            envs = Envs(state2, obs2, done_agents, hidden.reshape(E, A, -1), log)
+            envs = Envs(state2, obs2, done_agents, hidden.reshape(E, A, -1), log, team)
             return (envs, key), (tr, totals)
 
         (envs, key), (traj, totals) = jax.lax.scan(step, (envs, key), None, tcfg.num_steps)
@@ -173,15 +194,15 @@ def make_rollout(spec, tenv, tcfg: PPOTrainConfig):
 # ========================================================================================
 # 4. Update
 # ========================================================================================
-def make_update(spec, tenv, tcfg: PPOTrainConfig):
+def make_update(spec, tenv, tcfg: PPOTrainConfig, partners: Partners | None = None):
     N = tcfg.num_envs * tenv.num_agents
-    rollout = make_rollout(spec, tenv, tcfg)
+    rollout = make_rollout(spec, tenv, tcfg, partners)
 
-    def update(state: RunnerState, warm=False):  # no warm-up in PPO
+    def update(state: RunnerState, warm=False, frozen=None):  # no warm-up in PPO
         learner, key = state.learner, state.key
         h0 = state.envs.hidden.reshape(N, -1)
         envs, key, traj, last_value, totals = rollout(
-            learner.params, state.envs, key, state.updates == 0
+            learner.params, state.envs, key, state.updates == 0, frozen
         )
         adv, targets = gae(
             traj.reward, traj.value, traj.done, last_value, gamma=tcfg.gamma, lam=tcfg.gae_lambda
@@ -217,7 +238,9 @@ def make_update(spec, tenv, tcfg: PPOTrainConfig):
 # ========================================================================================
 # 5. make_train
 # ========================================================================================
-def build_trainer(run: RunConfig, tcfg: PPOTrainConfig) -> Trainer:
+def build_trainer(
+    run: RunConfig, tcfg: PPOTrainConfig, partners: Partners | None = None
+) -> Trainer:
     spec = build_network(run)
     tenv = training_env(run)
     E, A = tcfg.num_envs, tenv.num_agents
@@ -233,6 +256,7 @@ def build_trainer(run: RunConfig, tcfg: PPOTrainConfig) -> Trainer:
             jnp.zeros((E, A), bool),
             jnp.zeros((E, A, spec.hidden), jnp.float32),
             EpisodeLog.zeros(E, A),
+            None if partners is None else partners.init_team(jax.random.fold_in(k_run, 1), E),
         )
         return RunnerState(learner, envs, k_run, jnp.zeros((), jnp.int32), plan)
 
@@ -243,14 +267,16 @@ def build_trainer(run: RunConfig, tcfg: PPOTrainConfig) -> Trainer:
         spec,
         tenv,
         init,
-        make_update(spec, tenv, tcfg),
+        make_update(spec, tenv, tcfg, partners),
         released=lambda s: released_tree(run, {"": s.learner}),
+        partners=partners,
     )
 
 
-def make_train(run: RunConfig, tcfg: PPOTrainConfig) -> Trainer:
-    """The (cached) trainer for this config; see :func:`alem_eval.trainers.driver.train_cells`."""
-    return cached_trainer(run, tcfg, build_trainer)
+def make_train(run: RunConfig, tcfg: PPOTrainConfig, partners: Partners | None = None) -> Trainer:
+    """The (cached) trainer for this config (``partners``: frozen partners in the other
+    slots); see :func:`alem_eval.trainers.driver.train_cells`."""
+    return cached_trainer(run, tcfg, build_trainer, partners)
 
 
 # ========================================================================================

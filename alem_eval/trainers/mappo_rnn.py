@@ -14,6 +14,17 @@ Algorithm facts kept from upstream (``baselines/mappo_rnn.py``, spec §1.3, §5)
 * the training env ignores NUM_AGENTS and the SOFT_SPECIALIZATION / *_EFFICIENCY keys;
 * saved: ``{"actor": TrainState, "critic": TrainState}``.
 
+With frozen partners (``alem-eval train CELL --partners ...``, :mod:`alem_eval.trainers.partners`):
+the partners' greedy actions replace the actor's samples on the partner slots. The
+centralised critic still sees the whole world state (every slot's observation, the
+partners' included: it is the state the focal acts in) and still runs one stream per
+slot, but only the focal's slots enter either loss: the actor's surrogate and entropy,
+the advantage standardisation and the critic's value targets are all means over the
+focal's slots (``Transition.focal``); the partner slots' values and advantages are
+computed and dropped. GAE uses the focal slot's own rewards (per agent, or the team's
+with SHARED_REWARD). The partners' weights are an argument of the update, outside both
+optimiser states.
+
 The world state is not stored per step (it would triple the rollout memory): minibatches
 rebuild it from the stored observations of each actor's env.
 
@@ -58,7 +69,9 @@ from alem_eval.trainers.common import (
     step_envs,
     sum_totals,
     training_env,
+    weighted_mean,
 )
+from alem_eval.trainers.partners import Partners, Team, focal_weight, mix_actions
 
 ALGORITHM = "mappo-rnn"
 # Hyperparameters: alem_eval.algorithms.train_config.PPOTrainConfig (upstream mappo_rnn.yaml,
@@ -87,17 +100,20 @@ class Transition(NamedTuple):
     reward: jax.Array  # [N]
     done: jax.Array  # [N]
     mask: jax.Array  # [N, num_actions]
+    focal: jax.Array | None = None  # [N] the focal's slots (with partners; None: every slot)
 
 
 def actor_loss(logits, tr: Transition, advantages, tcfg: PPOTrainConfig):
+    w = tr.focal  # None: every slot; with partners only the focal's enter the loss
     logits = mask_logits(logits, tr.mask)
     loss, aux = ppo_actor_loss(
         log_prob_of(logits, tr.action),
         tr.log_prob,
-        normalize_advantages(advantages),
+        normalize_advantages(advantages, w),
         clip_eps=tcfg.clip_eps,
+        weight=w,
     )
-    entropy = entropy_of(logits).mean()
+    entropy = weighted_mean(entropy_of(logits), w)
     return loss - tcfg.ent_coef * entropy, {
         "loss/actor": loss,
         "loss/entropy": entropy,
@@ -107,7 +123,7 @@ def actor_loss(logits, tr: Transition, advantages, tcfg: PPOTrainConfig):
 
 
 def critic_loss(value, tr: Transition, targets, tcfg: PPOTrainConfig):
-    loss = ppo_value_loss(value, tr.value, targets, clip_eps=tcfg.clip_eps)
+    loss = ppo_value_loss(value, tr.value, targets, clip_eps=tcfg.clip_eps, weight=tr.focal)
     return tcfg.vf_coef * loss, {"loss/value": loss}
 
 
@@ -121,13 +137,14 @@ class Envs(NamedTuple):
     actor_hidden: jax.Array  # [E, A, H]
     critic_hidden: jax.Array  # [E, A, H]
     log: EpisodeLog
+    team: Team | None = None  # with partners: who plays the other slots
 
 
-def make_rollout(spec, tenv, tcfg: PPOTrainConfig):
+def make_rollout(spec, tenv, tcfg: PPOTrainConfig, partners: Partners | None = None):
     E, A = tcfg.num_envs, tenv.num_agents
     N = E * A
 
-    def rollout(actor_params, critic_params, envs: Envs, key, first):
+    def rollout(actor_params, critic_params, envs: Envs, key, first, frozen=None):
         key, k_fresh = jax.random.split(key)
         obs, states, fresh = begin_rollout(tenv, k_fresh, envs.obs, envs.state, first)
         envs = envs._replace(obs=obs, state=states)
@@ -148,6 +165,13 @@ def make_rollout(spec, tenv, tcfg: PPOTrainConfig):
             mask = action_masks(tenv, envs.state).reshape(N, -1)
             logits = mask_logits(logits[0], mask)
             action = jax.random.categorical(k_act, logits)
+            team = envs.team
+            if partners is not None:  # the partners' actions on their slots
+                k_env, k_draw = jax.random.split(k_env)
+                team, theirs = partners.act(
+                    frozen, team, envs.obs, envs.done, mask.reshape(E, A, -1)
+                )
+                action = mix_actions(team, action.reshape(E, A), theirs).reshape(N)
             obs2, state2, reward, done, info = step_envs(
                 tenv, k_env, envs.state, action.reshape(E, A), fresh
             )
@@ -161,7 +185,10 @@ def make_rollout(spec, tenv, tcfg: PPOTrainConfig):
                 reward.reshape(N),
                 jnp.repeat(done, A),
                 mask,
+                focal_weight(team),
             )
+            if partners is not None:
+                team = partners.redraw(k_draw, team, done)
             envs = Envs(
                 state2,
                 obs2,
@@ -169,6 +196,7 @@ def make_rollout(spec, tenv, tcfg: PPOTrainConfig):
                 a_hidden.reshape(E, A, -1),
                 c_hidden.reshape(E, A, -1),
                 log,
+                team,
             )
             return (envs, key), (tr, totals)
 
@@ -187,16 +215,16 @@ def make_rollout(spec, tenv, tcfg: PPOTrainConfig):
 # ========================================================================================
 # 4. Update
 # ========================================================================================
-def make_update(spec, tenv, tcfg: PPOTrainConfig):
+def make_update(spec, tenv, tcfg: PPOTrainConfig, partners: Partners | None = None):
     E, A = tcfg.num_envs, tenv.num_agents
     N = E * A
-    rollout = make_rollout(spec, tenv, tcfg)
+    rollout = make_rollout(spec, tenv, tcfg, partners)
 
-    def update(state: RunnerState, warm=False):  # no warm-up in PPO
+    def update(state: RunnerState, warm=False, frozen=None):  # no warm-up in PPO
         (actor, critic), key = state.learner, state.key
         h0 = (state.envs.actor_hidden.reshape(N, -1), state.envs.critic_hidden.reshape(N, -1))
         envs, key, traj, last_value, totals = rollout(
-            actor.params, critic.params, state.envs, key, state.updates == 0
+            actor.params, critic.params, state.envs, key, state.updates == 0, frozen
         )
         adv, targets = gae(
             traj.reward, traj.value, traj.done, last_value, gamma=tcfg.gamma, lam=tcfg.gae_lambda
@@ -242,7 +270,9 @@ def make_update(spec, tenv, tcfg: PPOTrainConfig):
 # ========================================================================================
 # 5. make_train
 # ========================================================================================
-def build_trainer(run: RunConfig, tcfg: PPOTrainConfig) -> Trainer:
+def build_trainer(
+    run: RunConfig, tcfg: PPOTrainConfig, partners: Partners | None = None
+) -> Trainer:
     spec = build_network(run)
     tenv = training_env(run)
     E, A = tcfg.num_envs, tenv.num_agents
@@ -257,19 +287,24 @@ def build_trainer(run: RunConfig, tcfg: PPOTrainConfig) -> Trainer:
         )
         obs, states = placeholder_worlds(tenv, E)
         zeros_h = jnp.zeros((E, A, spec.hidden), jnp.float32)
-        envs = Envs(states, obs, jnp.zeros((E, A), bool), zeros_h, zeros_h, EpisodeLog.zeros(E, A))
+        team = None if partners is None else partners.init_team(jax.random.fold_in(k_run, 1), E)
+        envs = Envs(
+            states, obs, jnp.zeros((E, A), bool), zeros_h, zeros_h, EpisodeLog.zeros(E, A), team
+        )
         return RunnerState(learners, envs, k_run, jnp.zeros((), jnp.int32), plan)
 
     def released(state):
         actor, critic = state.learner
         return released_tree(run, {"actor": actor, "critic": critic})
 
-    return Trainer(ALGORITHM, run, tcfg, spec, tenv, init, make_update(spec, tenv, tcfg), released)
+    update = make_update(spec, tenv, tcfg, partners)
+    return Trainer(ALGORITHM, run, tcfg, spec, tenv, init, update, released, partners=partners)
 
 
-def make_train(run: RunConfig, tcfg: PPOTrainConfig) -> Trainer:
-    """The (cached) trainer for this config; see :func:`alem_eval.trainers.driver.train_cells`."""
-    return cached_trainer(run, tcfg, build_trainer)
+def make_train(run: RunConfig, tcfg: PPOTrainConfig, partners: Partners | None = None) -> Trainer:
+    """The (cached) trainer for this config (``partners``: frozen partners in the other
+    slots); see :func:`alem_eval.trainers.driver.train_cells`."""
+    return cached_trainer(run, tcfg, build_trainer, partners)
 
 
 # ========================================================================================

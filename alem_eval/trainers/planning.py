@@ -17,6 +17,13 @@ TOTAL_TIMESTEPS_DECAY at 1e9 whatever the budget, so a 100M cell regenerated wit
 config.json reaches its epsilon floor after EPS_DECAY x 1e9 = 1e8 env steps (the end of its
 run) and decays the LR over 1e9 (ending at 90% of LR), as the yaml says.
 
+With frozen partners (``TrainOptions.partners`` / ``split`` / ``splits_file`` /
+``focal_slots``, ``alem-eval train CELL --partners SELECTOR``): every cell's algorithm must
+train with partners (the registry's ``trains_with_partners``), and the partners are
+selected from ``--source`` (the Hub without one), verified, checked against the cells' env
+and loaded while planning (:mod:`alem_eval.trainers.partners`), before anything is written;
+their identity enters the cells' resume identity and ``is_complete``.
+
 The contract between the library and the driver (:class:`~alem_eval.trainers.contract.Progress`,
 :class:`~alem_eval.trainers.contract.CellResult`, ...) is :mod:`alem_eval.trainers.contract`.
 """
@@ -30,7 +37,7 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Mapping, Sequence
 
-from alem_eval.algorithms.registry import algorithm_names, get_algorithm
+from alem_eval.algorithms.registry import algorithm_names
 from alem_eval.algorithms.config import DIFFICULTIES, RunConfig
 from alem_eval.algorithms.train_config import TrainConfig, build_train_config, training_run_config
 from alem_eval.hub.layout import checkpoint_path, config_path
@@ -43,8 +50,11 @@ DEFAULT_BUDGETS = ("100M", "1B")
 DEFAULT_SEEDS = tuple(range(5))
 
 
-def is_complete(cell_dir: Path, run: RunConfig, tcfg: TrainConfig) -> bool | None:
-    """True: a released checkpoint written by these trainers with these settings exists;
+def is_complete(
+    cell_dir: Path, run: RunConfig, tcfg: TrainConfig, partners: Mapping[str, Any] | None = None
+) -> bool | None:
+    """True: a released checkpoint written by these trainers with these settings exists
+    (``partners``: and these frozen partners, ``PartnerRecord.identity()``);
     False: another checkpoint is there (other settings, or another tool's, e.g. a download);
     None: none, or training is in progress (``_resume/``: the resume rules decide)."""
     cell_dir = Path(cell_dir)
@@ -54,7 +64,7 @@ def is_complete(cell_dir: Path, run: RunConfig, tcfg: TrainConfig) -> bool | Non
         summ = json.loads(config_path(cell_dir).read_text()).get("training_summary") or {}
     except (OSError, ValueError, AttributeError):
         summ = {}
-    if summ.get("complete") and summ.get("identity") == config_identity(run, tcfg):
+    if summ.get("complete") and summ.get("identity") == config_identity(run, tcfg, partners):
         return True
     return None if (cell_dir / "_resume").is_dir() else False
 
@@ -293,6 +303,12 @@ class TrainOptions:
     fresh: bool = False
     force: bool = False
     dry_run: bool = False
+    # Frozen partners (alem_eval.trainers.partners): selectors of --source's cells (the Hub
+    # without one), their split, and how many of the 3 slots the trained (focal) policy takes.
+    partners: tuple[str, ...] = ()
+    split: str | None = None
+    splits_file: Path | None = None
+    focal_slots: int | None = None
 
 
 @dataclass
@@ -301,6 +317,11 @@ class TrainPlan:
     chosen: list[Cell]  # this shard's
     skipped: list[tuple[Cell, Path]]  # already trained with these settings
     groups: list[TrainGroup]  # left to train
+    # with --partners: the loaded partners per env configuration of the cells
+    partners: dict[Any, Any] = field(default_factory=dict)
+
+    def partners_of(self, group: TrainGroup) -> Any:
+        return self.partners.get(group.items[0].run.env)
 
 
 @dataclass
@@ -323,18 +344,28 @@ def plan_training(selectors: Sequence[str], options: TrainOptions) -> TrainPlan:
     """Selectors -> this shard's cells -> groups, minus the cells already trained."""
     if options.total_timesteps is not None and options.total_timesteps < 1:
         raise UsageError("--total-timesteps must be positive")
+    check_partner_options(options)
     selected = expand_cells(selectors)
     chosen = shard_cells(selected, options.shard)
+    if options.partners:
+        from alem_eval.trainers.partners import check_supported
+
+        for c in chosen:
+            check_supported(c.algorithm, c.id)
     configs = released_configs(chosen, from_config=options.from_config, source=options.source)
     skipped, todo = [], []
-    for m in plan_items(
+    items = plan_items(
         chosen,
         total_timesteps=options.total_timesteps,
         overrides=options.overrides,
         configs=configs,
-    ):
+    )
+    partners = load_item_partners(items, options)
+    for m in items:
         where = options.out / m.cell.id
-        done = None if options.force else is_complete(where, m.run, m.tcfg)
+        p = partners.get(m.run.env)
+        ident = None if p is None else p.record.identity()
+        done = None if options.force else is_complete(where, m.run, m.tcfg, ident)
         if done:
             skipped.append((m.cell, where))
         elif done is False:
@@ -345,17 +376,60 @@ def plan_training(selectors: Sequence[str], options: TrainOptions) -> TrainPlan:
             )
         else:
             todo.append(m)
-    return TrainPlan(len(selected), chosen, skipped, plan_groups(todo, options.group_size))
+    return TrainPlan(
+        len(selected), chosen, skipped, plan_groups(todo, options.group_size), partners
+    )
+
+
+def check_partner_options(options: TrainOptions) -> None:
+    """--split and --focal-slots belong to --partners; --focal-slots is 1 or 2."""
+    if not options.partners:
+        for flag, value in (
+            ("--split", options.split),
+            ("--splits", options.splits_file),
+            ("--focal-slots", options.focal_slots),
+        ):
+            if value is not None:
+                raise UsageError(f"{flag} applies to training with --partners; name them")
+        return
+    from alem_eval.hub.splits import check_split
+    from alem_eval.trainers.partners import check_focal_slots
+
+    check_split(options.split)
+    check_focal_slots(1 if options.focal_slots is None else options.focal_slots)
+
+
+def load_item_partners(items: Sequence[TrainItem], options: TrainOptions) -> dict[Any, Any]:
+    """With --partners: each cell's algorithm must train with partners, and the partners
+    are loaded (verified, checked against the cells' env) once per env configuration."""
+    if not options.partners:
+        return {}
+    from alem_eval.trainers.partners import load_partners
+
+    out: dict[Any, Any] = {}
+    for m in items:
+        if m.run.env not in out:
+            out[m.run.env] = load_partners(
+                options.partners,
+                m.run,
+                source=options.source or "hub",
+                split=options.split,
+                splits=options.splits_file,
+                focal_slots=1 if options.focal_slots is None else options.focal_slots,
+            )
+    return out
 
 
 def train_group(
-    group: TrainGroup, options: TrainOptions, on_progress=None
+    group: TrainGroup, options: TrainOptions, on_progress=None, partners: Any = None
 ) -> list[CellResult] | None:
-    """Train one group with its algorithm's trainer (reached through the registry)."""
+    """Train one group with its algorithm's trainer (reached through the registry);
+    ``partners``: its frozen partners (:mod:`alem_eval.trainers.partners`)."""
     first = group.items[0]
+    from alem_eval.trainers.common import trainer_for
     from alem_eval.trainers.driver import train_cells
 
-    trainer = get_algorithm(first.run.algorithm).trainer().make_train(first.run, first.tcfg)
+    trainer = trainer_for(first.run, first.tcfg, partners)
     return train_cells(
         trainer,
         [m.run for m in group.items],
@@ -382,7 +456,12 @@ def train(
         return []
     outcomes = []
     for group in plan.groups:
-        results = train_group(group, options, on_progress=lambda p, g=group: events.progress(g, p))
+        results = train_group(
+            group,
+            options,
+            on_progress=lambda p, g=group: events.progress(g, p),
+            partners=plan.partners_of(group),
+        )
         outcome = GroupOutcome(group, results)
         events.finished(outcome)
         outcomes.append(outcome)

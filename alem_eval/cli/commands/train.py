@@ -23,6 +23,9 @@ from alem_eval.cli.options import (
     QuietOpt,
     ShardOpt,
     SourceOpt,
+    Split,
+    SplitOpt,
+    SplitsFileOpt,
     override,
     quiet_option,
 )
@@ -90,6 +93,28 @@ def train(
         override(FreshOpt, help="Start from scratch; resume state is replaced at the first save."),
     ] = False,
     force: bool = typer.Option(False, "--force", help="Retrain cells that are already complete."),
+    partners: list[str] | None = typer.Option(
+        None,
+        "--partners",
+        help="Train with frozen partners: cells of --source (the Hub without one) playing the "
+        "other slots with their greedy policies, one drawn per env and episode, e.g. "
+        "'demo/*' (repeatable; ippo-rnn and mappo-rnn).",
+    ),
+    split: Annotated[
+        Split | None,
+        override(
+            SplitOpt,
+            help="With --partners: only the partners of this split (train, val "
+            "or test; test is for final numbers only).",
+        ),
+    ] = None,
+    splits_file: SplitsFileOpt = None,
+    focal_slots: int | None = typer.Option(
+        None,
+        "--focal-slots",
+        help="With --partners: slots the trained policy takes, 1 or 2 of 3 (default 1), "
+        "drawn per env and episode.",
+    ),
     dry_run: Annotated[bool, override(DryRunOpt, help="Show the plan and exit.")] = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -106,6 +131,9 @@ def train(
 
       alem-eval train 1B/ippo-rnn/hard/seed3
       alem-eval train 100M/pqn/easy --source hub --out runs
+
+      alem-eval train demo/ippo-rnn/easy/seed0 --source demo --partners 'demo/*'
+      --split train --total-timesteps 300000 --out runs/partners
     """
     from alem_eval.api.training import train as train_cells
     from alem_eval.trainers.contract import TrainingStopped
@@ -129,6 +157,10 @@ def train(
                 fresh=fresh,
                 force=force,
                 dry_run=dry_run,
+                partners=list(partners) if partners else None,
+                split=None if split is None else split.value,
+                splits=splits_file,
+                focal_slots=focal_slots,
                 display=TrainDisplay(reporter),
             )
     except TrainingStopped as stop:
