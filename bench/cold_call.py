@@ -81,7 +81,7 @@ PHASES = {  # (module, attribute) wrapped in the child -> the part its time goes
     # scoring imports check_env_version from settings at call time; run_teams its own name.
     ("alem_eval.evaluate.settings", "check_env_version"): "shape checks",
     ("alem_eval.evaluate.rollout", "check_env_version"): "shape checks",
-    ("alem_eval.evaluate.group", "_resets"): "run: resets",
+    ("alem_eval.evaluate.group", "reset_worlds"): "run: resets",
     ("alem_eval.evaluate.group", "_drive"): "run: rollout",
     ("alem_eval.evaluate.group", "team_records"): "run: scores and records",
 }
