@@ -21,7 +21,7 @@ import numpy as np
 from alem_eval.core.errors import EvaluationError
 from alem_eval.evaluate.agents import illegal_message
 from alem_eval.evaluate.machine import EpisodeResult, Loop, Status, StepLog
-from alem_eval.evaluate.programs import Program, ProgramKey, program
+from alem_eval.evaluate.programs import Program, ProgramKey, compile_options_for, program
 from alem_eval.evaluate.records import RecordSink, RecordTo, team_records
 from alem_eval.evaluate.settings import (
     CAPACITY_BUCKET,
@@ -118,6 +118,7 @@ def run_group(
         batch_teams += [batch_teams[-1]] * pad
         classes = (TeamClass(classes[0].roles, t + pad),) if pad else classes
         slots = 1
+    steps = np.pad(caps, (0, padded - num_episodes), mode="edge") if protocol == "fast" else caps
     prog = program(
         ProgramKey(
             protocol,
@@ -130,6 +131,8 @@ def run_group(
             capacity,
             n_dev,
             record=record is not None,
+            # a short run (every team's episodes, each to its cap) compiles quicker XLA
+            compile_options=compile_options_for(len(batch_teams) * int(np.sum(steps))),
         ),
         group_specs,
     )
@@ -148,7 +151,6 @@ def run_group(
         )
         start += cls.size
     dyn = prog.env.difficulty_params(eval_difficulty)
-    steps = np.pad(caps, (0, padded - num_episodes), mode="edge") if protocol == "fast" else caps
     clock = time.perf_counter()
     worlds: list[Any]
     if protocol == "reference":

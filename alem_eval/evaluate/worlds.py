@@ -28,6 +28,7 @@ digest) followed by the leaves' raw bytes.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import lzma
@@ -97,7 +98,8 @@ def fixed_worlds(world: Any, dyn: Mapping[str, Any], keys: Sequence[Any]) -> tup
     want = np.stack([np.asarray(k) for k in keys]).astype(np.uint32)
     ident = world_identity(world, dyn)
     for path in _candidates(ident):
-        stored = read_worlds(path, ident)
+        stat = path.stat()
+        stored = _read_memo(path, stat.st_mtime_ns, stat.st_size, ident)
         if stored is None and path.parent != PACKAGE_DIR:  # (warned): made again below
             path.unlink(missing_ok=True)
         if stored is not None and _is_prefix(want, stored[0]):
@@ -129,6 +131,12 @@ def reset_fresh(world: Any, dyn: Mapping[str, Any], keys: Sequence[Any]) -> tupl
 def _stacked(*trees: Any) -> Any:
     """The trees' leaves stacked on a new axis 0."""
     return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *trees)
+
+
+@functools.lru_cache(maxsize=8)
+def _read_memo(path: Path, mtime_ns: int, size: int, ident: str):
+    """:func:`read_worlds`, once per version of a file in a process (a call per group)."""
+    return read_worlds(path, ident)
 
 
 def _candidates(ident: str) -> list[Path]:
