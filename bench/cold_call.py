@@ -28,7 +28,7 @@ then stretches with the load, CPU time much less).
 
     .venv/bin/python bench/cold_call.py [--source demo] [--cell demo/ippo-rnn/easy/seed0]
         [--episodes 8] [--max-steps 300] [--runs 2] [--json FILE]
-    .venv/bin/python bench/cold_call.py --render FILE [--write]
+    .venv/bin/python bench/cold_call.py --render FILE [--before FILE] [--write]
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ PHASES = {  # (module, attribute) wrapped in the child -> the part its time goes
     # scoring imports check_env_version from settings at call time; run_teams its own name.
     ("alem_eval.evaluate.settings", "check_env_version"): "shape checks",
     ("alem_eval.evaluate.rollout", "check_env_version"): "shape checks",
-    ("alem_eval.evaluate.group", "_resets"): "run: resets",
+    ("alem_eval.evaluate.group", "reset_worlds"): "run: resets",
     ("alem_eval.evaluate.group", "_drive"): "run: rollout",
     ("alem_eval.evaluate.group", "team_records"): "run: scores and records",
 }
@@ -392,10 +392,41 @@ def parts(run: dict) -> list[tuple[str, float, float | None]]:
     return rows
 
 
-def render(path: Path) -> str:
+def _fastest(saved: dict) -> dict:
+    return min(saved["runs"], key=lambda r: r["process_wall_s"])
+
+
+def comparison_table(before: dict, after: dict) -> list[str]:
+    """Rows of the same split for a run before a change and one after it (a part that
+    one run lacks, e.g. a program it did not build, is 0 there)."""
+    b = {name: (wall, cpu) for name, wall, cpu in parts(before)}
+    a = {name: (wall, cpu) for name, wall, cpu in parts(after)}
+    table = [
+        "| part | before: wall s | before: CPU s | after: wall s | after: CPU s | after: share of CPU |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    cpu_total = after["process_cpu_s"]
+
+    def cell(value: float | None) -> str:
+        return "-" if value is None else f"{value:.1f}"
+
+    for name in dict.fromkeys([*b, *a]):
+        bw, bc = b.get(name, (0.0, 0.0))
+        aw, ac = a.get(name, (0.0, 0.0))
+        share = "-" if ac is None else f"{100 * ac / cpu_total:.0f}%"
+        table.append(f"| {name} | {bw:.1f} | {cell(bc)} | {aw:.1f} | {cell(ac)} | {share} |")
+    table.append(
+        f"| **total (process)** | **{before['process_wall_s']:.1f}** | "
+        f"**{before['process_cpu_s']:.1f}** | **{after['process_wall_s']:.1f}** | "
+        f"**{after['process_cpu_s']:.1f}** | 100% |"
+    )
+    return table
+
+
+def render(path: Path, before: Path | None = None) -> str:
     saved = json.loads(path.read_text())
     runs, info = saved["runs"], saved["info"]
-    best = min(runs, key=lambda r: r["process_wall_s"])
+    best = _fastest(saved)
     total = best["process_wall_s"]
     table = ["| part | wall s | share | process CPU s |", "|---|---:|---:|---:|"]
     for name, wall, cpu in parts(best):
@@ -404,6 +435,16 @@ def render(path: Path) -> str:
     table.append(
         f"| **total (process wall)** | **{total:.1f}** | 100% | {best['process_cpu_s']:.1f} |"
     )
+    if before is not None:
+        old = json.loads(before.read_text())
+        table = comparison_table(_fastest(old), best)
+        ratio = best["process_cpu_s"] / _fastest(old)["process_cpu_s"]
+        table += [
+            "",
+            f"Before: {old['commit']} on {old['date']}, load average "
+            f"{old['info']['load_before']:.1f} before and {old['info']['load_after']:.1f} "
+            f"after; process CPU after / before: **{ratio:.2f}x**.",
+        ]
     programs = sum(p["trace_s"] + p["compile_s"] for p in best["programs"].values())
     tops = ", ".join(f"`{n}` {k}" for n, k in best["top_compiled"])
     itops = ", ".join(f"`{n}` {k}" for n, k in best["top_compiled_importing"])
@@ -456,6 +497,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", type=Path, help="write the runs here")
     ap.add_argument("--render", type=Path, help="print the BENCHMARKS.md block of a --json")
     ap.add_argument("--write", action="store_true", help="with --render: update BENCHMARKS.md")
+    ap.add_argument("--before", type=Path, help="with --render: a --json of the run before")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     ap.add_argument("--results", help=argparse.SUPPRESS)
@@ -463,7 +505,7 @@ def main(argv=None) -> int:
     if args.child:
         return child(args)
     if args.render:
-        text = render(args.render)
+        text = render(args.render, args.before)
         print(text)
         if args.write:
             sys.path.insert(0, str(Path(__file__).parent))

@@ -121,6 +121,49 @@ def test_a_mixed_difficulty_score_compiles_the_rollout_once(cell_copy):
     assert programs_made() - made <= 1
 
 
+@PLAYS
+def test_a_short_run_compiles_with_quicker_xla_options_and_identical_records(monkeypatch):
+    """A short run's rollout is compiled with SHORT_RUN_OPTIONS (LLVM -O1): its records are
+    those of XLA's default options, bit for bit, and the traced program is one (the
+    options are part of the program key and the compilation cache key, not the trace)."""
+    import dataclasses
+
+    from alem_eval.evaluate import group
+    from alem_eval.evaluate.machine import TRACE_COUNTS
+    from alem_eval.evaluate.programs import _PROGRAMS, SHORT_RUN_OPTIONS, compile_options_for
+
+    chosen: list[tuple] = []
+
+    def spy(env_steps: int) -> tuple:
+        chosen.append(compile_options_for(env_steps))
+        return chosen[-1]
+
+    monkeypatch.setattr(group, "compile_options_for", spy)
+    cell = load(IPPO_EASY)
+    quick = _fast(cell, "easy")  # the shape of the test above: a short run
+    assert chosen == [SHORT_RUN_OPTIONS]
+    traced, keys = TRACE_COUNTS["rollout"], set(_PROGRAMS)
+    monkeypatch.setattr(group, "compile_options_for", lambda env_steps: ())
+    default = _fast(cell, "easy")
+    assert default.records == quick.records
+    (new,) = set(_PROGRAMS) - keys
+    assert new.compile_options == ()  # the same program, XLA's default options
+    assert dataclasses.replace(new, compile_options=SHORT_RUN_OPTIONS) in _PROGRAMS
+    assert TRACE_COUNTS["rollout"] == traced  # the exported trace was loaded, not retraced
+
+
+def test_only_short_runs_on_a_cpu_get_the_quicker_compile_options(monkeypatch):
+    import jax
+
+    from alem_eval.evaluate import programs
+
+    assert programs.compile_options_for(8 * 300) == programs.SHORT_RUN_OPTIONS
+    assert programs.compile_options_for(programs.SHORT_RUN_STEPS + 1) == ()
+    assert programs.compile_options_for(FAST_NUM_EPISODES * FAST_MAX_STEPS) == ()
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    assert programs.compile_options_for(8 * 300) == ()
+
+
 def test_fast_defaults_follow_the_spec():
     assert (FAST_NUM_EPISODES, FAST_MAX_STEPS, FAST_WORLD_SEED) == (20, 10_000, 9999)
     worlds, chains = fast_keys(3)

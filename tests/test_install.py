@@ -185,6 +185,7 @@ def test_wheel_holds_one_top_level_package_with_its_layers_and_data(built_wheel)
     assert "alem_eval/data/alem-rl-baselines.json" in names
     assert "alem_eval/data/alem-rl-baselines-splits.json" in names
     assert any(n.startswith("alem_eval/data/demo-cells/demo/") for n in names)
+    assert any(n.startswith("alem_eval/data/worlds/") and n.endswith(".worlds") for n in names)
 
 
 # ----------------------------------------------------------------------------------------

@@ -11,6 +11,9 @@ where, from the calls down:
   staging the weights, resets, and the host loop that drives the program (``_drive``).
 * :mod:`~alem_eval.evaluate.records` -- per-episode records and scores from the output
   buffer, ``upstream_view``, and the recording of every step (``RecordTo``).
+* :mod:`~alem_eval.evaluate.worlds` -- the protocols' fixed worlds reset once and kept
+  as data (``fixed_worlds``: shipped for the demo cells, else cached on disk, keyed by
+  ``world_identity``).
 * :mod:`~alem_eval.evaluate.programs` -- the compiled programs (``Program``, cached per
   ``ProgramKey``; the world's reset and score programs), their sharding over devices, and
   the ``jax.export`` warm start (``_code_identity``: the source hash it is valid for);
@@ -36,7 +39,7 @@ where, from the calls down:
   ``fast_keys``), batch sizing (``default_batch``, ``slots_per_team``) and
   ``episode_settings``.
 
-Each module imports only those listed below it (``rollout`` -> ``group`` -> ``records``
--> ``programs`` -> ``machine`` -> ``teams`` -> ``host_agents`` -> ``agents`` -> ``actors`` and
-``settings``).
+Each module imports only those listed below it (``rollout`` -> ``group`` -> ``records``,
+``worlds`` -> ``programs`` -> ``machine`` -> ``teams`` -> ``host_agents`` -> ``agents`` ->
+``actors`` and ``settings``).
 """

@@ -16,13 +16,12 @@ from typing import Any
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from alem_eval.core.errors import EvaluationError
 from alem_eval.evaluate.agents import illegal_message
 from alem_eval.evaluate.machine import EpisodeResult, Loop, Status, StepLog
-from alem_eval.evaluate.programs import Program, ProgramKey, program, world_programs
+from alem_eval.evaluate.programs import Program, ProgramKey, compile_options_for, program
 from alem_eval.evaluate.records import RecordSink, RecordTo, team_records
 from alem_eval.evaluate.settings import (
     CAPACITY_BUCKET,
@@ -34,6 +33,7 @@ from alem_eval.evaluate.settings import (
     slots_per_team,
 )
 from alem_eval.evaluate.teams import TeamClass, batch_structure, team_roles
+from alem_eval.evaluate.worlds import fixed_worlds
 
 # Wall-clock split of the last evaluated group (s): resets, rollout, scores, records.
 LAST_TIMINGS: dict[str, float] = {}
@@ -53,21 +53,13 @@ def _devices_for(n: int) -> int:
 
 
 def reset_worlds(world, dyn, keys: Sequence[Any]) -> tuple[jax.Array, Any]:
-    """Reset worlds for the given keys (one shared compiled reset), stacked on axis 0."""
-    reset, _ = world_programs(world)
-    return _stacked(*[reset(k, dyn) for k in keys])
+    """The reset worlds of ``keys``, stacked on axis 0: reset once, then kept as data
+    (:func:`~alem_eval.evaluate.worlds.fixed_worlds`)."""
+    return fixed_worlds(world, dyn, keys)
 
 
-# Array plumbing between the compiled programs, each jitted as a whole: run eagerly, every
-# leaf of the Alem state (~130) compiles its own tiny program on first use, ~45 ms each
-# on a GPU (an H200 run compiled 658 small programs before its first reset, alem-env's
-# import-time constants among them; on a CPU this plumbing was 173 of a first call's 272).
-@jax.jit
-def _stacked(*trees: Any) -> Any:
-    """The trees' leaves stacked on a new axis 0."""
-    return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *trees)
-
-
+# Array plumbing between the compiled programs, jitted as a whole (run eagerly, every leaf
+# of the Alem state, ~130, would compile its own tiny program on first use).
 @jax.jit
 def _first(tree: Any) -> Any:
     """Row 0 of every leaf."""
@@ -124,6 +116,7 @@ def run_group(
         batch_teams += [batch_teams[-1]] * pad
         classes = (TeamClass(classes[0].roles, t + pad),) if pad else classes
         slots = 1
+    steps = np.pad(caps, (0, padded - num_episodes), mode="edge") if protocol == "fast" else caps
     prog = program(
         ProgramKey(
             protocol,
@@ -136,6 +129,8 @@ def run_group(
             capacity,
             n_dev,
             record=record is not None,
+            # a short run (every team's episodes, each to its cap) compiles quicker XLA
+            compile_options=compile_options_for(len(batch_teams) * int(np.sum(steps))),
         ),
         group_actors,
     )
@@ -151,7 +146,6 @@ def run_group(
         )
         start += cls.size
     dyn = prog.env.difficulty_params(eval_difficulty)
-    steps = np.pad(caps, (0, padded - num_episodes), mode="edge") if protocol == "fast" else caps
     clock = time.perf_counter()
     worlds: list[Any]
     if protocol == "reference":

@@ -54,11 +54,30 @@ COMPILE_STATS: list[CompileStat] = []
 # ----------------------------------------------------------------------------------------
 # Compiled programs
 # ----------------------------------------------------------------------------------------
-def _timed_compile(jitted, args, label: str):
+# XLA options for the rollout of a short run, on a CPU: LLVM at -O1 instead of -O2
+# compiles the Alem step's rollout ~15% faster (CPU time) with the same records and no
+# slower a run of the demo's size (BENCHMARKS.md, "The cold first call, accounted"; -O0
+# compiles faster still but runs 6x slower). Longer runs keep XLA's defaults: the
+# options are part of the ProgramKey and of the compilation cache's key, never of the
+# traced program (one jax.export file serves both).
+SHORT_RUN_OPTIONS: tuple[tuple[str, Any], ...] = (("xla_backend_optimization_level", 1),)
+SHORT_RUN_STEPS = 50_000  # at most this many env-steps in a call (teams x step caps)
+
+
+def compile_options_for(env_steps: int) -> tuple[tuple[str, Any], ...]:
+    """The XLA options of the rollout of a call that runs at most ``env_steps`` env-steps
+    (every team's episodes, each to its cap): :data:`SHORT_RUN_OPTIONS` for a short run on
+    a CPU, else none (XLA's defaults)."""
+    if jax.default_backend() == "cpu" and env_steps <= SHORT_RUN_STEPS:
+        return SHORT_RUN_OPTIONS
+    return ()
+
+
+def _timed_compile(jitted, args, label: str, options: dict[str, Any] | None = None):
     t0 = time.perf_counter()
     lowered = jitted.lower(*args)
     t1 = time.perf_counter()
-    compiled = lowered.compile()
+    compiled = lowered.compile(compiler_options=options) if options else lowered.compile()
     COMPILE_STATS.append(
         CompileStat(label, _shape_summary(args), t1 - t0, time.perf_counter() - t1)
     )
@@ -117,8 +136,17 @@ class _Compiled:
     compilation cache, the XLA compile too.
     """
 
-    def __init__(self, fn: Callable, label: str, identity: str | None = None, *, donate: int = 0):
+    def __init__(
+        self,
+        fn: Callable,
+        label: str,
+        identity: str | None = None,
+        *,
+        donate: int = 0,
+        options: dict[str, Any] | None = None,
+    ):
         self._fn = fn
+        self._options = options or None  # XLA compiler options (compile_options_for)
         self._donate = donate  # the first `donate` arguments' buffers are reused for outputs
         self._jitted = jax.jit(fn, donate_argnums=tuple(range(donate)))
         self.label = label
@@ -138,7 +166,7 @@ class _Compiled:
         store = _export_dir() if self.identity is not None else None
         if store is None:
             TRACE_COUNTS[f"{kind}:traced"] += 1
-            return _timed_compile(self._jitted, args, self.label)
+            return _timed_compile(self._jitted, args, self.label, self._options)
         import hashlib
 
         # The device context and the inputs' shardings shape the exported program too.
@@ -165,7 +193,7 @@ class _Compiled:
                 raise
             except Exception as exc:  # code jax.export cannot serialise: no warm start
                 warnings.warn(f"traced program not exported ({brief(exc)})", stacklevel=2)
-                return _timed_compile(self._jitted, args, self.label)
+                return _timed_compile(self._jitted, args, self.label, self._options)
             compiled = self._compile_exported(loaded, args)
         stat = COMPILE_STATS[-1]  # "trace": everything before the XLA compile
         COMPILE_STATS[-1] = dataclasses.replace(
@@ -202,7 +230,7 @@ class _Compiled:
         leaves = jax.tree_util.tree_leaves(args)
         donated = tuple(range(len(jax.tree_util.tree_leaves(args[: self._donate]))))
         compiled = _timed_compile(
-            jax.jit(exported.call, donate_argnums=donated), leaves, self.label
+            jax.jit(exported.call, donate_argnums=donated), leaves, self.label, self._options
         )
         return lambda *a: jax.tree_util.tree_unflatten(
             tree, compiled(*jax.tree_util.tree_leaves(a))
@@ -270,6 +298,8 @@ class ProgramKey:
     capacity: int
     num_devices: int
     record: bool = False  # calls also return every step (StepLog)
+    # XLA options of start and advance (compile_options_for): not in the traced program
+    compile_options: tuple[tuple[str, Any], ...] = ()
 
 
 class Program:
@@ -309,10 +339,16 @@ class Program:
         # evaluate.agents.AgentGroup.code; its arrays are inputs); a rollout with a host
         # actor is not exported (its callback cannot be serialised), its start program is.
         host = any(a.host for a in actors)
-        ident = repr(key) if key.num_devices == 1 else None
+        traced = dataclasses.replace(key, compile_options=())  # what the trace depends on
+        ident = repr(traced) if key.num_devices == 1 else None
         label = f"{key.protocol}:{names}"
-        self.start = _Compiled(start, f"rollout-start:{label}", ident and f"start:{ident}")
-        self.advance = _Compiled(advance, f"rollout:{label}", None if host else ident, donate=1)
+        opts = dict(key.compile_options)
+        self.start = _Compiled(
+            start, f"rollout-start:{label}", ident and f"start:{ident}", options=opts
+        )
+        self.advance = _Compiled(
+            advance, f"rollout:{label}", None if host else ident, donate=1, options=opts
+        )
 
     @property
     def classes(self) -> tuple[TeamClass, ...]:
