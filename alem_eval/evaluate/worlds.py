@@ -15,7 +15,8 @@ compile: 20-40 s of a cold call on a 2-core CPU) more than once per world.
 A file is used only when it was made by the same code for the same world: its name and
 contents carry :func:`world_identity` (the world statics, the difficulty's values, the
 alem-env and JAX versions, the backend, the PRNG settings), and it holds worlds for a
-sequence of keys of which the request must be a prefix (20 worlds serve a call for 8).
+sequence of keys among which every key of the request must be (the 20 shipped worlds serve a
+call for 8, or the renderer's episode 3).
 Every file carries a SHA-256 of its contents; a file that cannot be read or whose digest
 does not match is ignored (one :class:`WorldCacheWarning`) and the worlds are reset
 again: never a wrong world. The worlds returned are bitwise those of the reset program.
@@ -102,11 +103,10 @@ def fixed_worlds(world: Any, dyn: Mapping[str, Any], keys: Sequence[Any]) -> tup
         stored = _read_memo(path, stat.st_mtime_ns, stat.st_size, ident)
         if stored is None and path.parent != PACKAGE_DIR:  # (warned): made again below
             path.unlink(missing_ok=True)
-        if stored is not None and _is_prefix(want, stored[0]):
+        rows = None if stored is None else _rows(want, stored[0])
+        if rows is not None:
             _, treedef, leaves = stored
-            return jax.tree_util.tree_unflatten(
-                treedef, [jax.device_put(x[: len(want)]) for x in leaves]
-            )
+            return jax.tree_util.tree_unflatten(treedef, [jax.device_put(x[rows]) for x in leaves])
     out = reset_fresh(world, dyn, keys)
     try:
         write_worlds(
@@ -148,8 +148,12 @@ def _candidates(ident: str) -> list[Path]:
     return found
 
 
-def _is_prefix(want: np.ndarray, have: np.ndarray) -> bool:
-    return len(want) <= len(have) and bool(np.array_equal(want, have[: len(want)]))
+def _rows(want: np.ndarray, have: np.ndarray) -> np.ndarray | None:
+    """The rows of ``have`` (stored keys ``[K, 2]``) holding each key of ``want``, in
+    order; None unless every one is there."""
+    index = {tuple(k): i for i, k in enumerate(have.tolist())}
+    rows = [index.get(tuple(k)) for k in want.tolist()]
+    return None if any(r is None for r in rows) else np.asarray(rows, np.int64)
 
 
 def _digest(*chunks: bytes) -> str:
