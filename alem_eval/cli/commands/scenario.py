@@ -14,10 +14,20 @@ from typing import Annotated
 import typer
 
 from alem_eval.cli.app import app
-from alem_eval.cli.console import OutputFormat, emit_json, emit_records, err_console
+from alem_eval.cli.console import (
+    OutputFormat,
+    emit_json,
+    emit_records,
+    err_console,
+    split_over_devices,
+)
 from alem_eval.cli.options import (
+    BatchOpt,
+    DevicesOpt,
+    RecordOpt,
     CacheDirOpt,
     DifficultyFilterOpt,
+    DryRunOpt,
     EnvMismatch,
     EnvMismatchOpt,
     EpisodesOpt,
@@ -112,6 +122,10 @@ def scenario(
         Path, override(OutDirOpt, help="Output directory (scenario.png, scenario.json).")
     ] = Path("alem-eval-scenario"),
     on_env_mismatch: EnvMismatchOpt = EnvMismatch.error,
+    batch: BatchOpt = None,
+    devices: DevicesOpt = None,
+    record: RecordOpt = None,
+    dry_run: DryRunOpt = False,
     fmt: PaperFormatOpt = PaperFormat.table,
 ) -> None:
     """Your agent with the baselines: how does it do with partners it never trained with?
@@ -147,10 +161,26 @@ def scenario(
     from alem_eval.analysis.results import open_store
     from alem_eval.scoring.scenario import plot_scenario, run_scenario
 
+    split_over_devices(devices)  # before JAX starts its backends
     args = parse_focal_args(focal_arg or [])
-    src = open_source(source, repo=repo, revision=revision, cache_dir=cache_dir)
+    src = open_source(source, repo=repo, revision=revision, cache_dir=cache_dir, read_only=dry_run)
     require_selection(src, selectors, command="scenario", filters=(difficulty,))
     cells = src.select(list(selectors or []), difficulties=split_commas(difficulty))
+    if dry_run:
+        from alem_eval.cli.console import emit_plan
+        from alem_eval.scoring.plan import plan_scenario
+
+        plan = plan_scenario(
+            src,
+            cells,
+            focal=focal,
+            mode=mode.value,
+            eval_difficulty=eval_difficulty.value if eval_difficulty else None,
+            num_episodes=episodes,
+            max_steps=max_steps,
+        )
+        emit_plan(plan, fmt.records)
+        return
     enable_compilation_cache()
 
     def progress(message: str) -> None:
@@ -171,6 +201,8 @@ def scenario(
             store=open_store(results),
             on_env_mismatch=on_env_mismatch.value,
             fresh=fresh,
+            batch=batch,
+            record_dir=record,
             on_progress=progress,
         )
     for note in notes:
