@@ -210,10 +210,15 @@ def _play(
                     where=cell.id,
                 )
         own = {c for m in stack for c in m.team.slots}
-        like = next(loaded[c].cfg for m in stack for c in m.team.slots if c in loaded)
+        key_chain = next(loaded[c].cfg for m in stack for c in m.team.slots if c in loaded)
+        env = next(loaded[c].cfg for c in names if c in loaded)  # (the first cell's, as ever)
         cfgs = [
             # an agent plays in the stack's env; padding from another stack where this one does
-            like if c in agents else loaded[c].cfg if c in own else _as_padding(loaded[c].cfg, like)
+            env
+            if c in agents
+            else loaded[c].cfg
+            if c in own
+            else _as_padding(loaded[c].cfg, key_chain)
             for c in names
         ]
         weights = [None if c in agents else loaded[c].weights for c in names]
