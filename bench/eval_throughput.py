@@ -60,6 +60,13 @@ def main(argv=None) -> int:
         "many CPU devices, as `score --devices auto` splits the work (separate process; "
         "default: one per core when there are several, 0 = skip)",
     )
+    ap.add_argument(
+        "--cli",
+        action="store_true",
+        help="(b) through `alem-eval score` with its default settings (no --batch: the "
+        "default layout) on a local release of --checkpoints copies of the cell, instead "
+        "of run_stack with every episode in its own slot",
+    )
     ap.add_argument("--evaluator-only", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.evaluator_only:
@@ -130,7 +137,11 @@ def main(argv=None) -> int:
     fused_args = (stacked, setup["obs_b"], state_b, setup["keys_b"])
 
     # (b) the evaluator ------------------------------------------------------------------
-    evaluator = _EvaluatorRunner(cfg, cell.weights, difficulty, k, e, t)
+    evaluator = (
+        _CliRunner(args.cell, k, e, t)
+        if args.cli
+        else _EvaluatorRunner(cfg, cell.weights, difficulty, k, e, t)
+    )
 
     # (c) upstream-style loop ------------------------------------------------------------
     upstream_loop = _upstream_loop(setup, args.upstream_steps)
@@ -171,7 +182,7 @@ def main(argv=None) -> int:
     assert all(run["digest"] == ev_best["digest"] for run in evaluator.runs), (
         "the evaluator is not deterministic"
     )
-    for name, label in LABELS.items():
+    for name, label in _labels(args).items():
         if name in r:
             print(f"({name}) {label:60s} {r[name]:9.1f} steps/s", flush=True)
     print(
@@ -221,9 +232,15 @@ LABELS = {
     "d": "policy forward alone at B",
     "e": "fused limit: policy + env step in one scan, no evaluator code",
     "b": "evaluator, run_stack(protocol='fast'), end to end",
+    "b_cli": "evaluator through `alem-eval score`, default settings, end to end",
     "b_rollout": "evaluator, its rollout program alone",
     "c": "upstream-style loop (Python loop, jitted step, sync per step, B=1)",
 }
+
+
+def _labels(args) -> dict[str, str]:
+    """:data:`LABELS`, (b) named as it ran (``--cli``: through the CLI's defaults)."""
+    return {**LABELS, "b": LABELS["b_cli"]} if args.cli else LABELS
 
 
 def _fmt(d: dict) -> str:
@@ -236,7 +253,7 @@ def _setup(cell, difficulty: str, k: int, e: int) -> dict:
     import jax.numpy as jnp
 
     from alem_eval.envs.eval_env import get_eval_env
-    from alem_eval.evaluate.group import _resets
+    from alem_eval.evaluate.group import reset_worlds
     from alem_eval.evaluate.settings import eval_statics, fast_keys
     from alem_eval.model.policies import make_policy
 
@@ -245,7 +262,7 @@ def _setup(cell, difficulty: str, k: int, e: int) -> dict:
     dyn = env.difficulty_params(difficulty)
     variables = spec.policy_variables(cell.weights)
     worlds, chains = fast_keys(e)
-    obs0, state0 = _resets(env.statics.world, dyn, list(worlds))
+    obs0, state0 = reset_worlds(env.statics.world, dyn, list(worlds))
     tile = lambda x: jnp.concatenate([x] * k)
     obs_b, state_b, keys_b = jax.tree_util.tree_map(tile, (obs0, state0, chains))
     return dict(
@@ -292,6 +309,67 @@ class _EvaluatorRunner:
             )
         )
         return res
+
+
+class _CliRunner:
+    """(b) through ``alem-eval score`` in this process with the CLI's default settings (no
+    ``--batch``; ``--devices`` as the process's devices are): ``k`` hard-linked copies of
+    the cell as a local release ``bench/<algorithm>/<difficulty>/seed<i>``, ``e`` episodes
+    capped at ``t`` steps, a fresh results store every call (nothing is read back)."""
+
+    def __init__(self, cell_dir: Path, k, e, t):
+        import json
+        import shutil
+        import tempfile
+
+        self.tmp = Path(tempfile.mkdtemp(prefix="alem-throughput-"))
+        data = json.loads((cell_dir / "config.json").read_text())
+        algorithm, difficulty = cell_dir.parts[-3], cell_dir.parts[-2]
+        for i in range(k):
+            dst = self.tmp / "release" / "bench" / algorithm / difficulty / f"seed{i}"
+            shutil.copytree(cell_dir / "checkpoint", dst / "checkpoint", copy_function=os.link)
+            if isinstance(data.get("config"), dict):
+                data["config"]["SEED"] = i
+            (dst / "config.json").write_text(json.dumps(data))
+        self.argv = ["score", "bench", "--source", str(self.tmp / "release")]
+        self.argv += ["--episodes", str(e), "--max-steps", str(t), "--format", "json"]
+        self.runs: list[dict] = []
+
+    def __call__(self):
+        import contextlib
+        import io
+        import json
+
+        from alem_eval.cli.app import main as cli_main
+        from alem_eval.evaluate import group, rollout
+
+        results = self.tmp / f"results{len(self.runs)}"
+        split = {"slot_steps": 0, "timing": {}}
+        run_group = group.run_group
+
+        def counted(*a, **kw):
+            out = run_group(*a, **kw)
+            split["slot_steps"] += out[2]
+            for key, v in group.LAST_TIMINGS.items():
+                split["timing"][key] = split["timing"].get(key, 0.0) + v
+            return out
+
+        rollout.run_group = counted  # type: ignore[assignment]
+        out = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+                cli_main([*self.argv, "--results", str(results)])
+        finally:
+            rollout.run_group = run_group  # type: ignore[assignment]
+        records = [[dict(ep) for ep in r["episodes"]] for r in json.loads(out.getvalue())]
+        self.runs.append(
+            dict(
+                steps=int(sum(ep["episode_length"] for row in records for ep in row)),
+                slot_steps=int(split["slot_steps"]),
+                timing=split["timing"],
+                digest=_records_digest(records),
+            )
+        )
 
 
 def _upstream_loop(setup: dict, default_steps: int):
@@ -342,7 +420,7 @@ def _run_multi(args, difficulty: str, n_dev: int, digest: str) -> dict | None:
     cmd += ["--cell", str(args.cell), "--checkpoints", str(args.checkpoints)]
     cmd += ["--episodes", str(args.episodes), "--steps", str(args.steps)]
     cmd += ["--difficulty", difficulty, "--repeats", str(args.repeats)]
-    cmd += ["--upstream-steps", str(args.upstream_steps)]
+    cmd += ["--upstream-steps", str(args.upstream_steps), *(["--cli"] if args.cli else [])]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("EVALUATOR ")]
     if proc.returncode != 0 or not line:
@@ -397,7 +475,11 @@ def _evaluator_only(args) -> int:
         n_dev,
     )
     fused_args = (setup["stacked"], setup["obs_b"], setup["state_b"], setup["keys_b"])
-    evaluator = _EvaluatorRunner(cell.cfg, cell.weights, args.difficulty, k, e, t)
+    evaluator = (
+        _CliRunner(args.cell, k, e, t)
+        if args.cli
+        else _EvaluatorRunner(cell.cfg, cell.weights, args.difficulty, k, e, t)
+    )
     upstream_loop = _upstream_loop(setup, args.upstream_steps)
     jax.block_until_ready(fused(*fused_args))
     evaluator()
@@ -450,9 +532,10 @@ def _write(args, cfg, difficulty, b, r, limit, ratios, ev_best, load_before, loa
         )
     except ValueError:
         cell_name = str(args.cell)
-    rows = [f"| ({n}) {LABELS[n]} | {r[n]:.1f} |" for n in ("a", "d", "e")]
+    labels = _labels(args)
+    rows = [f"| ({n}) {labels[n]} | {r[n]:.1f} |" for n in ("a", "d", "e")]
     rows.append(f"| additive limit 1/(1/a + 1/d) | {limit:.1f} |")
-    rows += [f"| ({n}) {LABELS[n]} | {r[n]:.1f} |" for n in ("b", "b_rollout", "c")]
+    rows += [f"| ({n}) {labels[n]} | {r[n]:.1f} |" for n in ("b", "b_rollout", "c")]
     multi = ""
     if "b_multi" in r:
         n_dev = r["b_multi_devices"]

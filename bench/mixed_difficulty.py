@@ -12,8 +12,12 @@ compile (JAX's monitoring events). Printed: per run wall and process CPU time, p
 compiled, and the ratio of the whole selection to the one cell (wall and CPU), each
 measured ``--runs`` times, alternating (the machine may be shared: CPU time is the steadier).
 
+With ``--fixtures``, the release is instead the five tiny test fixture cells (4 algorithms
+trained on easy, medium and hard: ``tiny/<algorithm>/<difficulty>/seed<N>``, hard-linked from
+``ALEM_EVAL_FIXTURES``, default ``../shared/fixtures/hub``) against ``tiny/ippo-rnn/easy/seed0``.
+
     .venv/bin/python bench/mixed_difficulty.py [--seeds 5] [--episodes 8] [--max-steps 300]
-        [--runs 1] [--warm] [--json FILE]
+        [--runs 1] [--warm] [--json FILE] [--fixtures]
 """
 
 from __future__ import annotations
@@ -54,6 +58,15 @@ def build_release(root: Path, seeds: int) -> int:
                 (dst / "config.json").write_text(json.dumps(data, indent=1))
                 n += 1
     return n
+
+
+def fixture_release(root: Path) -> int:
+    """The tiny fixture cells under ``root`` (hard links) -> cell count."""
+    hub = Path(os.environ.get("ALEM_EVAL_FIXTURES", REPO.parent / "shared" / "fixtures" / "hub"))
+    cells = sorted(p.parent for p in (hub / "tiny").glob("*/*/*/config.json"))
+    for src in cells:
+        shutil.copytree(src, root / src.relative_to(hub), copy_function=os.link)
+    return len(cells)
 
 
 def child(args) -> int:
@@ -171,6 +184,11 @@ def main(argv=None) -> int:
     ap.add_argument("--warm", action="store_true", help="also a warm run of the selection")
     ap.add_argument("--json", type=Path, help="write the runs here")
     ap.add_argument(
+        "--fixtures",
+        action="store_true",
+        help="the five tiny fixture cells (4 algorithms, 3 difficulties) instead of demo copies",
+    )
+    ap.add_argument(
         "--layouts",
         help="instead: one cell at these --batch values (e.g. 8,4), fresh processes sharing "
         "one cache, cold first: which programs a new layout traces and compiles again",
@@ -192,9 +210,10 @@ def main(argv=None) -> int:
         return layouts(args, [int(b) for b in args.layouts.split(",")])
     with tempfile.TemporaryDirectory(prefix="alem-release-") as tmp:
         release = Path(tmp) / "release"
-        cells = build_release(release, args.seeds)
+        cells = fixture_release(release) if args.fixtures else build_release(release, args.seeds)
+        one_cell = "tiny/ippo-rnn/easy/seed0" if args.fixtures else ONE_CELL
         for i in range(args.runs):
-            for name, select in (("one cell", [ONE_CELL]), (f"{cells} cells", [])):
+            for name, select in (("one cell", [one_cell]), (f"{cells} cells", [])):
                 res = run_one(args, release, select, None)
                 res["run"], res["name"] = i, name
                 rows.append(res)
@@ -215,6 +234,7 @@ def main(argv=None) -> int:
         date=time.strftime("%Y-%m-%d"),
         commit=commit(),
         seeds=args.seeds,
+        fixtures=args.fixtures,
         episodes=args.episodes,
         max_steps=args.max_steps,
         batch=args.batch,

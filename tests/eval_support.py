@@ -164,3 +164,19 @@ def run_on_host_devices(script: str, devices: int) -> dict:
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
     return json.loads(line[len("RESULT") :])
+
+
+def as_run_teams(run_stack):
+    """A fake ``run_stack(cfgs, weights, **kw)`` (one checkpoint per self-play team) as the
+    ``run_teams(cfgs, weights, teams, **kw)`` the orchestration calls: checkpoint k of the
+    fake is team k, with its member's config and weights (a recording names it by its
+    member)."""
+    from alem_eval.evaluate.records import RecordTo
+
+    def run_teams(cfgs, weights, teams, *, record=None, **kw):
+        assert all(len(set(team)) == 1 for team in teams), teams  # self-play only
+        m = [team[0] for team in teams]
+        rec = None if record is None else RecordTo(record.recorder, [record.names[i] for i in m])
+        return run_stack([cfgs[i] for i in m], [weights[i] for i in m], record=rec, **kw)
+
+    return run_teams

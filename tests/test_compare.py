@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from alem_eval.evaluate import rollout
+from tests.eval_support import as_run_teams
 from alem_eval.evaluate.rollout import RolloutProgress, StackResult
 from alem_eval.evaluate.settings import CHUNK, FAST_MAX_STEPS
 from alem_eval.scoring.compare import compare_paired, compare_scores, compare_sources
@@ -115,7 +116,7 @@ def two_sources(tmp_path, fixtures_root, monkeypatch):
                 on_team(k, records[k])
         return StackResult(records, [None] * len(cfgs), protocol, eval_difficulty, CHUNK)
 
-    monkeypatch.setattr(rollout, "run_stack", run_stack)
+    monkeypatch.setattr(rollout, "run_teams", as_run_teams(run_stack))
     make.calls = calls
     make.groups_per_source = 1
     return make
@@ -225,18 +226,18 @@ def test_an_interrupted_compare_keeps_what_it_scored(two_sources, tmp_path, monk
     a, b = two_sources(cell)
     (tmp_path / "B" / cell / "checkpoint" / "RETRAINED").write_text("another checkpoint")
     store = ResultsStore(tmp_path / "store")
-    stub = rollout.run_stack
+    stub = rollout.run_teams
 
     def interrupted(*args, **kw):
         if len(two_sources.calls) == 1:  # source B's evaluation: Ctrl-C
             raise KeyboardInterrupt
         return stub(*args, **kw)
 
-    monkeypatch.setattr(rollout, "run_stack", interrupted)
+    monkeypatch.setattr(rollout, "run_teams", interrupted)
     with pytest.raises(KeyboardInterrupt):
         compare_sources([a, b], [cell], episodes=6, reps=500, store=store)
     assert [e.key.cell for e in store.entries()] == [cell]  # source A's scores are kept
-    monkeypatch.setattr(rollout, "run_stack", stub)
+    monkeypatch.setattr(rollout, "run_teams", stub)
     [row] = compare_sources([a, b], [cell], episodes=6, reps=500, store=store)
     assert len(two_sources.calls) == 2  # only B was evaluated again
     assert row["verdict"] == "A better"

@@ -110,6 +110,30 @@ def test_crossplay_plan_counts_the_scheme_teams():
         plan_crossplay(src, cells)
 
 
+def test_scenario_plan_counts_its_teams_without_loading_the_agent(capsys):
+    """Two populations of one cell each: per population its self-play, then per mode the
+    focal in each of 3 slots and the other cell (the stranger) in the same 3; A visiting
+    B is B resident with A, so the strangers' teams are 6, not 12 (each team plays
+    once). The focal spec names a file that does not exist: the plan never loads it."""
+    from alem_eval.scoring.plan import plan_scenario
+
+    src = open_source(str(FIXTURES))
+    cells = src.select(["tiny/ippo-rnn/easy/seed0", "tiny/pqn-vdn-rnn/easy/seed0"])
+    plan = plan_scenario(src, cells, focal="nowhere.py:agent", num_episodes=2, max_steps=25)
+    assert plan.command == "scenario" and plan.teams == 2 * (1 + 2 * 3) + 6
+    assert plan.episodes == 2 * plan.teams and plan.max_env_steps == 25 * plan.episodes
+    visitor = plan_scenario(src, cells, focal="x", mode="visitor", num_episodes=2)
+    assert visitor.teams == 2 * (1 + 3 + 3)
+    with pytest.raises(SystemExit) as exc:
+        main(
+            ["scenario", "--focal", "nowhere.py:agent", "tiny/*/easy", "--source", str(FIXTURES)]
+            + ["--dry-run", "--format", "json", "--episodes", "2", "--max-steps", "25"]
+        )
+    assert exc.value.code == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["command"] == "scenario" and doc["totals"]["teams"] == plan.teams
+
+
 # ----------------------------------------------------------------------------------------
 # CLI
 # ----------------------------------------------------------------------------------------

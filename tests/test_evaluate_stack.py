@@ -164,6 +164,45 @@ def test_only_short_runs_on_a_cpu_get_the_quicker_compile_options(monkeypatch):
     assert programs.compile_options_for(8 * 300) == ()
 
 
+def test_a_selection_of_four_algorithms_on_three_difficulties_compiles_one_rollout(cell_copy):
+    """The five tiny cells (4 algorithms, trained on easy, medium and hard), each scored on
+    its own difficulty in one ``score_cells``: every stack is padded to the networks of the
+    whole selection (a difficulty lacking a network plays a copy of another difficulty's
+    cell, unreported), so ONE rollout program scores all three difficulties, and each
+    cell's records are those of an evaluator call on that cell alone."""
+    from alem_eval.evaluate.programs import _PROGRAMS
+    from alem_eval.hub.sources import open_source
+    from alem_eval.scoring.score import ScoreOptions, score_cells
+    from tests.conftest import TINY_CELLS
+
+    root = cell_copy(TINY_CELLS[0]).parents[3]
+    for cell_id in TINY_CELLS[1:]:
+        cell_copy(cell_id)
+    source = open_source(root)
+    cells = source.select(["tiny"])
+    assert sorted(c.id for c in cells) == sorted(TINY_CELLS)
+    assert len({c.algorithm for c in cells}) == 4 and len({c.difficulty for c in cells}) == 3
+    made, programs = programs_made(), len(_PROGRAMS)
+    scores = score_cells(
+        source, cells, options=ScoreOptions(num_episodes=FAST_EPISODES, max_steps=12)
+    )
+    # (none when an earlier test of the group compiled the same shapes: 1 alone)
+    assert programs_made() - made <= 1 and len(_PROGRAMS) - programs <= 1
+    assert [s.cell.id for s in scores] == [c.id for c in cells]
+    for s in scores:
+        cell = load(s.cell.id)
+        assert s.eval_difficulty == cell.difficulty
+        alone = run_stack(
+            [cell.cfg],
+            [cell.weights],
+            protocol="fast",
+            eval_difficulty=cell.difficulty,
+            num_episodes=FAST_EPISODES,
+            max_steps=12,
+        )
+        assert [dict(e) for e in s.episodes] == alone.records[0], s.cell.id
+
+
 def test_fast_defaults_follow_the_spec():
     assert (FAST_NUM_EPISODES, FAST_MAX_STEPS, FAST_WORLD_SEED) == (20, 10_000, 9999)
     worlds, chains = fast_keys(3)

@@ -24,6 +24,7 @@ from alem_eval.hub.manifest import Cell
 from alem_eval.analysis.metrics import SUMMARY_METRICS, metric_info
 from alem_eval.scoring.score import CellScore, ScoreOptions, env_steps, episode_rows, score_cells
 from alem_eval.hub.sources import open_source
+from tests.eval_support import as_run_teams
 
 CELL = "tiny/ippo-rnn/easy/seed0"
 
@@ -44,6 +45,7 @@ def fake_evaluator(monkeypatch):
 
     calls = _Calls()
     calls.paddings = []
+    calls.structures = []  # per call: each checkpoint's (algorithm, network key)
 
     def run_stack(
         cfgs,
@@ -64,6 +66,7 @@ def fake_evaluator(monkeypatch):
             check_env_version(cfg, on_mismatch=on_env_mismatch, where=f"checkpoint {i}")
         calls.append(dict(n=len(cfgs), protocol=protocol, eval_difficulty=eval_difficulty))
         calls.paddings.append(sorted(padding))
+        calls.structures.append([(c.algorithm, c.network_key) for c in cfgs])
         records = [
             []
             if k in padding
@@ -92,7 +95,7 @@ def fake_evaluator(monkeypatch):
             chunk=CHUNK,
         )
 
-    monkeypatch.setattr(rollout, "run_stack", run_stack)
+    monkeypatch.setattr(rollout, "run_teams", as_run_teams(run_stack))
     return calls
 
 
@@ -296,6 +299,29 @@ def test_stacks_are_padded_to_one_structure_and_the_padding_is_never_scored(
     assert [s.cell.id for s in scores] == [c.id for c in cells]
 
 
+def test_stacks_of_every_difficulty_share_one_structure(cell_copy, fake_evaluator):
+    """The five tiny cells (4 algorithms) on their own three difficulties: one call per
+    difficulty, each padded to the networks of the whole selection in one order (one
+    compiled program for all), a network a difficulty lacks filled with another
+    difficulty's cell; every cell scored once, on its own difficulty."""
+    from tests.conftest import TINY_CELLS
+
+    root = cell_copy(TINY_CELLS[0]).parents[3]
+    for cell_id in TINY_CELLS[1:]:
+        cell_copy(cell_id)
+    src = open_source(root)
+    cells = src.select(["tiny"])
+    scores = score_cells(src, cells, options=ScoreOptions(num_episodes=2, max_steps=4))
+    calls = list(fake_evaluator)
+    assert sorted(c["eval_difficulty"] for c in calls) == ["easy", "hard", "medium"]
+    assert len({tuple(s) for s in fake_evaluator.structures}) == 1
+    [structure] = {tuple(s) for s in fake_evaluator.structures}
+    assert sorted({a for a, _ in structure}) == sorted({c.algorithm for c in cells})
+    # easy: IPPO and PQN real; medium: MAPPO; hard: IPPO and HyperMARL
+    assert sorted(len(structure) - len(p) for p in fake_evaluator.paddings) == [1, 2, 2]
+    assert {s.cell.id: s.eval_difficulty for s in scores} == {c.id: c.difficulty for c in cells}
+
+
 @pytest.mark.parametrize(
     "kw, request_args",
     [
@@ -370,10 +396,13 @@ def test_every_stack_of_a_selection_has_one_structure_so_one_program_scores_them
     (padded with repeats), in the same order: the evaluator's program key is the same."""
     from types import SimpleNamespace
 
-    from alem_eval.scoring.score import _stacks
+    from alem_eval.scoring.orchestration import stacks
 
     def job(key, name):
-        return SimpleNamespace(cfg=SimpleNamespace(network_key=key), name=name)
+        return SimpleNamespace(key=key, name=name)
+
+    def shape(m):
+        return m.key
 
     jobs = [
         job("a", "a1"),
@@ -383,15 +412,26 @@ def test_every_stack_of_a_selection_has_one_structure_so_one_program_scores_them
         job("c", "c1"),
         job("c", "c2"),
     ]
-    stacks = _stacks(jobs, max_stack=5)
-    assert [[j.name for j in s] for s, _ in stacks] == [["a1", "b1", "c1"], ["a2", "c2"], ["a3"]]
-    shapes = {tuple(j.cfg.network_key for j in padded) for _, padded in stacks}
+    got = stacks([jobs], 5, shape)
+    assert [[j.name for j in s] for s, _ in got] == [["a1", "b1", "c1"], ["a2", "c2"], ["a3"]]
+    shapes = {tuple(j.key for j in padded) for _, padded in got}
     assert shapes == {("a", "b", "c")}  # one structure, one order
-    assert sorted(j.name for s, _ in stacks for j in s) == sorted(j.name for j in jobs)
+    assert sorted(j.name for s, _ in got for j in s) == sorted(j.name for j in jobs)
+    # Groups (one per eval difficulty) share the structure of them all: a shape a group
+    # lacks is another group's job (the padding plays, unreported).
+    split = stacks([jobs[:3], jobs[3:]], 5, shape)
+    assert [[j.name for j in s] for s, _ in split] == [["a1"], ["a2"], ["a3"], ["b1", "c1"], ["c2"]]
+    assert {tuple(j.key for j in p) for _, p in split} == {("a", "b", "c")}
+    assert [j.name for j in split[0][1]] == ["a1", "b1", "c2"]
     # Two per shape when the stack has room for it; a single shape fills the stack.
-    assert [len(p) for _, p in _stacks(jobs, max_stack=6)] == [6, 6]
-    assert [len(p) for _, p in _stacks(jobs[:3], max_stack=2)] == [2, 2]
-    assert [len(p) for _, p in _stacks(jobs[:1], max_stack=5)] == [1]  # never padded alone
+    assert [len(p) for _, p in stacks([jobs], 6, shape)] == [6, 6]
+    assert [len(p) for _, p in stacks([jobs[:3]], 2, shape)] == [2, 2]
+    assert [len(p) for _, p in stacks([jobs[:1]], 5, shape)] == [1]  # never padded alone
+    # No cap (cross-play, scenarios): each group in one call, never padded.
+    assert [[j.name for j in p] for _, p in stacks([jobs[:3], jobs[3:]], None, shape)] == [
+        ["a1", "a2", "a3"],
+        ["b1", "c1", "c2"],
+    ]
 
 
 def test_reference_warns_and_records_what_it_assumed_without_a_full_config(

@@ -112,3 +112,13 @@ def warning_lines(*categories: type[Warning]) -> Iterator[None]:
             warnings.simplefilter("always", category)
         warnings.showwarning = show
         yield
+
+
+def split_over_devices(devices: str | None) -> None:
+    """``--devices``: expose that many CPU devices to JAX (before it starts its backends;
+    ``auto``: one per core) and say so on stderr; unset leaves JAX's devices as they are."""
+    from alem_eval.core.runtime import parse_devices, use_host_devices
+
+    n = parse_devices(devices)
+    if n is not None and use_host_devices(n):
+        err_console.print(f"splitting the work over {n} CPU devices", highlight=False)

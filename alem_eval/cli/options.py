@@ -494,6 +494,39 @@ MaxStepsOpt = Annotated[
         "--max-steps", help="Step cap per episode (default: the protocol's, 10000 for fast)."
     ),
 ]
+BatchOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--batch",
+        help="Batch slots of the compiled rollout, shared out over the call's teams "
+        "(default: 64 per core on a CPU, 4096 on a GPU, and at least 8 per team or all "
+        "its episodes). A slot whose episode ended takes its team's next episode at the "
+        "next step, inside the compiled loop; fewer slots bound memory and shorten the "
+        "idle tail, more vectorise further.",
+    ),
+]
+RecordOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--record",
+        help="Also record every evaluated step (observations, legal actions, actions, "
+        "rewards, dones, team achievements) into this directory, streamed in compressed "
+        "chunks as the rollout runs; 'alem-eval dataset export' turns it into Flashbax "
+        "vaults. A rerun completes an interrupted recording; episodes there that another "
+        "checkpoint, config, --max-steps or env version made are recorded again (a "
+        "warning says what differs).",
+    ),
+]
+DevicesOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--devices",
+        help="CPU: split the batch over N host devices, one per core with 'auto' (the "
+        "Alem step is single-threaded, so this scales with cores). 'reference' numbers "
+        "are identical however they are split; 'fast' ones may differ in rare near-ties, "
+        "so leave it unset for numbers that must not depend on the core count.",
+    ),
+]
 ShardOpt = Annotated[
     str | None,
     typer.Option(

@@ -46,14 +46,17 @@ SLOTS_PER_PORT = 16  # one refill port (a slot taking a new episode after a step
 # Recording: the default batch keeps what one call hands the host near this size.
 RECORD_LOG_BYTES = 256 * 2**20
 CAPACITY_BUCKET = 1024  # the reward buffer is sized to max_steps rounded up to this
-# Batch slots when --batch is not given (continuous batching; see Machine): on a CPU a
-# small multiple of the cores (BENCHMARKS.md: 100 slots vectorise better than 35, but on
-# ragged episode lengths their idle tail costs more than that gains), on an accelerator
+# Batch slots when --batch is not given (continuous batching; see Machine): on a CPU
+# enough per core that a stack of 5 cells x the fast protocol's 20 episodes has every
+# episode live at once on a 2-core machine (BENCHMARKS.md, "Evaluation throughput": 0.93
+# of the fused env + policy limit there, against 0.75-0.81 at 16 per core; a team never
+# gets more slots than it has episodes, so small runs take no more); on an accelerator
 # enough to keep it full; and never fewer than MIN_SLOTS_PER_TEAM per team (or all its
 # episodes): a team's policy step reads all of its weights once per step however few
 # slots it drives, and on a CPU one or two slots per team leave most of the step to that
-# (BENCHMARKS.md, "Slots per team").
-CPU_SLOTS_PER_CORE = 16
+# (BENCHMARKS.md, "Slots per team"). Ragged episode lengths favour fewer slots (the idle
+# tail of the last round: BENCHMARKS.md, "Continuous batching"); --batch sets it.
+CPU_SLOTS_PER_CORE = 64
 MIN_SLOTS_PER_TEAM = 8
 # ... up to this many slots in all, per device (~7 MB of working memory per slot on a CPU).
 FLOOR_MAX_SLOTS = 1024

@@ -225,6 +225,8 @@ def run_crossplay(
     confidence: float = DEFAULT_CONFIDENCE,
     store: ResultsStore | None = None,
     on_env_mismatch: str = "error",
+    batch: int | None = None,
+    record_dir: Path | None = None,
     on_progress: Callable[[str], None] | None = None,
     on_episodes: Callable[[Any], None] | None = None,
 ) -> CrossplayResult:
@@ -237,7 +239,9 @@ def run_crossplay(
     soon as its last episode ends (a run killed part-way keeps every team that finished),
     before any statistic is computed. Raises :class:`~alem_eval.core.errors.AlemEvalError` s,
     one line each, naming the cell: cells that cannot be resolved or loaded, cells that
-    need different env configurations, bad options.
+    need different env configurations, bad options. ``batch``: the evaluator's batch
+    slots (None: its default layout); ``record_dir``: every played step is recorded there
+    (a dataset of the teams' episodes, as ``score --record`` makes one).
 
     Progress: ``on_progress(message)`` a line per step (the teams to score, the teams
     played: :func:`~alem_eval.scoring.play.play_teams`); ``on_episodes(RolloutProgress)``
@@ -255,6 +259,8 @@ def run_crossplay(
         teams,
         w,
         store=store,
+        batch=batch,
+        record_dir=record_dir,
         on_progress=on_progress,
         on_episodes=on_episodes,
     )

@@ -1,4 +1,4 @@
-"""What ``pull``, ``score`` and ``crossplay`` would do, without doing it (``--dry-run``).
+"""What ``pull``, ``score``, ``crossplay`` and ``scenario`` would do, without doing it (``--dry-run``).
 
 A plan lists the cells, the files and bytes to download, the episodes and an upper bound
 of the env steps (every episode running to its step cap; cells or teams already in the
@@ -19,10 +19,11 @@ sizes depend on; a note says so).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from alem_eval.core.errors import UsageError
 from alem_eval.core.units import format_bytes
 
 if TYPE_CHECKING:
@@ -177,26 +178,73 @@ def plan_crossplay(
     """What :func:`alem_eval.scoring.crossplay.run_crossplay` would download and play: the
     scheme's teams (:func:`alem_eval.scoring.teams.compositions`), each for ``num_episodes``
     episodes of at most ``max_steps`` steps, with its checks of the options."""
-    from alem_eval.scoring.play import shared_difficulty
-    from alem_eval.scoring.teams import DEFAULT_MAX_TEAMS, PROTOCOL, check_scheme, compositions
-    from alem_eval.evaluate.settings import FAST_MAX_STEPS, FAST_NUM_EPISODES, validate_request
+    from alem_eval.scoring.teams import DEFAULT_MAX_TEAMS, check_scheme, compositions
 
     check_scheme(scheme)
+
+    def teams(cells: Sequence[Any], slots: int) -> list:
+        return compositions(cells, scheme, max_teams or DEFAULT_MAX_TEAMS, seed, num_slots=slots)
+
+    return plan_teams(source, cells, "crossplay", teams, eval_difficulty, num_episodes, max_steps)
+
+
+def plan_scenario(
+    source,
+    cells: Sequence[Any],
+    *,
+    focal: str,
+    mode: str = "both",
+    eval_difficulty: str | None = None,
+    num_episodes: int | None = None,
+    max_steps: int | None = None,
+) -> RunPlan:
+    """What :func:`alem_eval.scoring.scenario.run_scenario` would download and play: the
+    scenario's teams (:func:`alem_eval.scoring.scenario.scenario_teams`; the focal agent is
+    not loaded: its spec names its slots), each for ``num_episodes`` episodes of at most
+    ``max_steps`` steps."""
+    from alem_eval.scoring.scenario import FOCAL_PREFIX, check_mode, scenario_teams
+
+    modes = check_mode(mode)
+
+    def teams(cells: Sequence[Any], slots: int) -> list:
+        ids = [c.id for c in cells]
+        return [t.team for t in scenario_teams(ids, modes, FOCAL_PREFIX + focal, slots)]
+
+    return plan_teams(source, cells, "scenario", teams, eval_difficulty, num_episodes, max_steps)
+
+
+def plan_teams(
+    source,
+    cells: Sequence[Any],
+    command: str,
+    build: Callable[[Sequence[Any], int], Sequence[Any]],
+    eval_difficulty: str | None,
+    num_episodes: int | None,
+    max_steps: int | None,
+) -> RunPlan:
+    """The plan of a way of playing teams: the cells to download and the teams that
+    ``build(cells, slots per team)`` draws, each for ``num_episodes`` episodes of at most
+    ``max_steps`` steps on the cells' shared difficulty (or ``eval_difficulty``)."""
+    from alem_eval.scoring.play import shared_difficulty
+    from alem_eval.scoring.teams import PROTOCOL
+    from alem_eval.evaluate.settings import FAST_MAX_STEPS, FAST_NUM_EPISODES, validate_request
+
     cells = list({c.id: c for c in cells}.values())
+    if not cells:
+        raise UsageError(f"{command} needs at least one cell")
     configs = {c.id: _config(source, c) for c in cells}
     resolved = {cell_id: (None, cfg, None) for cell_id, (cfg, _) in configs.items()}
     eval_difficulty = eval_difficulty or shared_difficulty(cells, resolved)
     validate_request(PROTOCOL, eval_difficulty, num_episodes, max_steps)
     num_episodes = num_episodes or FAST_NUM_EPISODES
     max_steps = max_steps or FAST_MAX_STEPS
-    slots = configs[cells[0].id][0].env.num_agents
-    teams = compositions(cells, scheme, max_teams or DEFAULT_MAX_TEAMS, seed, num_slots=slots)
+    teams = list(dict.fromkeys(build(cells, configs[cells[0].id][0].env.num_agents)))
     notes = list(source.warnings)
     assumed = [cell_id for cell_id, (_, known) in configs.items() if not known]
     if assumed:
         notes.append(_assumed_note(assumed))
     return RunPlan(
-        "crossplay",
+        command,
         source.description,
         tuple(CellPlan(c.id, *_transfer(source, c)) for c in cells),
         episodes=len(teams) * num_episodes,

@@ -9,12 +9,13 @@ once for all of them:
 2. the keys: each team's :class:`~alem_eval.analysis.result_keys.ResultKey`, with its
    composition (``team``) and the provenance of every member (``team_hash``);
 3. read back: teams the results store holds under their key are not played again;
-4. play: the cells the other teams use are loaded and every team plays in ONE call of
-   the play core (:func:`alem_eval.evaluate.rollout.run_teams`, or
-   :func:`~alem_eval.evaluate.agent_runs.run_agent_teams` when an agent drives some slots);
-5. store: each team's episodes go to the results store as soon as its last episode ends
-   (a run killed part-way keeps every team that finished; an agent's fault stores
-   nothing).
+4. play and store: the one orchestration (:func:`alem_eval.scoring.orchestration.
+   play_matches`, also ``score``'s) loads the cells the other teams use, plays every team
+   in ONE call of the play core (:func:`alem_eval.evaluate.rollout.run_teams`, or
+   :func:`~alem_eval.evaluate.agent_runs.run_agent_teams` when an agent drives some
+   slots), recording every step when asked, and stores each team's episodes as soon as
+   its last episode ends (a run killed part-way keeps every team that finished; an
+   agent's fault stores nothing).
 
 Teams live in the one results store (:mod:`alem_eval.analysis.results`), beside the cells'
 own scores: ``<anchor cell>/<eval_difficulty>/fast-team-<digest>.parquet``, rows with a
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -284,6 +284,8 @@ def play_teams(
     store=None,
     what: str = "",
     fresh: bool = False,
+    batch: int | None = None,
+    record_dir: Path | None = None,
     on_progress: Callable[[str], None] | None = None,
     on_episodes: Callable[[Any], None] | None = None,
 ) -> TeamPlay:
@@ -291,11 +293,15 @@ def play_teams(
     :class:`~alem_eval.evaluate.agents.AgentGroup` each) on ``worlds``; see the module
     docstring. ``store`` (a :class:`~alem_eval.analysis.results.ResultsStore`): teams it
     holds under their key are read back (``fresh``: none is, every team plays again), the
-    others written as each one ends. ``on_progress(message)``: a line for the teams to play
-    (``what`` describes them) and one when they are played (however many: 64 teams are
-    two lines, the episode bar shows the rest); ``on_episodes(RolloutProgress)`` as the
-    rollout's episodes end."""
-    from alem_eval.analysis.result_keys import build_rows, episode_records
+    others written as each one ends. ``batch``: the evaluator's batch slots (None: its
+    default layout). ``record_dir``: every played step recorded there, as ``score
+    --record`` records (:mod:`alem_eval.datasets.recorder`; a team's episodes under
+    ``mixed/<digest>`` of its slots). ``on_progress(message)``: a line for the teams to
+    play (``what`` describes them) and one when they are played (however many: 64 teams
+    are two lines, the episode bar shows the rest); ``on_episodes(RolloutProgress)`` as the
+    rollout's episodes end. ``source`` is kept for the builders' signature (the
+    cells are ``worlds.resolved``)."""
+    from alem_eval.scoring.orchestration import Match, Member, play_matches
 
     note = on_progress or (lambda _m: None)
     agents = dict(agents or {})
@@ -303,86 +309,47 @@ def play_teams(
     members = {c.id: cell_key(c, *worlds.resolved[c.id][:2]) for c in cells}
     members.update({a: CellKey(a, g.identity, "", None) for a, g in agents.items()})
     keys = {t: team_result_key(t, members, worlds.resolved, **worlds.settings) for t in teams}
-    stored: dict[Team, list[dict[str, float]]] = {}
-    for t in teams:
-        frame = store.get(keys[t]) if store is not None and not fresh else None
-        if frame is not None:
-            stored[t] = episode_records(frame)
-    todo = [t for t in teams if t not in stored]
-    note(
-        f"{len(teams)} teams on {worlds.eval_difficulty}{what}: {len(stored)} read back "
-        f"from the results store, {len(todo)} to score"
-    )
-
-    def keep(team: Team, episodes: Sequence[Mapping[str, float]]) -> None:
-        """A team whose episodes all ended: into the store at once, on its own."""
-        if store is not None:
-            store.write(build_rows(keys[team], episodes), keys[team])
-
-    played: dict[Team, list[dict[str, float]]] = {}
-    live, seconds = 0, 0.0
-    if todo:
-        t0 = time.perf_counter()
-        played, live = _play(source, cells, todo, agents, keep, worlds, on_episodes, note)
-        seconds = time.perf_counter() - t0
-        where = f"; stored in {store.root}" if store is not None else ""
-        note(f"scored {len(played)} teams in {seconds:.0f}s{where}")
-    scores = {
-        t: TeamScore(
+    matches = [
+        Match(
             t,
-            keys[t].team_hash,
-            tuple(played[t] if t in played else stored[t]),
-            reused=t not in played,
-            result_key=keys[t],
+            keys[t],
+            producer={"team_hash": keys[t].team_hash, "max_steps": worlds.max_steps},
+            **worlds.settings,
         )
         for t in teams
-    }
-    return TeamPlay(scores, live, seconds)
+    ]
 
+    def read_back(reused: int, todo: int) -> None:
+        note(
+            f"{len(teams)} teams on {worlds.eval_difficulty}{what}: {reused} read back "
+            f"from the results store, {todo} to score"
+        )
 
-def load_team_cells(source, cells, teams) -> tuple[list[Any], dict[str, int]]:
-    """The policies of the ``cells`` some team uses (:func:`alem_eval.model.loader.load_policy_cell`,
-    in ``cells``' order) and each one's index among them, by cell id."""
-    from alem_eval.model.loader import load_policy_cell
-
-    used = [c for c in cells if any(c.id in t.slots for t in teams)]
-    loaded = [load_policy_cell(source, c) for c in used]
-    return loaded, {c.id: i for i, c in enumerate(used)}
-
-
-def _play(
-    source,
-    cells,
-    teams: Sequence[Team],
-    agents: Mapping[str, Any],
-    on_team: Callable[[Team, list[dict[str, float]]], None],
-    worlds: Worlds,
-    on_episodes: Callable[[Any], None] | None,
-    note: Callable[[str], None],
-) -> tuple[dict[Team, list[dict[str, float]]], int]:
-    """Load the cells the teams use and play every team in one call of the play core
-    (agents are members after the cells, each in the first cell's env)."""
-    from alem_eval.evaluate.agent_runs import run_agent_teams
-    from alem_eval.evaluate.rollout import run_teams
-
-    loaded, index = load_team_cells(source, cells, teams)
-    used = {a: g for a, g in agents.items() if any(a in t.slots for t in teams)}
-    index.update({a: len(loaded) + j for j, a in enumerate(used)})
-    env_cfg = loaded[0].cfg if loaded else worlds.resolved[cells[0].id][1]
-    run = dict(
+    outcome = play_matches(
+        {c.id: Member(c, *worlds.resolved[c.id]) for c in cells},
+        matches,
         protocol=PROTOCOL,
-        on_env_mismatch="ignore",  # checked per cell
-        on_team=lambda i, records: on_team(teams[i], records),
-        on_progress=on_episodes,
-        **worlds.settings,
+        agents=agents,
+        store=store,
+        fresh=fresh,
+        batch=batch,
+        record_dir=record_dir,
+        on_read_back=read_back,
+        on_episodes=on_episodes,
+        on_note=note,
     )
-    cfgs = [*(lc.cfg for lc in loaded), *(env_cfg for _ in used)]
-    weights = [*(lc.weights for lc in loaded), *(None for _ in used)]
-    slots = [tuple(index[c] for c in t.slots) for t in teams]
-    if used:
-        by_member = {index[a]: g for a, g in used.items()}
-        result = run_agent_teams(cfgs, weights, slots, by_member, on_note=note, **run)
-    else:
-        result = run_teams(cfgs, weights, slots, **run)
-    out = {t: list(recs) for t, recs in zip(teams, result.records, strict=True)}
-    return out, int(result.live_steps)
+    played = len(matches) - len(outcome.reused)
+    if played:
+        where = f"; stored in {store.root}" if store is not None else ""
+        note(f"scored {played} teams in {outcome.seconds:.0f}s{where}")
+    scores = {
+        m.team: TeamScore(
+            m.team,
+            keys[m.team].team_hash,
+            outcome.episodes[m],
+            reused=m in outcome.reused,
+            result_key=keys[m.team],
+        )
+        for m in matches
+    }
+    return TeamPlay(scores, outcome.live_steps, outcome.seconds)

@@ -390,6 +390,8 @@ def run_scenario(
     store: ResultsStore | None = None,
     on_env_mismatch: str = "error",
     fresh: bool = False,
+    batch: int | None = None,
+    record_dir: Path | None = None,
     on_progress: Callable[[str], None] | None = None,
     on_episodes: Callable[[Any], None] | None = None,
 ) -> ScenarioResult:
@@ -401,8 +403,11 @@ def run_scenario(
     docstring. Teams already in ``store`` are read back (``fresh``: none is, every team
     plays again; the focal's teams read back are said in one ``on_progress`` line); the
     others are written to it as each one's episodes end, after the agent's checks (see
-    docs/scenarios.md for what a fault keeps). ``on_episodes(RolloutProgress)`` as the
-    rollout's episodes end (an episode bar's ``update``)."""
+    docs/scenarios.md for what a fault keeps). ``batch``: the evaluator's batch slots
+    (None: its default layout); ``record_dir``: every played step is recorded there (a
+    dataset of the scenario's episodes, the focal's slots named by its label).
+    ``on_episodes(RolloutProgress)`` as the rollout's episodes end (an episode bar's
+    ``update``)."""
     from alem_eval.scoring.focal_cell import check_focal_world, resolve_focal
 
     modes = check_mode(mode)
@@ -424,6 +429,8 @@ def run_scenario(
         store=store,
         what=f" ({group.label} with {len(cells)} background cells)",
         fresh=fresh,
+        batch=batch,
+        record_dir=record_dir,
         on_progress=on_progress,
         on_episodes=on_episodes,
     )

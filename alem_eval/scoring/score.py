@@ -1,17 +1,17 @@
-"""Score cells end to end: materialise -> resolve -> group into stacks -> evaluate -> store.
+"""Score cells end to end: the self-play way of playing (materialise -> resolve -> keys ->
+the one orchestration, :mod:`alem_eval.scoring.orchestration`).
 
-This is the library behind ``alem-eval score``. Cells whose networks share shapes are
-stacked and evaluated in one compiled, batched call
-(:func:`alem_eval.evaluate.rollout.score_stack`); every finished cell is written to the results store at once (atomically), so an
-interrupted run resumes with the cells that are missing, and a cell already scored under
-the same provenance is read back instead of recomputed.
+This is the library behind ``alem-eval score``: each cell's self-play team on each eval
+difficulty is a match keyed by the cell's own result key; the orchestration stacks them
+(any algorithms, any difficulties: one compiled program), plays them, and writes every
+finished cell to the results store at once (atomically), so an interrupted run resumes
+with the cells that are missing, and a cell already scored under the same provenance is
+read back instead of recomputed.
 """
 
 from __future__ import annotations
 
-import functools
 import math
-import time
 from pathlib import Path
 import warnings
 from collections import defaultdict
@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from collections.abc import Callable, Mapping, Sequence
 
-from alem_eval.core.errors import DatasetError, UsageError
+from alem_eval.core.errors import UsageError
 from alem_eval.analysis.metrics import SUMMARY_METRICS, metric_info, units_fields
+from alem_eval.scoring.orchestration import RecordingWarning as RecordingWarning
 
 if TYPE_CHECKING:
     from alem_eval.evaluate.rollout import RolloutProgress
@@ -223,6 +224,11 @@ def score_cells(
 ) -> list[CellScore]:
     """Score ``cells`` from ``source``; results are read from / written to ``store``.
 
+    The self-play way of playing: one self-play team per cell and eval difficulty, keyed
+    by the cell's own :class:`~alem_eval.analysis.result_keys.ResultKey`, played by the
+    one orchestration (:func:`alem_eval.scoring.orchestration.play_matches`: stacks of at
+    most ``options.max_stack`` cells sharing one compiled program).
+
     ``on_progress(message, done, total)`` is called as cells complete;
     ``on_episodes(progress)`` as the evaluator's episodes finish (a live progress bar:
     episodes done of all that run, env steps, elapsed time; cells read back from the
@@ -237,12 +243,13 @@ def score_cells(
     (unwritable or full disk) raises :class:`DatasetError` once the scores of the stack
     being evaluated are saved.
     """
-    from alem_eval.model import checkpoint as ckpt
-    from alem_eval.evaluate.records import RecordTo
-    from alem_eval.evaluate.rollout import RolloutProgress, run_stack
+    from alem_eval.analysis.result_keys import ResultKey
+    from alem_eval.core.producers import cell_producer
     from alem_eval.evaluate.settings import check_env_version
-    from alem_eval.model.loader import cell_checkpoint_dir, load_cell
-    from alem_eval.analysis.result_keys import ResultKey, build_rows
+    from alem_eval.model import checkpoint as ckpt
+    from alem_eval.model.loader import cell_checkpoint_dir
+    from alem_eval.scoring.orchestration import Match, Member, play_matches
+    from alem_eval.scoring.teams import Team
 
     jobs = _plan(source, cells, options)
     total = len(jobs)
@@ -253,13 +260,13 @@ def score_cells(
         if options.protocol == "reference" and job.cfg.assumed_keys:
             warnings.warn(_assumed_message(job), ReferenceAssumptionWarning, stacklevel=2)
 
-    recorders = _Recorders(record_dir, options.protocol) if record_dir is not None else None
     hashes: dict[str, str] = {}
-    done: dict[tuple[str, str], CellScore] = {}
-    todo: list[_Job] = []
+    matches: list[Match] = []
+    members: dict[str, Member] = {}
     for job in jobs:
         if job.cell.id not in hashes:
             hashes[job.cell.id] = ckpt.checkpoint_hash(cell_checkpoint_dir(job.cell_dir))
+        members.setdefault(job.cell.id, Member(job.cell, job.cell_dir, job.cfg, job.spec))
         job.key = ResultKey.for_run(
             job.cell.id,
             job.cfg,
@@ -269,180 +276,53 @@ def score_cells(
             num_episodes=job.num_episodes,
             max_steps=job.max_steps,
         )
-        if recorders is not None:
-            recorders.declare(job)
-        stored = store.get(job.key) if store is not None else None
-        if stored is not None and (recorders is None or recorders.recorded(job)):
-            done[(job.cell.id, job.eval_difficulty)] = _from_frame(job, stored, options.protocol)
-        else:
-            todo.append(job)
-    if on_progress:
-        on_progress("reused from the results store", len(done), total)
-
-    groups: dict[tuple, list[_Job]] = defaultdict(list)
-    for job in todo:
-        # Any algorithms together: the evaluator runs them in one compiled program.
-        groups[(job.eval_difficulty, job.num_episodes, job.max_steps)].append(job)
-    plan = [sp for group in groups.values() for sp in _stacks(group, options.max_stack)]
-    episodes_total = sum(len(stack) * stack[0].num_episodes for stack, _ in plan)
-    ran = {"episodes": 0, "steps": 0}
-    clock = time.perf_counter()
-
-    def stack_progress(p: RolloutProgress) -> None:
-        if on_episodes is not None:
-            on_episodes(
-                RolloutProgress(
-                    ran["episodes"] + p.episodes_done,
-                    episodes_total,
-                    ran["steps"] + p.live_steps,
-                    time.perf_counter() - clock,
-                )
-            )
-
-    def save(job: _Job, episodes: Sequence[dict[str, float]]) -> None:
-        """Store a cell's scores: as soon as its last episode ends (a run killed
-        while other cells of its stack still run keeps it)."""
-        if store is not None:
-            store.write(
-                build_rows(job.key, episodes),
+        matches.append(
+            Match(
+                Team((job.cell.id,) * job.cfg.env.num_agents),
                 job.key,
+                job.eval_difficulty,
+                job.num_episodes,
+                job.max_steps,
+                producer=cell_producer(
+                    checkpoint_hash=job.key.checkpoint_hash,
+                    config_hash=job.key.config_hash,
+                    max_steps=job.key.max_steps,
+                ),
                 extra=_extra(job, options.protocol),
             )
-        done[(job.cell.id, job.eval_difficulty)] = CellScore(
+        )
+
+    def read_back(reused: int, _todo: int) -> None:
+        if on_progress:
+            on_progress("reused from the results store", reused, total)
+
+    def stored(match: Match, _path: Path | None, done: int) -> None:
+        if on_progress:
+            on_progress(f"scored {match.name}", done, total)
+
+    outcome = play_matches(
+        members,
+        matches,
+        protocol=options.protocol,
+        store=store,
+        batch=options.batch,
+        max_stack=options.max_stack,
+        record_dir=record_dir,
+        on_read_back=read_back,
+        on_stored=stored,
+        on_episodes=on_episodes,
+    )
+    return [
+        CellScore(
             job.cell,
             job.eval_difficulty,
             options.protocol,
-            tuple(episodes),
+            outcome.episodes[m],
+            reused=m in outcome.reused,
             provenance=_provenance(job.key),
         )
-        if on_progress:
-            on_progress(f"scored {job.cell.id}", len(done), total)
-
-    def finished(padded: list[_Job], k: int, episodes: list[dict[str, float]]) -> None:
-        """``on_team`` of a stack: save the job at index ``k`` of its checkpoints (run_stack
-        calls it once per checkpoint that is not padding)."""
-        save(padded[k], episodes)
-
-    for stack, padded in plan:
-        # Every job of the padded stack once (a shape this stack lacks is padded with a job
-        # of another stack).
-        loaded = {
-            key: load_cell(
-                j.cell_dir,
-                algorithm=j.cell.algorithm,
-                difficulty=j.cell.difficulty,
-                seed=j.cell.seed,
-                policy_only=True,
-                where=j.cell.id,
-            )
-            for key, j in {id(j): j for j in padded}.items()
-        }
-        cfgs = [loaded[id(j)].cfg for j in padded]
-        weights = [loaded[id(j)].weights for j in padded]
-        difficulty = stack[0].eval_difficulty
-        first = {id(j): k for k, j in reversed(list(enumerate(padded)))}
-        real = {first[id(j)] for j in stack}  # the rest repeats a job, maybe of another stack
-
-        result = run_stack(
-            cfgs,
-            weights,
-            protocol=options.protocol,
-            eval_difficulty=difficulty,
-            num_episodes=stack[0].num_episodes,
-            max_steps=stack[0].max_steps,
-            on_env_mismatch="ignore",  # checked above, per cell
-            batch=options.batch,
-            on_progress=stack_progress,
-            record=(
-                None
-                if recorders is None
-                else RecordTo(recorders.get(difficulty), [j.cell.id for j in padded])
-            ),
-            on_team=functools.partial(finished, padded),
-            padding=[k for k in range(len(padded)) if k not in real],
-        )
-        ran["episodes"] += len(stack) * stack[0].num_episodes
-        ran["steps"] += result.live_steps
-        if result.record_error is not None:
-            raise DatasetError(
-                f"recording into {record_dir} stopped: {result.record_error} (the scores "
-                "are saved in the results store; rerun with --record to complete it)"
-            )
-    return [done[(j.cell.id, j.eval_difficulty)] for j in jobs]
-
-
-class _Recorders:
-    """One :class:`alem_eval.datasets.recorder.Recorder` per eval difficulty, opened on first use."""
-
-    def __init__(self, root: Path, protocol: str):
-        from alem_eval.envs.loader import installed_env_version
-
-        self.root, self.protocol = root, protocol
-        self.env_version = installed_env_version()
-        self._open: dict[str, Any] = {}
-
-    def get(self, eval_difficulty: str):
-        from alem_eval.datasets.recorder import Recorder
-
-        if eval_difficulty not in self._open:
-            self._open[eval_difficulty] = Recorder(
-                self.root,
-                protocol=self.protocol,
-                eval_difficulty=eval_difficulty,
-                env_version=self.env_version,
-            )
-        return self._open[eval_difficulty]
-
-    def declare(self, job: _Job) -> None:
-        """Tell the job's recorder what produces its cell's episodes; warn
-        (:class:`RecordingWarning`) when the recording holds some another produced."""
-        from alem_eval.core.producers import cell_producer
-
-        rec, team = self.get(job.eval_difficulty), _team(job)
-        key = job.key
-        rec.set_producer(
-            team,
-            cell_producer(
-                checkpoint_hash=key.checkpoint_hash,
-                config_hash=key.config_hash,
-                max_steps=key.max_steps,
-            ),
-        )
-        changed = {e: c for e in rec.recorded_episodes(team) if (c := rec.changes(team, e))}
-        if changed:
-            warnings.warn(_changed_message(job, changed, self.root), RecordingWarning, stacklevel=3)
-
-    def recorded(self, job: _Job) -> bool:
-        """Is every episode of the job in the recording, recorded as this run would?"""
-        rec = self.get(job.eval_difficulty)
-        return all(rec.is_complete(_team(job), e) for e in range(job.num_episodes))
-
-
-def _team(job: _Job) -> tuple[str, ...]:
-    return (job.cell.id,) * job.cfg.env.num_agents
-
-
-class RecordingWarning(UserWarning):
-    """``score --record`` found episodes of a cell recorded by another checkpoint, config,
-    step cap, protocol or env version: it records them again."""
-
-
-def _changed_message(job: _Job, changed: Mapping[int, Sequence[str]], root: Path) -> str:
-    from alem_eval.core.producers import describe_changes
-
-    again = [e for e in changed if e < job.num_episodes]
-    kept = len(changed) - len(again)
-    what = describe_changes([c for cs in changed.values() for c in cs])
-    n = len(changed)
-    text = (
-        f"{job.cell.id} ({job.eval_difficulty}): {n} episode{'s' if n > 1 else ''} recorded "
-        f"in {root} {'differ' if n > 1 else 'differs'}: {what}"
-    )
-    if again:
-        text += f"; recording {len(again)} of them again"
-    if kept:
-        text += f"; {kept} beyond this run's {job.num_episodes} episodes stay as they are"
-    return text
+        for job, m in zip(jobs, matches, strict=True)
+    ]
 
 
 class ReferenceAssumptionWarning(UserWarning):
@@ -468,43 +348,7 @@ def _extra(job: _Job, protocol: str) -> dict[str, Any]:
     return extra
 
 
-def _stacks(jobs: Sequence[_Job], max_stack: int) -> list[tuple[list[_Job], list[_Job]]]:
-    """``(stack, padded)`` pairs: stacks of at most ``max_stack`` jobs (more only when a
-    selection has more network shapes than that), each with the SAME number of jobs of
-    every network shape (``cfg.network_key``), taken round-robin. ``padded`` lists the
-    stack shape by shape, in the same order for every stack, completing a short shape with
-    repeats of its last job; the real jobs are ``padded``'s entries that are in ``stack``.
-    Every stack of a selection so has one structure: one compiled program scores them all,
-    and each cell is stored as soon as its last episode ends (a killed run keeps every
-    finished cell, also one whose stack still ran)."""
-    by_key: dict[str, list[_Job]] = {}
-    for job in jobs:
-        by_key.setdefault(job.cfg.network_key, []).append(job)
-    per = max(1, min(max_stack // len(by_key), max(len(g) for g in by_key.values())))
-    rounds = max(-(-len(g) // per) for g in by_key.values())
-    out = []
-    for r in range(rounds):
-        parts = [(g[r * per : (r + 1) * per], g) for g in by_key.values()]
-        stack = [j for part, _ in parts for j in part]
-        padded = [j for part, g in parts for j in part + [(part or g)[-1]] * (per - len(part))]
-        out.append((stack, padded))
-    return out
-
-
 def _provenance(key) -> dict[str, Any]:
     import dataclasses
 
     return dataclasses.asdict(key)
-
-
-def _from_frame(job: _Job, frame, protocol: str) -> CellScore:
-    from alem_eval.analysis.result_keys import episode_records
-
-    return CellScore(
-        job.cell,
-        job.eval_difficulty,
-        protocol,
-        tuple(episode_records(frame)),
-        reused=True,
-        provenance=_provenance(job.key),
-    )

@@ -14,12 +14,22 @@ from typing import Annotated, Any
 import typer
 
 from alem_eval.cli.app import app
-from alem_eval.cli.console import EpisodeBar, OutputFormat, emit_json, emit_records, err_console
+from alem_eval.cli.console import (
+    EpisodeBar,
+    OutputFormat,
+    emit_json,
+    emit_records,
+    err_console,
+    split_over_devices,
+)
 from alem_eval.scoring.crossplay import DEFAULT_REPS
 from alem_eval.scoring.teams import DEFAULT_MAX_TEAMS
 from alem_eval.cli.options import (
     QuietOpt,
     quiet_option,
+    BatchOpt,
+    DevicesOpt,
+    RecordOpt,
     CacheDirOpt,
     DryRunOpt,
     DifficultyFilterOpt,
@@ -111,6 +121,9 @@ def crossplay(
         ),
     ] = Path("alem-eval-crossplay"),
     on_env_mismatch: EnvMismatchOpt = EnvMismatch.error,
+    batch: BatchOpt = None,
+    devices: DevicesOpt = None,
+    record: RecordOpt = None,
     dry_run: DryRunOpt = False,
     fmt: PaperFormatOpt = PaperFormat.table,
     quiet: QuietOpt = False,
@@ -143,6 +156,7 @@ def crossplay(
     from alem_eval.core.runtime import enable_compilation_cache
     from alem_eval.hub.selectors import require_selection
 
+    split_over_devices(devices)  # before JAX starts its backends
     src = open_cli_source(source, repo, revision, cache_dir, read_only=dry_run)
     require_selection(src, selectors, command="crossplay", filters=(difficulty,))
     cells = src.select(list(selectors or []), difficulties=split_commas(difficulty))
@@ -171,6 +185,8 @@ def crossplay(
             runs=runs.value,
             store=open_store(results),
             on_env_mismatch=on_env_mismatch.value,
+            batch=batch,
+            record_dir=record,
             on_progress=bar.note,
             on_episodes=bar.update,
         )

@@ -14,12 +14,23 @@ from typing import Annotated
 import typer
 
 from alem_eval.cli.app import app
-from alem_eval.cli.console import EpisodeBar, OutputFormat, emit_json, emit_records, err_console
+from alem_eval.cli.console import (
+    EpisodeBar,
+    OutputFormat,
+    emit_json,
+    emit_records,
+    err_console,
+    split_over_devices,
+)
 from alem_eval.cli.options import (
+    BatchOpt,
+    DevicesOpt,
     QuietOpt,
+    RecordOpt,
     quiet_option,
     CacheDirOpt,
     DifficultyFilterOpt,
+    DryRunOpt,
     EnvMismatch,
     EnvMismatchOpt,
     EpisodesOpt,
@@ -121,6 +132,10 @@ def scenario(
         Path, override(OutDirOpt, help="Output directory (scenario.png, scenario.json).")
     ] = Path("alem-eval-scenario"),
     on_env_mismatch: EnvMismatchOpt = EnvMismatch.error,
+    batch: BatchOpt = None,
+    devices: DevicesOpt = None,
+    record: RecordOpt = None,
+    dry_run: DryRunOpt = False,
     fmt: PaperFormatOpt = PaperFormat.table,
     quiet: QuietOpt = False,
 ) -> None:
@@ -159,11 +174,27 @@ def scenario(
     from alem_eval.api.scenario import write_scenario
     from alem_eval.scoring.scenario import run_scenario
 
+    split_over_devices(devices)  # before JAX starts its backends
     args = parse_focal_args(focal_arg or [])
-    src = open_source(source, repo=repo, revision=revision, cache_dir=cache_dir)
+    src = open_source(source, repo=repo, revision=revision, cache_dir=cache_dir, read_only=dry_run)
     require_selection(src, selectors, command="scenario", filters=(difficulty,))
     cells = src.select(list(selectors or []), difficulties=split_commas(difficulty))
     cells = split_cells(cells, split, splits)
+    if dry_run:
+        from alem_eval.cli.console import emit_plan
+        from alem_eval.scoring.plan import plan_scenario
+
+        plan = plan_scenario(
+            src,
+            cells,
+            focal=focal,
+            mode=mode.value,
+            eval_difficulty=eval_difficulty.value if eval_difficulty else None,
+            num_episodes=episodes,
+            max_steps=max_steps,
+        )
+        emit_plan(plan, fmt.records)
+        return
     enable_compilation_cache()
     with collect_warnings() as notes, EpisodeBar("scenario") as bar:
         result = run_scenario(
@@ -180,6 +211,8 @@ def scenario(
             store=open_store(results),
             on_env_mismatch=on_env_mismatch.value,
             fresh=fresh,
+            batch=batch,
+            record_dir=record,
             on_progress=bar.note,
             on_episodes=bar.update,
         )

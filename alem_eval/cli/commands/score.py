@@ -6,19 +6,27 @@ Parses, calls :func:`alem_eval.scoring.score.score_cells` and prints its scores.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from alem_eval.cli.app import app
-from alem_eval.cli.console import EpisodeBar, OutputFormat, emit_records, err_console, warning_lines
+from alem_eval.cli.console import (
+    EpisodeBar,
+    OutputFormat,
+    emit_records,
+    err_console,
+    split_over_devices,
+    warning_lines,
+)
 from alem_eval.cli.options import (
     QuietOpt,
     quiet_option,
     AlgorithmFilterOpt,
+    BatchOpt,
     BudgetFilterOpt,
     CacheDirOpt,
+    DevicesOpt,
     DifficultyFilterOpt,
     DryRunOpt,
     EnvMismatch,
@@ -29,6 +37,7 @@ from alem_eval.cli.options import (
     MaxStepsOpt,
     Protocol,
     ProtocolOpt,
+    RecordOpt,
     RepoOpt,
     ResultsOpt,
     RevisionOpt,
@@ -91,38 +100,18 @@ def score(
     ] = None,
     batch: Annotated[
         int | None,
-        typer.Option(
-            "--batch",
+        override(
+            BatchOpt,
             help="Batch slots of the compiled rollout, shared out over the stack's cells "
-            "(default: 16 per core on a CPU, 4096 on a GPU, and at least 8 per cell or all "
+            "(default: 64 per core on a CPU, 4096 on a GPU, and at least 8 per cell or all "
             "its episodes). A slot whose episode ended takes "
             "its cell's next episode at the next step, inside the compiled loop; fewer slots "
             "bound memory and shorten the idle tail, more vectorise further.",
         ),
     ] = None,
     on_env_mismatch: EnvMismatchOpt = EnvMismatch.error,
-    record: Annotated[
-        Path | None,
-        typer.Option(
-            "--record",
-            help="Also record every evaluated step (observations, legal actions, actions, "
-            "rewards, dones, team achievements) into this directory, streamed in compressed "
-            "chunks as the rollout runs; 'alem-eval dataset export' turns it into Flashbax "
-            "vaults. A rerun completes an interrupted recording; episodes there that "
-            "another checkpoint, config, --max-steps or env version made are recorded "
-            "again (a warning says what differs).",
-        ),
-    ] = None,
-    devices: Annotated[
-        str | None,
-        typer.Option(
-            "--devices",
-            help="CPU: split the batch over N host devices, one per core with "
-            "'auto' (the Alem step is single-threaded, so this scales with cores). 'reference' "
-            "numbers are identical however they are split; 'fast' ones may differ in rare "
-            "near-ties, so leave it unset for numbers that must not depend on the core count.",
-        ),
-    ] = None,
+    record: RecordOpt = None,
+    devices: DevicesOpt = None,
     dry_run: DryRunOpt = False,
     fmt: FormatOpt = OutputFormat.table,
     quiet: QuietOpt = False,
@@ -143,7 +132,7 @@ def score(
       alem-eval score '1B/*/hard' --eval-difficulty easy
       alem-eval score --source runs --protocol reference --format json
     """
-    from alem_eval.core.runtime import enable_compilation_cache, parse_devices, use_host_devices
+    from alem_eval.core.runtime import enable_compilation_cache
     from alem_eval.analysis.results import open_store
     from alem_eval.scoring.score import (
         RecordingWarning,
@@ -157,9 +146,7 @@ def score(
     from alem_eval.analysis.digests import footer_digest_line
     from alem_eval.hub.selectors import parse_shard, require_selection, shard_cells
 
-    n_devices = parse_devices(devices)
-    if n_devices is not None and use_host_devices(n_devices):  # before JAX starts its backends
-        err_console.print(f"splitting the work over {n_devices} CPU devices", highlight=False)
+    split_over_devices(devices)  # before JAX starts its backends
     options = ScoreOptions(
         protocol=protocol.value,
         num_episodes=episodes,
