@@ -318,11 +318,13 @@ class _CliRunner:
     capped at ``t`` steps, a fresh results store every call (nothing is read back)."""
 
     def __init__(self, cell_dir: Path, k, e, t):
+        import atexit
         import json
         import shutil
         import tempfile
 
         self.tmp = Path(tempfile.mkdtemp(prefix="alem-throughput-"))
+        atexit.register(shutil.rmtree, self.tmp, ignore_errors=True)
         data = json.loads((cell_dir / "config.json").read_text())
         algorithm, difficulty = cell_dir.parts[-3], cell_dir.parts[-2]
         for i in range(k):
