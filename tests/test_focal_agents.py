@@ -111,7 +111,7 @@ def test_a_python_api_focal_with_other_state_plays_again_and_fresh_replays(monke
     """``alem_eval.scenario``'s path with the play core stubbed: an agent object's state
     keys its teams; a read-back is said in one line; ``fresh=True`` plays every team."""
     from alem_eval.analysis.results import open_store
-    from alem_eval.scoring import play, scenario
+    from alem_eval.scoring import orchestration, play, scenario
     from alem_eval.scoring.play import CellKey, Worlds
 
     @dataclasses.dataclass(frozen=True)
@@ -123,16 +123,21 @@ def test_a_python_api_focal_with_other_state_plays_again_and_fresh_replays(monke
     worlds = Worlds({cell.id: (Path("x"), None, None)}, {cell.id: three}, "easy", 2, 10)
     played: list[int] = []
 
-    def fake_play(source, cells, teams, agents, on_team, worlds, on_episodes, note):
-        played.append(len(teams))
+    def fake_play(members, todo, agents, protocol, store, *args):
+        """orchestration._play: every match played, stored and done as it ends."""
+        from alem_eval.analysis.result_keys import build_rows
+
+        done = args[4]  # (batch, max_stack, recorders, record_dir, done, ...)
+        played.append(len(todo))
         records = [{"Team/reward_pct_of_max": 0.5, "episode_length": 10.0}] * 2
-        for t in teams:
-            on_team(t, records)
-        return {t: records for t in teams}, 20
+        for m in todo:
+            store.write(build_rows(m.key, records), m.key, extra=m.extra)
+            done[m] = tuple(records)
+        return 20
 
     monkeypatch.setattr(scenario, "resolve_worlds", lambda *a, **k: worlds)
     monkeypatch.setattr(play, "cell_key", lambda c, *a: CellKey(c.id, "c" * 16, "f" * 16, "1"))
-    monkeypatch.setattr(play, "_play", fake_play)
+    monkeypatch.setattr(orchestration, "_play", fake_play)
     store = open_store(tmp_path / "results")
 
     def run(agent, fresh=False):
