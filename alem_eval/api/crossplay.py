@@ -99,6 +99,8 @@ def crossplay(
     progress: bool | None = None,
     split: str | None = None,
     splits: Any = None,
+    batch: int | None = None,
+    record: str | Path | None = None,
 ) -> CrossPlay:
     """Teams mixing the cells' agents against their self-play, as ``alem-eval crossplay``.
 
@@ -113,6 +115,9 @@ def crossplay(
     ``teams.csv`` and ``crossplay.json`` there. ``progress``: an episode bar and a line per
     step on stderr (None: on a terminal or in Jupyter; False: none). ``split`` /
     ``splits``: only the cells of that partner split, as for :func:`alem_eval.select`.
+    ``batch``: the evaluator's batch slots (None: its default layout); ``record``: also
+    record every played step into this directory, a dataset of the teams' episodes (as
+    :func:`alem_eval.score`'s ``record``).
 
     Returns :class:`CrossPlay`: ``.to_frame()`` (one row per team), ``.gap`` and
     ``.matrix`` (DataFrames), ``.to_json()``.
@@ -137,6 +142,8 @@ def crossplay(
             reps=reps,
             runs=runs,
             store=open_store(store),
+            batch=batch,
+            record_dir=None if record is None else Path(record),
             on_progress=bar and bar.note,
             on_episodes=bar and bar.update,
         )

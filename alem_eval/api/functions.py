@@ -140,6 +140,7 @@ def score(
     progress: bool | None = None,
     split: str | None = None,
     splits: Any = None,
+    batch: int | None = None,
 ) -> pd.DataFrame:
     """Score cells with greedy self-play, as ``alem-eval score`` does, and return every
     episode.
@@ -156,6 +157,7 @@ def score(
     ``progress``: an episode bar on stderr (None: on a terminal or in Jupyter; False:
     none, as ``--quiet``). ``split`` / ``splits``: only the cells of that partner split, as
     for :func:`~alem_eval.api.cells.select`.
+    ``batch``: the evaluator's batch slots (None: its default layout, ``--batch``).
 
     Returns a DataFrame with one row per (cell, eval difficulty, episode): ``cell, budget,
     algorithm, difficulty, seed, eval_difficulty, episode, episode_length, episode_return,
@@ -176,6 +178,7 @@ def score(
         num_episodes=episodes,
         max_steps=max_steps,
         eval_difficulty=eval_difficulty,
+        batch=batch,
     )
     src, chosen = resolve_cells(cells, source, repo, revision, cache_dir)
     chosen = cells_of_split(chosen, split, splits)

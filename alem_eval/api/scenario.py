@@ -117,6 +117,8 @@ def scenario(
     progress: bool | None = None,
     split: str | None = None,
     splits: Any = None,
+    batch: int | None = None,
+    record: str | Path | None = None,
 ) -> Scenario:
     """``focal`` with the background ``cells``, as ``alem-eval scenario``: ``mode``
     ``"visitor"`` (1 focal + 2 background agents), ``"resident"`` (2 + 1) or ``"both"``,
@@ -127,7 +129,10 @@ def scenario(
     ``out``: also write ``scenario.png`` and ``scenario.json`` there. ``progress``: an
     episode bar and a line per step on stderr (None: on a terminal or in Jupyter; False:
     none). ``split`` / ``splits``: only the background cells of that partner split, as
-    for :func:`alem_eval.select`. Returns :class:`Scenario` (``.table``, ``.to_frame()``: DataFrames)."""
+    for :func:`alem_eval.select`. ``batch``: the evaluator's batch slots (None: its
+    default layout); ``record``: also record every played step into this directory (a
+    dataset of the scenario's episodes, as :func:`alem_eval.score`'s ``record``). Returns
+    :class:`Scenario` (``.table``, ``.to_frame()``: DataFrames)."""
     if _is_focal(cells) and not _is_focal(focal):
         deprecated("alem_eval.scenario(focal, cells) is now alem_eval.scenario(cells, focal)")
         cells, focal = focal, cells
@@ -151,6 +156,8 @@ def scenario(
             seed=seed,
             store=open_store(store),
             fresh=fresh,
+            batch=batch,
+            record_dir=None if record is None else Path(record),
             on_progress=bar and bar.note,
             on_episodes=bar and bar.update,
         )

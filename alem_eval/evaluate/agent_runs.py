@@ -36,19 +36,19 @@ def probe_group(
     group: AgentGroup, world: Any, difficulty: str, batch: int, max_steps: int | None = None
 ) -> None:
     """One concrete step of an agent on the first world of the ``fast`` protocol, on its
-    first ``batch`` agent slots (with the reset program the rollout uses): a JAX agent
+    first ``batch`` agent slots (the world the rollout starts from): a JAX agent
     whose first actions are illegal or whose traced values escape ``act``, a host agent
     with any fault, fails here, in seconds, before minutes of compiling. (A host agent's
     ``act`` is called once more than the run calls it.)"""
     from alem_eval.envs.eval_env import get_eval_env
-    from alem_eval.evaluate.programs import world_programs
     from alem_eval.evaluate.settings import FAST_WORLD_SEED
+    from alem_eval.evaluate.worlds import fixed_worlds
 
-    reset, _ = world_programs(world)
     env = get_eval_env(dataclasses.replace(world, action_masking=True))
     dyn: Any = env.difficulty_params(difficulty)
     key = jax.random.PRNGKey(FAST_WORLD_SEED)
-    obs, state = reset(key, dyn)
+    # the rollout's first world, as data (evaluate.worlds): no reset program compiles here
+    obs, state = jax.tree_util.tree_map(lambda x: x[0], fixed_worlds(world, dyn, [key]))
     obs, mask = obs[:batch], env.action_mask(state, dyn)[:batch]
     if group.host:
         probe_host(
