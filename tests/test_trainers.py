@@ -314,6 +314,9 @@ def one_use_trainer():
     clear_trainer_cache()
 
 
+# One xdist group: a training program's XLA compile holds 5-10 GB, so two of them at once on
+# the two workers (beside what each worker already holds) left the 24 GiB machine no memory.
+@pytest.mark.xdist_group("trainers-released")
 @pytest.mark.parametrize("algo", ["mappo-rnn", "hypermarl-rnn", "pqn-vdn-rnn"])
 def test_trainer_writes_released_layout(algo, tmp_path, fixtures, one_use_trainer):
     res, dirs = _train(algo, tmp_path, (0,), 2)

@@ -69,7 +69,7 @@ def test_a_team_builder_in_one_file_gets_store_rows_api_results_and_recordings(t
     assert entry.key.cell == CELL and tuple(entry.key.team) == team.slots
     assert store.entries() == []
     # The public API reads them back, one row per episode.
-    frame = alem_eval.results(results=tmp_path / "results", teams=True)
+    frame = alem_eval.results(store=tmp_path / "results", teams=True)
     assert len(frame) == FAST_EPISODES
     assert sorted(frame["episode_length"]) == sorted(ep["episode_length"] for ep in score.episodes)
     # A recording, as --record makes one: every episode, as long as scored, under the team.
