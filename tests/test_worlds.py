@@ -4,7 +4,6 @@ shipped for the demo cells, keyed by what makes them, never a wrong world."""
 from __future__ import annotations
 
 import dataclasses
-import sys
 
 import numpy as np
 import pytest
@@ -128,12 +127,23 @@ def test_a_damaged_world_file_is_ignored_with_one_warning_and_made_again(fake, d
     assert fake.calls == [4]
 
 
+def _script():
+    """scripts/make_world_data.py, loaded from its path (a script, not an installed module)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "make_world_data", REPO / "scripts" / "make_world_data.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_the_package_ships_the_demo_worlds_for_this_installation():
     """The shipped file is the one this installation looks for (the demo cells' world on
     easy, the fast protocol's first 20 worlds): a cold demo call resets nothing."""
-    sys.path.insert(0, str(REPO / "scripts"))
-    from make_world_data import shipped_settings
-
+    shipped_settings = _script().shipped_settings
     world, dyn, keys = shipped_settings()
     assert world == DEMO_WORLD and len(keys) == 20
     ident = worlds.world_identity(world, dyn)
@@ -147,9 +157,7 @@ def test_the_package_ships_the_demo_worlds_for_this_installation():
 def test_the_shipped_worlds_are_bitwise_a_fresh_reset(monkeypatch, tmp_path):
     """Worlds as data equal the reset program's worlds, leaf for leaf, byte for byte (the
     demo world's reset program: the one test_scenario's host-agent test compiles)."""
-    sys.path.insert(0, str(REPO / "scripts"))
-    from make_world_data import shipped_settings
-
+    shipped_settings = _script().shipped_settings
     monkeypatch.setenv("ALEM_EVAL_CACHE", str(tmp_path))
     world, dyn, keys = shipped_settings()
     shipped = worlds.fixed_worlds(world, dyn, list(keys[:8]))  # the demo's 8 episodes
