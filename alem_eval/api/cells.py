@@ -138,10 +138,13 @@ def resolve_cells(
     repo: str | None = None,
     revision: str | None = None,
     cache_dir: str | Path | None = None,
+    split: str | None = None,
+    splits: Any = None,
 ) -> tuple[Source, list[_ManifestCell]]:
     """(source, the library's cells): ``Cell`` s keep their own source (one per call; a
     ``source`` / ``repo`` / ``revision`` / ``cache_dir`` naming another is an error);
-    selector strings are selected from ``source`` (None: the Hub)."""
+    selector strings are selected from ``source`` (None: the Hub); ``split`` / ``splits``
+    keep those of a partner split (:func:`cells_of_split`)."""
     items: list[Any] = [cells] if isinstance(cells, (str, _ManifestCell)) else list(cells or [])
     if not items:
         raise UsageError("no cells given: pass Cells from alem_eval.select() or selectors")
@@ -164,7 +167,7 @@ def resolve_cells(
             raise UsageError(f"the cells come from {len(origins)} sources ({names}); one per call")
         _check_same_source(origins[0], source, repo, revision, cache_dir)
     plain = [_ManifestCell(c.budget, c.algorithm, c.difficulty, c.seed) for c in items]
-    return items[0].source, list(dict.fromkeys(plain))
+    return items[0].source, cells_of_split(list(dict.fromkeys(plain)), split, splits)
 
 
 def source_of(value: Any) -> Source:

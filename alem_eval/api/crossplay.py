@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from alem_eval.api.calls import before_compiling, episode_progress, frame, renamed
-from alem_eval.api.cells import Cells, SourceSpec, cells_of_split, resolve_cells
+from alem_eval.api.cells import Cells, SourceSpec, resolve_cells
 from alem_eval.core.tables import PaperTables
 
 if TYPE_CHECKING:
@@ -127,8 +127,7 @@ def crossplay(
     from alem_eval.scoring.crossplay import run_crossplay
     from alem_eval.scoring.crossplay_outputs import write_outputs
 
-    src, chosen = resolve_cells(cells, source, repo, revision, cache_dir)
-    chosen = cells_of_split(chosen, split, splits)
+    src, chosen = resolve_cells(cells, source, repo, revision, cache_dir, split, splits)
     with episode_progress("crossplay", progress) as bar:
         result = run_crossplay(
             src,

@@ -344,14 +344,13 @@ def _focal_slots(focal_slots, num_agents: int, with_partners: bool) -> tuple[int
 def _load_partners(partners, statics, source, split, splits, repo, revision, cache_dir):
     """Per partner cell: ``(id, network key, GreedyPolicy, prepared params)``; a one-line
     :class:`UsageError` when one's env configuration is not the focal's."""
-    from alem_eval.api.cells import cells_of_split, resolve_cells
+    from alem_eval.api.cells import resolve_cells
     from alem_eval.evaluate.rollout import policy_variables
     from alem_eval.evaluate.settings import eval_statics
     from alem_eval.model.loader import load_policy_cell
     from alem_eval.model.policies import make_policy
 
-    src, cells = resolve_cells(partners, source, repo, revision, cache_dir)
-    cells = cells_of_split(cells, split, splits)
+    src, cells = resolve_cells(partners, source, repo, revision, cache_dir, split, splits)
     out = []
     for c in cells:
         loaded = load_policy_cell(src, c)

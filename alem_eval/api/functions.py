@@ -27,7 +27,6 @@ from alem_eval.api.cells import (
     Cell,
     Cells,
     SourceSpec,
-    cells_of_split,
     resolve_cells,
     select,
     selector_strings,
@@ -180,8 +179,7 @@ def score(
         eval_difficulty=eval_difficulty,
         batch=batch,
     )
-    src, chosen = resolve_cells(cells, source, repo, revision, cache_dir)
-    chosen = cells_of_split(chosen, split, splits)
+    src, chosen = resolve_cells(cells, source, repo, revision, cache_dir, split, splits)
     results_store = open_store(store)
     with episode_progress("score", progress) as bar:
         scores = score_cells(

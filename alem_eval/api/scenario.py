@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from alem_eval.api.calls import before_compiling, deprecated, episode_progress, frame, renamed
-from alem_eval.api.cells import Cell, Cells, SourceSpec, cells_of_split, resolve_cells
+from alem_eval.api.cells import Cell, Cells, SourceSpec, resolve_cells
 from alem_eval.core.tables import PaperTables
 
 if TYPE_CHECKING:
@@ -140,8 +140,7 @@ def scenario(
     from alem_eval.analysis.results import open_store
     from alem_eval.scoring.scenario import run_scenario
 
-    src, chosen = resolve_cells(cells, source, repo, revision, cache_dir)
-    chosen = cells_of_split(chosen, split, splits)
+    src, chosen = resolve_cells(cells, source, repo, revision, cache_dir, split, splits)
     with episode_progress("scenario", progress) as bar:
         result = run_scenario(
             src,
