@@ -32,10 +32,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from alem_eval.core.boundedcache import BoundedCache
 from alem_eval.core.errors import AlemEvalError, brief
 from alem_eval.core.fsutil import write_bytes_atomic
 from alem_eval.evaluate.machine import TRACE_COUNTS, Machine, Status
 from alem_eval.evaluate.actors import Actor
+from alem_eval.evaluate.settings import MAX_PROGRAMS
 from alem_eval.evaluate.teams import TeamClass
 
 
@@ -454,14 +456,13 @@ class Program:
         return jax.tree_util.tree_map(join, tree)
 
 
-_PROGRAMS: dict[ProgramKey, Program] = {}
+# The programs of this process, the MAX_PROGRAMS most recently used (core.boundedcache:
+# each holds about half a gigabyte; a forgotten one loads again from the caches on disk).
+_PROGRAMS: BoundedCache[Program] = BoundedCache(MAX_PROGRAMS)
 
 
 def program(key: ProgramKey, actors: Sequence[Actor]) -> Program:
-    prog = _PROGRAMS.get(key)
-    if prog is None:
-        prog = _PROGRAMS[key] = Program(key, actors)
-    return prog
+    return _PROGRAMS.get_or_make(key, lambda: Program(key, actors))
 
 
 def clear_program_cache() -> None:

@@ -60,6 +60,10 @@ CPU_SLOTS_PER_CORE = 64
 MIN_SLOTS_PER_TEAM = 8
 # ... up to this many slots in all, per device (~7 MB of working memory per slot on a CPU).
 FLOOR_MAX_SLOTS = 1024
+# Compiled rollout programs a process keeps (the most recently used; each about 0.5 GB of
+# host memory on a CPU: core.boundedcache). One call uses one; a forgotten one is loaded
+# again from the persistent compilation cache and the warm-start store, not recompiled.
+MAX_PROGRAMS = 4
 DEFAULT_BATCH = {"gpu": 4096, "cuda": 4096, "rocm": 4096, "tpu": 4096}
 ENV_MISMATCH_POLICIES: tuple[str, ...] = ("error", "warn", "ignore")
 

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from alem_eval.core.boundedcache import BoundedCache
 from alem_eval.core.errors import UsageError
 
 MAX_EPISODE = 2**31 - 1 - 9999  # PRNGKey(9999 + i) takes an int32 seed
@@ -184,7 +185,8 @@ class _StepProgram:
     policies: tuple
 
 
-_STEP_PROGRAMS: dict[tuple, _StepProgram] = {}
+# The step programs of this process, the two most recently used (core.boundedcache).
+_STEP_PROGRAMS: BoundedCache[_StepProgram] = BoundedCache(2)
 
 
 def _step_program(keys, classes, world, masking: bool, policies) -> _StepProgram:
@@ -246,8 +248,7 @@ def _step_program(keys, classes, world, masking: bool, policies) -> _StepProgram
             comm=jnp.where((channel >= 0) & (channel < nc), channel, -1),
         )
 
-    prog = _STEP_PROGRAMS[cache_key] = _StepProgram(jax.jit(step), env, policies)
-    return prog
+    return _STEP_PROGRAMS.get_or_make(cache_key, lambda: _StepProgram(jax.jit(step), env, policies))
 
 
 __all__ = ["EpisodePlayer", "EpisodeStep", "check_episode"]

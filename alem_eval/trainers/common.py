@@ -26,6 +26,7 @@ import numpy as np
 import optax
 
 from alem_eval.algorithms.registry import get_algorithm
+from alem_eval.core.boundedcache import BoundedCache
 from alem_eval.algorithms.config import RunConfig
 from alem_eval.algorithms.train_config import PPOTrainConfig, TrainConfig
 from alem_eval.model.policies import MASK_PENALTY
@@ -402,7 +403,11 @@ class RunnerState:
     plan: Any  # traced horizons (see Trainer.plan)
 
 
-_TRAINERS: dict[tuple, Trainer] = {}
+# The trainers of this process, the MAX_TRAINERS most recently used (core.boundedcache:
+# a compiled training program holds about a gigabyte; a forgotten one loads again from
+# the persistent compilation cache).
+MAX_TRAINERS = 2
+_TRAINERS: BoundedCache[Trainer] = BoundedCache(MAX_TRAINERS)
 
 
 def cached_trainer(
@@ -413,9 +418,9 @@ def cached_trainer(
     key: tuple = (run.algorithm, run.network_key, run.env, tcfg.compile_key)
     if partners is not None:
         key += (partners.cache_key,)
-    if key not in _TRAINERS:
-        _TRAINERS[key] = build(run, tcfg) if partners is None else build(run, tcfg, partners)
-    return _TRAINERS[key]
+    if partners is None:
+        return _TRAINERS.get_or_make(key, lambda: build(run, tcfg))
+    return _TRAINERS.get_or_make(key, lambda: build(run, tcfg, partners))
 
 
 def clear_trainer_cache() -> None:
