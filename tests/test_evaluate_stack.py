@@ -79,49 +79,6 @@ def test_fast_protocol_is_deterministic_and_exits_early():
 
 
 @PLAYS
-def test_a_mixed_difficulty_score_compiles_the_rollout_once(cell_copy):
-    """A selection of cells trained on all three difficulties, each scored on its own: one
-    compiled rollout serves every difficulty (it is traced data, not a shape), and each
-    cell's records are those of an evaluator call on its difficulty alone."""
-    import shutil
-
-    from alem_eval.evaluate.programs import _PROGRAMS
-    from alem_eval.hub.sources import open_source
-    from alem_eval.scoring.score import ScoreOptions, score_cells
-
-    hard_id = "tiny/ippo-rnn/hard/seed2"
-    easy_dir = cell_copy(IPPO_EASY)
-    cell_copy(hard_id)
-    medium_dir = easy_dir.parents[1] / "medium" / "seed0"  # the easy cell, trained on medium
-    shutil.copytree(easy_dir, medium_dir)
-    config = json.loads((medium_dir / "config.json").read_text())
-    config["env_config"]["coordination_difficulty"] = "medium"
-    config["config"].update(TRAINING_COORDINATION_DIFFICULTY="medium", EVAL_DIFFICULTIES=["medium"])
-    (medium_dir / "config.json").write_text(json.dumps(config))
-    source = open_source(easy_dir.parents[3])
-    options = ScoreOptions(num_episodes=FAST_EPISODES, max_steps=12)
-    made, programs = programs_made(), len(_PROGRAMS)
-    scores = score_cells(source, source.select(["tiny/ippo-rnn"]), options=options)
-    # (none when an earlier test of the group compiled the same shapes: 1 alone)
-    assert programs_made() - made <= 1 and len(_PROGRAMS) - programs <= 1
-    got = {s.eval_difficulty: [dict(e) for e in s.episodes] for s in scores}
-    assert sorted(got) == ["easy", "hard", "medium"]
-    easy, hard = load(IPPO_EASY), load(hard_id)
-    for difficulty, cell in (("easy", easy), ("medium", easy), ("hard", hard)):
-        alone = run_stack(
-            [cell.cfg],
-            [cell.weights],
-            protocol="fast",
-            eval_difficulty=difficulty,
-            num_episodes=FAST_EPISODES,
-            max_steps=12,
-        )
-        assert got[difficulty] == alone.records[0], difficulty
-    assert got["easy"] != got["medium"]  # same weights: the difficulty made the difference
-    assert programs_made() - made <= 1
-
-
-@PLAYS
 def test_a_short_run_compiles_with_quicker_xla_options_and_identical_records(monkeypatch):
     """A short run's rollout is compiled with SHORT_RUN_OPTIONS (LLVM -O1): its records are
     those of XLA's default options, bit for bit, and the traced program is one (the
@@ -164,23 +121,38 @@ def test_only_short_runs_on_a_cpu_get_the_quicker_compile_options(monkeypatch):
     assert programs.compile_options_for(8 * 300) == ()
 
 
+@PLAYS
 def test_a_selection_of_four_algorithms_on_three_difficulties_compiles_one_rollout(cell_copy):
-    """The five tiny cells (4 algorithms, trained on easy, medium and hard), each scored on
-    its own difficulty in one ``score_cells``: every stack is padded to the networks of the
-    whole selection (a difficulty lacking a network plays a copy of another difficulty's
-    cell, unreported), so ONE rollout program scores all three difficulties, and each
-    cell's records are those of an evaluator call on that cell alone."""
+    """The five tiny cells (4 algorithms, trained on easy, medium and hard) and a copy of
+    the easy IPPO cell said to be trained on medium, each scored on its own difficulty in
+    one ``score_cells``: every stack is padded to the networks of the whole selection (a
+    difficulty lacking a network plays a copy of another difficulty's cell, unreported),
+    so ONE rollout program scores all three difficulties (difficulty is traced data, not a
+    shape), and a cell's records are those of an evaluator call on that cell alone.
+
+    The alone calls cover IPPO on all three difficulties (one program: same network) and
+    HyperMARL (the most distinct tree: hypernetwork heads); each algorithm alone would be
+    a program of its own (this test once compiled six, about five minutes on the CPU)."""
+    import shutil
+
     from alem_eval.evaluate.programs import _PROGRAMS
     from alem_eval.hub.sources import open_source
     from alem_eval.scoring.score import ScoreOptions, score_cells
     from tests.conftest import TINY_CELLS
 
-    root = cell_copy(TINY_CELLS[0]).parents[3]
+    easy_dir = cell_copy(TINY_CELLS[0])
     for cell_id in TINY_CELLS[1:]:
         cell_copy(cell_id)
-    source = open_source(root)
+    medium_dir = easy_dir.parents[1] / "medium" / "seed0"  # the easy cell, trained on medium
+    shutil.copytree(easy_dir, medium_dir)
+    config = json.loads((medium_dir / "config.json").read_text())
+    config["env_config"]["coordination_difficulty"] = "medium"
+    config["config"].update(TRAINING_COORDINATION_DIFFICULTY="medium", EVAL_DIFFICULTIES=["medium"])
+    (medium_dir / "config.json").write_text(json.dumps(config))
+    source = open_source(easy_dir.parents[3])
     cells = source.select(["tiny"])
-    assert sorted(c.id for c in cells) == sorted(TINY_CELLS)
+    medium_id = "tiny/ippo-rnn/medium/seed0"
+    assert sorted(c.id for c in cells) == sorted((*TINY_CELLS, medium_id))
     assert len({c.algorithm for c in cells}) == 4 and len({c.difficulty for c in cells}) == 3
     made, programs = programs_made(), len(_PROGRAMS)
     scores = score_cells(
@@ -189,18 +161,27 @@ def test_a_selection_of_four_algorithms_on_three_difficulties_compiles_one_rollo
     # (none when an earlier test of the group compiled the same shapes: 1 alone)
     assert programs_made() - made <= 1 and len(_PROGRAMS) - programs <= 1
     assert [s.cell.id for s in scores] == [c.id for c in cells]
+    got = {s.cell.id: [dict(e) for e in s.episodes] for s in scores}
     for s in scores:
-        cell = load(s.cell.id)
-        assert s.eval_difficulty == cell.difficulty
+        assert s.eval_difficulty == s.cell.difficulty
+    easy = load(IPPO_EASY)
+    alone_of = {
+        IPPO_EASY: (easy, "easy"),
+        medium_id: (easy, "medium"),
+        "tiny/ippo-rnn/hard/seed2": (load("tiny/ippo-rnn/hard/seed2"), "hard"),
+        "tiny/hypermarl-rnn/hard/seed0": (load("tiny/hypermarl-rnn/hard/seed0"), "hard"),
+    }
+    for cell_id, (cell, difficulty) in alone_of.items():
         alone = run_stack(
             [cell.cfg],
             [cell.weights],
             protocol="fast",
-            eval_difficulty=cell.difficulty,
+            eval_difficulty=difficulty,
             num_episodes=FAST_EPISODES,
             max_steps=12,
         )
-        assert [dict(e) for e in s.episodes] == alone.records[0], s.cell.id
+        assert got[cell_id] == alone.records[0], cell_id
+    assert got[IPPO_EASY] != got[medium_id]  # same weights: the difficulty made the difference
 
 
 def test_fast_defaults_follow_the_spec():
