@@ -160,31 +160,92 @@ def gap_intervals(
     bootstrap interval, for X data sets at once (the same world resamples for each)."""
     check_runs(runs)
     BootstrapSettings(reps=reps, seed=seed, confidence=confidence)  # validates them
-    ref, cross = np.asarray(ref, float), np.asarray(cross, float)
-    if ref.ndim != 3 or ref.shape != cross.shape:
-        raise ValueError(f"ref {ref.shape} and cross {cross.shape} must be equal (X, K, E)")
-    ok = np.isfinite(ref) & np.isfinite(cross)
-    w = ok.astype(float)
-    ones = np.ones((1, ref.shape[2]))
-
-    def stat(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
-        return gap_statistic(np.where(ok, values, 0.0), w, counts, runs)
-
-    self_score, cross_score = stat(ref, ones)[:, 0], stat(cross, ones)[:, 0]
-    samples = stat(ref - cross, world_counts(ref.shape[2], reps, seed, stream))
-    n_worlds = ok.any(axis=1).sum(axis=1)
-    q_lo, q_hi = expanded_levels(n_worlds, confidence)
-    teams = ok.any(axis=2).sum(axis=1)
+    g = _Gap(ref, cross, runs)
+    samples = g.stat(world_counts(g.num_worlds, reps, seed, stream))
+    n_worlds = g.ok.any(axis=1).sum(axis=1)
+    lo, hi = _bounds(samples, n_worlds, confidence)
     return GapIntervals(
-        point=self_score - cross_score,
-        lo=row_quantiles(samples, q_lo),
-        hi=row_quantiles(samples, q_hi),
-        self_score=self_score,
-        cross=cross_score,
-        n_teams=teams,
-        n_runs=teams if runs == "teams" else ok.sum(axis=(1, 2)),
+        point=g.point,
+        lo=lo,
+        hi=hi,
+        self_score=g.ref_score,
+        cross=g.cross_score,
+        n_teams=g.n_teams,
+        n_runs=g.n_runs,
         n_worlds=n_worlds,
     )
+
+
+def gap_difference(
+    a: tuple[np.ndarray, np.ndarray],
+    b: tuple[np.ndarray, np.ndarray],
+    *,
+    runs: str = "teams",
+    reps: int = DEFAULT_REPS,
+    seed: int = 0,
+    confidence: float = DEFAULT_CONFIDENCE,
+    stream: Sequence = (),
+) -> GapIntervals:
+    """``a = (ref_a, cross_a) (X, K_a, E)``, ``b = (ref_b, cross_b) (X, K_b, E)`` -> the
+    difference of their gaps, ``gap_a - gap_b`` (each as :func:`gap_intervals` computes
+    it, so the point is exactly the difference of the two points), with a paired world
+    bootstrap: a replicate draws ONE world resample and applies it to both sides (their
+    teams played the same worlds). ``self_score`` / ``cross`` hold ``gap_a`` / ``gap_b``;
+    ``n_teams`` / ``n_runs`` both sides together; ``n_worlds`` the worlds with a finite
+    value on either side."""
+    check_runs(runs)
+    BootstrapSettings(reps=reps, seed=seed, confidence=confidence)
+    ga, gb = _Gap(*a, runs), _Gap(*b, runs)
+    if ga.num_worlds != gb.num_worlds or ga.ok.shape[0] != gb.ok.shape[0]:
+        raise ValueError(f"a {ga.ok.shape} and b {gb.ok.shape} must share X and E")
+    counts = world_counts(ga.num_worlds, reps, seed, stream)
+    n_worlds = (ga.ok.any(axis=1) | gb.ok.any(axis=1)).sum(axis=1)
+    lo, hi = _bounds(ga.stat(counts) - gb.stat(counts), n_worlds, confidence)
+    return GapIntervals(
+        point=ga.point - gb.point,
+        lo=lo,
+        hi=hi,
+        self_score=ga.point,
+        cross=gb.point,
+        n_teams=ga.n_teams + gb.n_teams,
+        n_runs=ga.n_runs + gb.n_runs,
+        n_worlds=n_worlds,
+    )
+
+
+class _Gap:
+    """``ref, cross (X, K, E)``: which values count, the point estimates and the gap's
+    statistic under world weightings (:func:`gap_statistic`)."""
+
+    def __init__(self, ref: np.ndarray, cross: np.ndarray, runs: str) -> None:
+        check_runs(runs)
+        ref, cross = np.asarray(ref, float), np.asarray(cross, float)
+        if ref.ndim != 3 or ref.shape != cross.shape:
+            raise ValueError(f"ref {ref.shape} and cross {cross.shape} must be equal (X, K, E)")
+        self.ok = np.isfinite(ref) & np.isfinite(cross)
+        self._w = self.ok.astype(float)
+        self._d = np.where(self.ok, ref - cross, 0.0)
+        self.runs = runs
+        self.num_worlds = ref.shape[2]
+        ones = np.ones((1, self.num_worlds))
+        self.ref_score = self._stat(ref, ones)[:, 0]
+        self.cross_score = self._stat(cross, ones)[:, 0]
+        self.point = self.ref_score - self.cross_score
+        self.n_teams = self.ok.any(axis=2).sum(axis=1)
+        self.n_runs = self.n_teams if runs == "teams" else self.ok.sum(axis=(1, 2))
+
+    def _stat(self, values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        return gap_statistic(np.where(self.ok, values, 0.0), self._w, counts, self.runs)
+
+    def stat(self, counts: np.ndarray) -> np.ndarray:
+        """``counts (B, E) -> (X, B)``: the gap under each world weighting."""
+        return gap_statistic(self._d, self._w, counts, self.runs)
+
+
+def _bounds(samples: np.ndarray, n_worlds: np.ndarray, confidence: float):
+    """The expanded percentile interval's bounds ``(X,), (X,)`` of ``samples (X, B)``."""
+    q_lo, q_hi = expanded_levels(n_worlds, confidence)
+    return row_quantiles(samples, q_lo), row_quantiles(samples, q_hi)
 
 
 # ----------------------------------------------------------------------------------------

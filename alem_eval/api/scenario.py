@@ -8,6 +8,9 @@
                    # focal_minus_self, each with _lo / _hi (fractions in [0, 1])
     s.to_frame()   # one row per team (= s.teams)
     print(s.to_latex(caption="With the baselines", label="tab:scenario"))  # percent
+    s.by_split     # background cells of several partner splits: focal - self per split
+                   # and the gap test - train (empty within one split)
+    print(s.split_table().to_markdown())   # that table in percentage points (None: none)
 
 The background cells come first, as in every function of the API; the focal is an agent
 object (any JAX or host agent: :mod:`alem_eval.evaluate.agents`) or a ``--focal`` SPEC
@@ -55,10 +58,35 @@ class Scenario(PaperTables):
         ``background``, ``stranger``, the slots and the metric means."""
         return self.to_frame()
 
+    @property
+    def by_split(self) -> pd.DataFrame:
+        """The split table (:mod:`~alem_eval.scoring.scenario_splits`; no rows when the
+        background lies within one partner split): per ``mode`` and ``metric``, a ``row``
+        per split (``train``, ``val``, ``test``; ``trained with (train)`` / ``held out
+        (test)`` for a focal cell that records its partners) and the gap row (``gap (test
+        - train)``), ``focal_minus_self`` with ``_lo`` / ``_hi`` (fractions; the gap's
+        interval a paired bootstrap over the worlds), ``cells``, ``n_teams``, ``n_worlds``."""
+        return frame([r.flat() for r in self.result.split_rows])
+
+    def split_table(
+        self,
+        metrics: Sequence[str] | None = None,
+        decimals: int = 1,
+        caption: str | None = None,
+        label: str | None = None,
+        ci: bool = True,
+    ) -> Any:
+        """:attr:`by_split` for a paper, in percentage points (a
+        :class:`~alem_eval.core.tables.PaperTable`: ``.to_markdown()``, ``.to_latex()``);
+        None within one split. Arguments as :meth:`paper_table`."""
+        return self.result.split_table(metrics, decimals, caption, label, ci)
+
     def to_frame(self) -> pd.DataFrame:
         """One row per team played (as :meth:`CrossPlay.to_frame`): ``kind`` (focal | self
-        | cross), ``mode``, ``population``, ``background``, ``stranger``, the slots and the
-        metric means (fractions); the paper's rows are :attr:`table`."""
+        | cross), ``mode``, ``population``, ``background``, its ``split`` and
+        ``trained_with`` (whether the focal trained with it: None when it records no
+        partners), ``stranger``, the slots and the metric means (fractions); the paper's
+        rows are :attr:`table`, the split table :attr:`by_split`."""
         return frame(self.result.team_rows())
 
     @property
@@ -129,7 +157,9 @@ def scenario(
     ``out``: also write ``scenario.png`` and ``scenario.json`` there. ``progress``: an
     episode bar and a line per step on stderr (None: on a terminal or in Jupyter; False:
     none). ``split`` / ``splits``: only the background cells of that partner split, as
-    for :func:`alem_eval.select`. ``batch``: the evaluator's batch slots (None: its
+    for :func:`alem_eval.select`; without ``split``, background cells of several splits
+    also give :attr:`Scenario.by_split` (focal - self per split and the gap test - train,
+    read from ``splits``: None, the release's). ``batch``: the evaluator's batch slots (None: its
     default layout); ``record``: also record every played step into this directory (a
     dataset of the scenario's episodes, as :func:`alem_eval.score`'s ``record``). Returns
     :class:`Scenario` (``.table``, ``.to_frame()``: DataFrames)."""
@@ -154,6 +184,7 @@ def scenario(
             reps=reps,
             seed=seed,
             store=open_store(store),
+            splits=splits,
             fresh=fresh,
             batch=batch,
             record_dir=None if record is None else Path(record),

@@ -133,6 +133,9 @@ class ReleasedPolicy:
     weights: Any = field(default=None, repr=False)
     identity: str = ""  # a released focal's: what the results store keys its teams by
     cfg: Any = field(default=None, repr=False)  # a released focal's RunConfig
+    # a released focal's partners (the cell ids its config.json records under "partners":
+    # trained with frozen partners); None: it records none
+    trained_with: tuple[str, ...] | None = None
     host: bool = False
 
     @property

@@ -8,6 +8,9 @@ policy. Either way the focal is the cell's greedy policy, the very
 cross-play team: a team with the focal in some slots plays exactly as the cross-play team
 with that cell in the same slots. Its identity (what the results store keys its teams by)
 is its algorithm, checkpoint hash and config hash (:func:`~alem_eval.scoring.play.cell_key`).
+A cell trained with frozen partners (``alem-eval train --partners``) records them in its
+``config.json`` (``"partners"``); the focal carries their ids (``trained_with``), so a
+scenario tells the partners it trained with from the held-out ones.
 """
 
 from __future__ import annotations
@@ -51,7 +54,29 @@ def focal_of_cell(cell_dir: str | Path, label: str, loaded: Any = None) -> Relea
     key = cell_key(_Named(label), d, loaded.cfg)
     identity = f"{loaded.cfg.algorithm}@{key.checkpoint_hash[:16]}+{key.config_hash}"
     actor = released_policy(loaded.cfg, loaded.spec, label, loaded.weights)
-    return replace(actor, identity=identity, cfg=loaded.cfg)
+    trained_with = recorded_partners(Path(loaded.cell_dir), label)
+    return replace(actor, identity=identity, cfg=loaded.cfg, trained_with=trained_with)
+
+
+def recorded_partners(cell_dir: Path, label: str) -> tuple[str, ...] | None:
+    """The partner cell ids ``cell_dir/config.json`` records (``"partners": {"cells":
+    [...]}``, :class:`~alem_eval.trainers.partners.PartnerRecord`); None when it records
+    none (a cell trained in self-play). A malformed record is one line naming ``label``."""
+    import json
+
+    try:
+        record = json.loads((cell_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # load_cell read it already; a cell without one records no partners
+    partners = record.get("partners") if isinstance(record, dict) else None
+    if partners is None:
+        return None
+    cells = partners.get("cells") if isinstance(partners, dict) else None
+    if not isinstance(cells, list) or not all(isinstance(c, str) for c in cells):
+        raise ConfigError(
+            f"focal {label}: config.json's 'partners' has no list of cell ids under 'cells'"
+        )
+    return tuple(cells)
 
 
 def is_cell_dir(focal: Any) -> bool:

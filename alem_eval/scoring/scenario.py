@@ -24,26 +24,39 @@ Per (population, mode, metric Total / Base / Coord %): the focal team's mean, th
 self-play and cross-play references and ``focal - self-play``, each with the world
 bootstrap interval of cross-play (:func:`alem_eval.analysis.crossplay_stats.gap_intervals`:
 a replicate resamples the worlds once, for every team and reference alike).
+
+When the background cells span more than one frozen partner split (train | val | test),
+the result also holds the split table (:mod:`~alem_eval.scoring.scenario_splits`): per
+mode and metric, ``focal - self`` over the cells of each split (a focal cell that records
+its partners: those it trained with and the held-out ones) and the generalisation gap
+``test - train`` with a paired world-bootstrap interval.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from alem_eval.analysis.bootstrap import Interval
-from alem_eval.analysis.crossplay_stats import DEFAULT_CONFIDENCE, DEFAULT_REPS, gap_intervals
+from alem_eval.analysis.crossplay_stats import DEFAULT_CONFIDENCE, DEFAULT_REPS
 from alem_eval.analysis.digests import Digests, footer_digest_line, teams_digests
 from alem_eval.analysis.metrics import metric_info, pick_metrics, units_fields
 from alem_eval.core.errors import UsageError
 from alem_eval.core.tables import Estimate, PaperTable, PaperTables, fmt_marked
 from alem_eval.scoring.crossplay import GAP_METRICS
 from alem_eval.scoring.play import TeamScore, play_teams, resolve_worlds
+from alem_eval.scoring.scenario_splits import (
+    SplitRow,
+    split_paper_table,
+    split_rows,
+    split_table_rows,
+    team_interval,
+)
 from alem_eval.scoring.teams import PROTOCOL, Team, check_int
 
 if TYPE_CHECKING:
@@ -177,13 +190,6 @@ def _finite(v: float) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def _interval(ref: np.ndarray, sub: np.ndarray | None, *, stream, **boot) -> Interval:
-    """The world-bootstrap interval of mean(ref - sub) over teams ``(K, E)``."""
-    sub = np.zeros_like(ref) if sub is None else sub
-    est = gap_intervals(ref[None], sub[None], stream=stream, **boot)
-    return Interval(float(est.point[0]), float(est.lo[0]), float(est.hi[0]))
-
-
 def scenario_rows(
     teams: Sequence[ScenarioTeam],
     scores: Mapping[Team, TeamScore],
@@ -215,12 +221,12 @@ def scenario_rows(
                     population=pop,
                     mode=mode,
                     metric=metric,
-                    focal=_interval(f, None, stream=(*stream, "focal"), **boot),
-                    self_play=_interval(values(selfs), None, stream=(*stream, "self"), **boot),
-                    cross=_interval(values(cross), None, stream=(*stream, "cross"), **boot)
+                    focal=team_interval(f, None, stream=(*stream, "focal"), **boot),
+                    self_play=team_interval(values(selfs), None, stream=(*stream, "self"), **boot),
+                    cross=team_interval(values(cross), None, stream=(*stream, "cross"), **boot)
                     if cross
                     else None,
-                    diff=_interval(f, ref, stream=(*stream, "diff"), **boot),
+                    diff=team_interval(f, ref, stream=(*stream, "diff"), **boot),
                     n_teams=len(focal),
                     n_worlds=int(np.isfinite(f).any(axis=0).sum()),
                 )
@@ -249,6 +255,12 @@ class ScenarioResult(PaperTables):
     store: Path | None
     steps_per_s: float | None = None  # env steps per second of the rollout (None: all reused)
     digests: Digests | None = None  # of the teams' records in the store (None: no store)
+    # The partner splits of the background cells (cell id -> train | val | test; cells
+    # without one left out), the partners a focal cell records (None: none recorded) and
+    # the split table (scoring.scenario_splits; empty within one split).
+    cell_splits: Mapping[str, str] = field(default_factory=dict)
+    trained_with: tuple[str, ...] | None = None
+    split_rows: tuple[SplitRow, ...] = ()
 
     @property
     def teams_scored(self) -> int:
@@ -256,19 +268,54 @@ class ScenarioResult(PaperTables):
         return sum(not s.reused for s in self.scores.values())
 
     def team_rows(self) -> list[dict[str, Any]]:
-        """One row per team: kind, mode, population, background, stranger, and the
-        team's row (:meth:`TeamScore.row`)."""
+        """One row per team: kind, mode, population, background, its ``split`` (None:
+        it has none), ``trained_with`` (whether the focal trained with the background;
+        None: the focal records no partners), stranger, and the team's row
+        (:meth:`TeamScore.row`)."""
+        partners = None if self.trained_with is None else set(self.trained_with)
         return [
             {
                 "kind": t.kind,
                 "mode": t.mode,
                 "population": t.population,
                 "background": t.background,
+                "split": self.cell_splits.get(t.background),
+                "trained_with": None if partners is None else t.background in partners,
                 "stranger": t.stranger,
                 **self.scores[t.team].row(),
             }
             for t in self.teams
         ]
+
+    def split_table(
+        self,
+        metrics: Sequence[str] | None = None,
+        decimals: int = 1,
+        caption: str | None = None,
+        label: str | None = None,
+        ci: bool = True,
+    ) -> PaperTable | None:
+        """The split table for a paper (:mod:`~alem_eval.scoring.scenario_splits`), in
+        percentage points: per mode and metric, the focal's ``focal - self`` over the
+        background cells of each partner split (trained with / held out, when the focal
+        records its partners) and the gap ``test - train`` with its paired interval over
+        the worlds; None when the background lies within one split. Arguments as
+        :meth:`paper_table`."""
+        return split_paper_table(
+            self.split_rows,
+            focal=self.focal,
+            confidence=self.bootstrap["confidence"],
+            trained=self.trained_with is not None,
+            metrics=pick_metrics(metrics, GAP_METRICS),
+            decimals=decimals,
+            caption=caption,
+            label=label,
+            ci=ci,
+        )
+
+    def split_table_rows(self) -> list[dict[str, Any]]:
+        """The terminal's split table (empty within one split)."""
+        return split_table_rows(self.split_rows)
 
     def table_rows(self) -> list[dict[str, Any]]:
         """The human table: percent, ``point [lo, hi]`` (``†``: zero width or none)."""
@@ -363,6 +410,9 @@ class ScenarioResult(PaperTables):
             "teams_scored": self.teams_scored,
             "teams_reused": len(self.scores) - self.teams_scored,
             "rows": [r.as_json() for r in self.rows],
+            "cell_splits": dict(self.cell_splits),
+            "trained_with": None if self.trained_with is None else list(self.trained_with),
+            "split_rows": [r.as_json() for r in self.split_rows],
             "bootstrap": dict(self.bootstrap),
             "teams": self.team_rows(),
             "store": str(self.store) if self.store is not None else None,
@@ -388,6 +438,7 @@ def run_scenario(
     seed: int = 0,
     confidence: float = DEFAULT_CONFIDENCE,
     store: ResultsStore | None = None,
+    splits: Any = None,
     on_env_mismatch: str = "error",
     fresh: bool = False,
     batch: int | None = None,
@@ -407,7 +458,9 @@ def run_scenario(
     (None: its default layout); ``record_dir``: every played step is recorded there (a
     dataset of the scenario's episodes, the focal's slots named by its label).
     ``on_episodes(RolloutProgress)`` as the rollout's episodes end (an episode bar's
-    ``update``)."""
+    ``update``). ``splits``: the partner splits the split table reads (a
+    :class:`~alem_eval.hub.splits.Splits` or a split file; None: the release's)."""
+    from alem_eval.hub.splits import as_splits
     from alem_eval.scoring.focal_cell import check_focal_world, resolve_focal
 
     modes = check_mode(mode)
@@ -444,6 +497,9 @@ def run_scenario(
         )
     boot: dict[str, Any] = {"reps": reps, "seed": seed, "confidence": confidence}
     bootstrap = {**boot, "method": "expanded percentile bootstrap over the worlds"}
+    chosen = as_splits(splits)
+    cell_splits = {c.id: s for c in cells if (s := chosen.get(c)) is not None}
+    trained_with = getattr(group, "trained_with", None)
     return ScenarioResult(
         focal=group.label,
         identity=group.identity,
@@ -454,6 +510,11 @@ def run_scenario(
         rows=tuple(scenario_rows(teams, scores, **boot)),
         bootstrap=bootstrap,
         store=store.root if store is not None else None,
+        cell_splits=cell_splits,
+        trained_with=trained_with,
+        split_rows=tuple(
+            split_rows(teams, scores, cell_splits, trained_with, metrics=GAP_METRICS, **boot)
+        ),
         steps_per_s=played.steps_per_s,
         digests=teams_digests(
             store,

@@ -378,9 +378,7 @@ class Trainer:
                     st, tot = replay(st)
                     return st, jax.tree_util.tree_map(jnp.add, acc, tot)
 
-                zeros = jax.tree_util.tree_map(
-                    lambda s: jnp.zeros(s.shape, s.dtype), out_shapes[1]
-                )
+                zeros = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), out_shapes[1])
                 return jax.lax.fori_loop(0, n, body, (state, zeros))
 
             vupdate = jax.vmap(update_n, in_axes=(0, None, None, None))

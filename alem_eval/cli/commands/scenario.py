@@ -154,6 +154,11 @@ def scenario(
     its class's source, its state and the factory's arguments; a cell: its algorithm,
     checkpoint hash and config hash), so a rerun scores only what it has not seen
     (--fresh: all).
+    When the background cells span several frozen partner splits (no --split; the
+    release's splits, or --splits), a second table follows: per mode and metric, focal -
+    self over the cells of each split (a focal cell whose config.json records its
+    partners: "trained with" and "held out" rows) and the generalisation gap test - train
+    in percentage points, its interval a paired bootstrap over the same worlds.
     --format md / latex print the table for a paper (percent, intervals over the worlds, a
     † where an interval has zero width); json and csv hold fractions.
 
@@ -164,6 +169,8 @@ def scenario(
       alem-eval scenario --focal mypkg.agents:make --focal-arg temperature=0.5 \\
           '1B/ippo-rnn/hard' --mode visitor
       alem-eval scenario --focal runs/my-cell '1B/ippo-rnn/hard' --mode visitor
+      alem-eval scenario --focal runs/partners/demo/ippo-rnn/easy/seed0 'demo/*' \
+          --source demo --mode visitor    # trained with the train split: the gap
     """
     from alem_eval.analysis.results import collect_warnings
     from alem_eval.core.runtime import enable_compilation_cache
@@ -209,6 +216,7 @@ def scenario(
             reps=reps,
             seed=seed,
             store=open_store(results),
+            splits=splits,
             on_env_mismatch=on_env_mismatch.value,
             fresh=fresh,
             batch=batch,
@@ -219,24 +227,11 @@ def scenario(
     for note in notes:
         err_console.print(f"[yellow]warning[/yellow] {note}", highlight=False)
     paths = write_scenario(result, out)
-    if fmt in (PaperFormat.md, PaperFormat.latex):
-        sys.stdout.write(result.to_markdown() if fmt == PaperFormat.md else result.to_latex())
-    elif fmt == PaperFormat.json:
-        emit_json({**result.as_json(), "outputs": [str(p) for p in paths]})
-    elif fmt == PaperFormat.csv:
-        rows = [r.flat() for r in result.rows]
-        emit_records(rows, OutputFormat.csv, columns=list(rows[0]))
-    else:
-        emit_records(
-            result.table_rows(),
-            OutputFormat.table,
-            title=(
-                f"{result.focal} with the baselines on {result.eval_difficulty} "
-                f"({result.bootstrap['confidence']:.0%} CI over the worlds; percent)"
-            ),
-        )
-    if fmt == PaperFormat.table and (table := result.paper_table(decimals=2)).flagged():
-        err_console.print(f"[yellow]note[/yellow] {table.zero_width_note}", highlight=False)
+    _print_result(result, fmt, paths)
+    main, by_split = result.paper_table(decimals=2), result.split_table(decimals=2)
+    flagged = main.flagged() or (by_split is not None and by_split.flagged())
+    if fmt == PaperFormat.table and flagged:
+        err_console.print(f"[yellow]note[/yellow] {main.zero_width_note}", highlight=False)
     err_console.print(
         f"{len(result.scores)} teams ({result.teams_scored} scored, "
         f"{len(result.scores) - result.teams_scored} read back); figure in {out}",
@@ -246,3 +241,33 @@ def scenario(
         from alem_eval.analysis.digests import footer_digest_line
 
         err_console.print(footer_digest_line(result.digests), highlight=False, soft_wrap=True)
+
+
+def _print_result(result, fmt: PaperFormat, paths: list[Path]) -> None:
+    """The main table, then the split table when the background spans several partner
+    splits, on stdout in ``fmt`` (json: one document holding both; csv: the main table)."""
+    split = result.split_table()
+    if fmt in (PaperFormat.md, PaperFormat.latex):
+        for table in (result.paper_table(), split):
+            if table is not None:
+                text = table.to_markdown() if fmt == PaperFormat.md else table.to_latex()
+                sys.stdout.write(("\n" if table is split else "") + text)
+    elif fmt == PaperFormat.json:
+        emit_json({**result.as_json(), "outputs": [str(p) for p in paths]})
+    elif fmt == PaperFormat.csv:
+        rows = [r.flat() for r in result.rows]
+        emit_records(rows, OutputFormat.csv, columns=list(rows[0]))
+    else:
+        conf = f"{result.bootstrap['confidence']:.0%} CI over the worlds"
+        emit_records(
+            result.table_rows(),
+            OutputFormat.table,
+            title=f"{result.focal} with the baselines on {result.eval_difficulty} ({conf}; percent)",
+        )
+        if split is not None:
+            emit_records(
+                result.split_table_rows(),
+                OutputFormat.table,
+                title=f"{result.focal}: focal - self by partner split ({conf}; the gap's "
+                "paired; percentage points)",
+            )
