@@ -251,9 +251,21 @@ def synthetic_team_scores(teams, num_worlds: int, *, seed: int = 0, constant: fl
     return out
 
 
-def synthetic_scenario(num_worlds: int = 4, *, constant: float | None = None, reps: int = 200):
-    """A :class:`~alem_eval.scoring.scenario.ScenarioResult` over :data:`SIM_CELLS`
-    (two populations), both modes, with :func:`synthetic_team_scores`."""
+def synthetic_scenario(
+    num_worlds: int = 4,
+    *,
+    constant: float | None = None,
+    reps: int = 200,
+    cells: Sequence[str] = SIM_CELLS,
+    cell_splits: dict[str, str] | None = None,
+    trained_with: Sequence[str] | None = None,
+    scores=None,
+):
+    """A :class:`~alem_eval.scoring.scenario.ScenarioResult` over ``cells`` (default
+    :data:`SIM_CELLS`: two populations), both modes, with :func:`synthetic_team_scores`
+    (or ``scores(teams) -> {team: TeamScore}``); ``cell_splits`` (cell id -> split) and
+    ``trained_with`` (the focal's recorded partners) give it a split table."""
+    from alem_eval.scoring.crossplay import GAP_METRICS
     from alem_eval.scoring.scenario import (
         FOCAL_PREFIX,
         MODES,
@@ -261,15 +273,21 @@ def synthetic_scenario(num_worlds: int = 4, *, constant: float | None = None, re
         scenario_rows,
         scenario_teams,
     )
+    from alem_eval.scoring.scenario_splits import split_rows
 
     identity = "sim@0123abcd"
-    teams = scenario_teams(list(SIM_CELLS), MODES, FOCAL_PREFIX + identity)
-    scores = synthetic_team_scores([t.team for t in teams], num_worlds, constant=constant)
+    teams = scenario_teams(list(cells), MODES, FOCAL_PREFIX + identity)
+    if scores is None:
+        scores = synthetic_team_scores([t.team for t in teams], num_worlds, constant=constant)
+    else:
+        scores = scores(teams)
     boot = {"reps": reps, "seed": 0, "confidence": 0.95}
+    splits = dict(cell_splits or {})
+    trained = None if trained_with is None else tuple(trained_with)
     return ScenarioResult(
         focal="sim",
         identity=identity,
-        cells=SIM_CELLS,
+        cells=tuple(cells),
         modes=MODES,
         eval_difficulty="hard",
         num_episodes=num_worlds,
@@ -279,6 +297,9 @@ def synthetic_scenario(num_worlds: int = 4, *, constant: float | None = None, re
         rows=tuple(scenario_rows(teams, scores, **boot)),
         bootstrap={**boot, "method": "expanded percentile bootstrap over the worlds"},
         store=None,
+        cell_splits=splits,
+        trained_with=trained,
+        split_rows=tuple(split_rows(teams, scores, splits, trained, metrics=GAP_METRICS, **boot)),
     )
 
 

@@ -62,6 +62,27 @@ def test_a_loaded_policy_is_that_cells_focal_as_it_is():
         resolve_focal(policy, {"temperature": 0.5})
 
 
+def test_a_cell_trained_with_partners_carries_their_ids_and_a_bad_record_is_one_line(tmp_path):
+    """What `train --partners` writes under config.json's "partners" tells a scenario
+    which background cells the focal trained with (a self-play cell records none)."""
+    import json
+
+    from alem_eval.scoring.focal_cell import resolve_focal
+
+    assert resolve_focal(str(_cell_dir(FOCAL))).trained_with is None
+    cell = tmp_path / "trained"
+    shutil.copytree(_cell_dir(FOCAL), cell)
+    config = json.loads((cell / "config.json").read_text())
+    partners = ["demo/ippo-rnn/easy/seed0", "demo/pqn-vdn-rnn/easy/seed0"]
+    config["partners"] = {"cells": partners, "split": "train", "focal_slots": 1}
+    (cell / "config.json").write_text(json.dumps(config))
+    assert resolve_focal(str(cell)).trained_with == tuple(partners)
+    config["partners"] = {"cells": "demo/*"}
+    (cell / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ConfigError, match=r"^focal .*trained: config.json's 'partners' has no"):
+        resolve_focal(str(cell))
+
+
 def _corrupt(tmp_path: Path, what: str) -> Path:
     cell = tmp_path / what
     shutil.copytree(_cell_dir(FOCAL), cell)

@@ -52,6 +52,7 @@ from alem_eval.scoring.crossplay import GAP_METRICS
 from alem_eval.scoring.play import TeamScore, play_teams, resolve_worlds
 from alem_eval.scoring.scenario_splits import (
     SplitRow,
+    background_splits,
     split_paper_table,
     split_rows,
     split_table_rows,
@@ -460,7 +461,6 @@ def run_scenario(
     ``on_episodes(RolloutProgress)`` as the rollout's episodes end (an episode bar's
     ``update``). ``splits``: the partner splits the split table reads (a
     :class:`~alem_eval.hub.splits.Splits` or a split file; None: the release's)."""
-    from alem_eval.hub.splits import as_splits
     from alem_eval.scoring.focal_cell import check_focal_world, resolve_focal
 
     modes = check_mode(mode)
@@ -469,6 +469,7 @@ def run_scenario(
     cells = list({c.id: c for c in cells}.values())
     if not cells:
         raise UsageError("a scenario needs at least one background cell")
+    cell_splits = background_splits(cells, splits)  # before playing: a bad file is one line
     w = resolve_worlds(source, cells, eval_difficulty, num_episodes, max_steps, on_env_mismatch)
     check_focal_world(group, w, on_env_mismatch)
     label = FOCAL_PREFIX + group.identity
@@ -497,8 +498,6 @@ def run_scenario(
         )
     boot: dict[str, Any] = {"reps": reps, "seed": seed, "confidence": confidence}
     bootstrap = {**boot, "method": "expanded percentile bootstrap over the worlds"}
-    chosen = as_splits(splits)
-    cell_splits = {c.id: s for c in cells if (s := chosen.get(c)) is not None}
     trained_with = getattr(group, "trained_with", None)
     return ScenarioResult(
         focal=group.label,

@@ -54,6 +54,16 @@ def team_interval(ref: np.ndarray, sub: np.ndarray | None, *, stream, **boot) ->
     return Interval(float(est.point[0]), float(est.lo[0]), float(est.hi[0]))
 
 
+def background_splits(cells: Sequence[Any], splits: Any = None) -> dict[str, str]:
+    """``{cell id: split}`` of the background ``cells`` (manifest cells) in ``splits`` (a
+    :class:`~alem_eval.hub.splits.Splits`, a split file; None: the release's); a cell
+    without a split there is left out."""
+    from alem_eval.hub.splits import as_splits
+
+    chosen = as_splits(splits)
+    return {c.id: s for c in cells if (s := chosen.get(c)) is not None}
+
+
 @dataclass(frozen=True)
 class SplitGroup:
     """The background cells of one split (and, with recorded partners, one role)."""
@@ -198,7 +208,7 @@ def split_rows(
         for metric in metrics:
 
             def arrays(cells: Sequence[str], mode=mode, metric=metric):
-                """(focal, self-play) ``(K, E)`` of the focal's teams with ``cells``."""
+                """(focal, self-play) ``(1, K, E)`` of the focal's teams with ``cells``."""
                 mine = [
                     t
                     for t in teams
@@ -206,19 +216,16 @@ def split_rows(
                 ]
                 f = np.stack([scores[t.team].values(metric) for t in mine])
                 ref = np.stack([scores[selfs[t.background]].values(metric) for t in mine])
-                return f, ref
+                return f[None], ref[None]
 
             for g in groups:
-                f, ref = arrays(g.cells)
-                est = gap_intervals(
-                    f[None], ref[None], stream=("split", mode, metric, g.label), **boot
-                )
+                stream = ("split", mode, metric, g.label)
+                est = gap_intervals(*arrays(g.cells), stream=stream, **boot)
                 out.append(_row(mode, metric, g.label, g.split, g.role, est, g.cells))
             if gap is not None:
                 label, test, train = gap
-                est = gap_difference(
-                    arrays(test), arrays(train), stream=("split-gap", mode, metric), **boot
-                )
+                stream = ("split-gap", mode, metric)
+                est = gap_difference(arrays(test), arrays(train), stream=stream, **boot)
                 out.append(_row(mode, metric, label, None, None, est, test, train))
     return out
 
