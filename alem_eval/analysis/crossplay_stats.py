@@ -26,6 +26,10 @@ interval resamples worlds, jointly for everything:
   about 93% at a nominal 95%: it misses the n - 1 and the t quantile); with fewer than 2
   worlds there is no interval (NaN bounds).
 
+The difference of two gaps over teams that played the same worlds (a scenario's test
+cells against its train cells: :func:`gap_difference`) is resampled the same way: one
+multiset of worlds per replicate, applied to both sides (a paired bootstrap).
+
 What the interval is about: these cells, on the distribution of worlds. The teams are
 fixed, not a sample: differences between teams are not noise. It does not generalise over
 checkpoints (training seeds); that needs more cells and a resampling of cells.

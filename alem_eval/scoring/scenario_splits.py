@@ -219,13 +219,14 @@ def split_rows(
                 return f[None], ref[None]
 
             for g in groups:
-                stream = ("split", mode, metric, g.label)
-                est = gap_intervals(*arrays(g.cells), stream=stream, **boot)
+                est = gap_intervals(
+                    *arrays(g.cells), stream=("split", mode, metric, g.label), **boot
+                )
                 out.append(_row(mode, metric, g.label, g.split, g.role, est, g.cells))
             if gap is not None:
                 label, test, train = gap
-                stream = ("split-gap", mode, metric)
-                est = gap_difference(arrays(test), arrays(train), stream=stream, **boot)
+                sides = (arrays(test), arrays(train))
+                est = gap_difference(*sides, stream=("split-gap", mode, metric), **boot)
                 out.append(_row(mode, metric, label, None, None, est, test, train))
     return out
 
