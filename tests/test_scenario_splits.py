@@ -165,6 +165,10 @@ def test_the_split_table_round_trips_through_json_and_the_cli_json(capsys):
     assert first["focal_minus_self"]["point"] == s.split_rows[0].diff.point
     _print_result(s, PaperFormat.json, [])
     assert json.loads(capsys.readouterr().out)["split_rows"] == doc["split_rows"]
+    _print_result(s, PaperFormat.md, [])  # the main table, then the split table
+    md = capsys.readouterr().out
+    assert md.index("| Population | Mode |") < md.index("| Mode | Metric | Partners |")
+    assert "| visitor | Total% | held out (test) | 2 |" in md
     api = Scenario(s)
     assert api.by_split.to_dict("records") == [r.flat() for r in s.split_rows]
     assert api.by_split.attrs["units"] == "fraction"
