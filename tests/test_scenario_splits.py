@@ -174,3 +174,16 @@ def test_the_split_table_round_trips_through_json_and_the_cli_json(capsys):
     assert api.by_split.attrs["units"] == "fraction"
     assert set(api.to_frame()["split"]) == {"train", "val", "test"}
     assert api.split_table().to_markdown() == s.split_table().to_markdown()
+
+
+def test_a_cell_that_names_no_population_has_no_split():
+    """A source cell without the released layout (no budget, algorithm, difficulty, seed)
+    is left out of the split table instead of failing the scenario."""
+    from types import SimpleNamespace
+
+    from alem_eval.hub.manifest import Cell
+    from alem_eval.scoring.scenario_splits import background_splits
+
+    released = Cell.from_id("1B/ippo-rnn/easy/seed4")
+    bare = SimpleNamespace(id="my-runs/agent-a")
+    assert background_splits([released, bare]) == {released.id: "test"}

@@ -57,11 +57,14 @@ def team_interval(ref: np.ndarray, sub: np.ndarray | None, *, stream, **boot) ->
 def background_splits(cells: Sequence[Any], splits: Any = None) -> dict[str, str]:
     """``{cell id: split}`` of the background ``cells`` (manifest cells) in ``splits`` (a
     :class:`~alem_eval.hub.splits.Splits`, a split file; None: the release's); a cell
-    without a split there is left out."""
+    without a split there is left out, and so is one that names no population (a cell of
+    a source without the released layout: no budget, algorithm, difficulty and seed)."""
     from alem_eval.hub.splits import as_splits
 
     chosen = as_splits(splits)
-    return {c.id: s for c in cells if (s := chosen.get(c)) is not None}
+    fields = ("budget", "algorithm", "difficulty", "seed")
+    placed = [c for c in cells if all(getattr(c, f, None) is not None for f in fields)]
+    return {c.id: s for c in placed if (s := chosen.get(c)) is not None}
 
 
 @dataclass(frozen=True)
