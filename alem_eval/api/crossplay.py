@@ -172,17 +172,6 @@ def crossplay(
 
         return write_outputs(result, where)
 
-    where = Where(source, repo, revision, cache_dir, difficulty, split, splits)
-    found = play_teams(
-        "crossplay",
-        cells,
-        where,
-        devices=devices,
-        dry_run=dry_run,
-        progress=progress,
-        plan=plan,
-        run=run,
-        write=write,
-        out=out,
-    )
+    where = Where(source, repo, revision, cache_dir, difficulty, split, splits, devices)
+    found = play_teams("crossplay", cells, where, plan, run, write, out, progress, dry_run)
     return found if dry_run else CrossPlay(*found)

@@ -210,19 +210,8 @@ def scenario(
             **callbacks,
         )
 
-    where = Where(source, repo, revision, cache_dir, difficulty, split, splits)
-    found = play_teams(
-        "scenario",
-        cells,
-        where,
-        devices=devices,
-        dry_run=dry_run,
-        progress=progress,
-        plan=plan,
-        run=run,
-        write=write_scenario,
-        out=out,
-    )
+    where = Where(source, repo, revision, cache_dir, difficulty, split, splits, devices)
+    found = play_teams("scenario", cells, where, plan, run, write_scenario, out, progress, dry_run)
     return found if dry_run else Scenario(*found)
 
 

@@ -19,9 +19,10 @@ from alem_eval.api.cells import DEFAULT_SOURCE, Cells, SourceSpec, resolve_cells
 
 @dataclass(frozen=True)
 class Where:
-    """Where the cells come from and which of them play: ``source`` / ``repo`` /
-    ``revision`` / ``cache_dir`` (as :func:`alem_eval.select`), the training
-    ``difficulty`` filter and the partner ``split`` of ``splits``."""
+    """What :func:`alem_eval.crossplay` and :func:`alem_eval.scenario` take alike: where
+    the cells come from (``source`` / ``repo`` / ``revision`` / ``cache_dir``, as
+    :func:`alem_eval.select`), which of them play (the training ``difficulty`` filter, the
+    partner ``split`` of ``splits``) and over how many CPU ``devices``."""
 
     source: SourceSpec | None = None
     repo: str | None = None
@@ -30,6 +31,7 @@ class Where:
     difficulty: str | Sequence[str] | None = None
     split: str | None = None
     splits: Any = None
+    devices: str | int | None = None
 
 
 def team_cells(command: str, cells: Cells, where: Where, *, read_only: bool = False) -> tuple:
@@ -85,22 +87,20 @@ def play_teams(
     command: str,
     cells: Cells,
     where: Where,
-    *,
-    devices: str | int | None,
-    dry_run: bool,
-    progress: bool | None,
     plan: Callable[[Any, list], Any],
     run: Callable[..., Any],
     write: Callable[[Any, Path], list[Path]],
     out: str | Path | None,
+    progress: bool | None,
+    dry_run: bool,
 ) -> Any:
     """The devices, the cells (:func:`team_cells`), then with ``dry_run`` only
     ``plan(source, cells)`` (a :class:`~alem_eval.scoring.plan.RunPlan`: nothing played,
     nothing written); else ``run(source, cells, on_progress=..., on_episodes=...)`` under
     the episode bar ``command`` (:func:`~alem_eval.api.calls.episode_progress`) and
-    ``write(result, out)`` when ``out`` is given. Returns the plan, or (the run's result,
-    the paths written)."""
-    use_devices(devices)  # before JAX starts its backends
+    ``write(result, out)`` when ``out`` is given (``progress``: as the API's). Returns the plan, or (the run's
+    result, the paths written)."""
+    use_devices(where.devices)  # before JAX starts its backends
     if not dry_run:
         before_compiling()
     src, chosen = team_cells(command, cells, where, read_only=dry_run)

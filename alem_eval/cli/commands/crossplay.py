@@ -19,7 +19,7 @@ from alem_eval.cli.app import app
 from alem_eval.cli.console import (
     OutputFormat,
     emit_json,
-    emit_plan,
+    play_or_plan,
     emit_records,
     err_console,
 )
@@ -54,7 +54,8 @@ from alem_eval.cli.options import (
     TeamRuns,
     choice,
     override,
-    split_commas,
+    source_keywords,
+    team_keywords,
     Difficulty,
     EVAL_DIFFICULTY_SHARED_HELP,
 )
@@ -151,45 +152,30 @@ def crossplay(
       alem-eval crossplay 'demo/*' --source demo --episodes 2 --max-steps 100 \\
           --out xplay/
     """
-    from alem_eval.analysis.results import collect_warnings
-    from alem_eval.api.crossplay import CrossPlay, crossplay as play_crossplay
-    from alem_eval.core.runtime import enable_compilation_cache
+    from alem_eval.api.crossplay import crossplay as play_crossplay
 
-    call = functools.partial(
-        play_crossplay,
-        list(selectors or []),
-        scheme=scheme.value,
-        eval_difficulty=eval_difficulty.value if eval_difficulty else None,
-        episodes=episodes,
-        max_steps=max_steps,
-        max_teams=max_teams,
-        seed=seed,
-        reps=reps,
-        runs=runs.value,
-        store=results,
-        out=out,
-        source=source,
-        repo=repo,
-        revision=revision,
-        cache_dir=cache_dir,
-        progress=True,
-        difficulty=split_commas(difficulty),
-        split=split.value if split else None,
-        splits=splits,
-        on_env_mismatch=on_env_mismatch.value,
-        batch=batch,
-        devices=devices,
-        record=record,
+    played = play_or_plan(
+        functools.partial(
+            play_crossplay,
+            list(selectors or []),
+            scheme=scheme.value,
+            eval_difficulty=eval_difficulty.value if eval_difficulty else None,
+            episodes=episodes,
+            max_steps=max_steps,
+            max_teams=max_teams,
+            seed=seed,
+            reps=reps,
+            runs=runs.value,
+            store=results,
+            out=out,
+            **source_keywords(source, repo, revision, cache_dir, difficulty),
+            **team_keywords(split, splits, on_env_mismatch, batch, devices, record),
+        ),
+        dry_run,
+        fmt.records,
     )
-    if dry_run:
-        emit_plan(call(dry_run=True), fmt.records)
+    if played is None:
         return
-    enable_compilation_cache()
-    with collect_warnings() as notes:
-        played = call()
-    assert isinstance(played, CrossPlay)
-    for note in notes:
-        err_console.print(f"[yellow]warning[/yellow] {note}", highlight=False)
     _print_result(played, fmt, out)
 
 

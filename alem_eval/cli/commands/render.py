@@ -28,7 +28,7 @@ from alem_eval.cli.options import (
     RevisionOpt,
     SourceOpt,
     override,
-    split_commas,
+    source_keywords,
     Difficulty,
     EVAL_DIFFICULTY_SHARED_HELP,
 )
@@ -110,12 +110,8 @@ def render(
         max_steps=max_steps,
         fps=fps,
         scale=scale,
-        difficulty=split_commas(difficulty),
         on_env_mismatch=on_env_mismatch.value,
-        source=source,
-        repo=repo,
-        revision=revision,
-        cache_dir=cache_dir,
+        **source_keywords(source, repo, revision, cache_dir, difficulty),
         progress=True,
     )
     record = result.as_json()

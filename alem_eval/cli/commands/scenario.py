@@ -18,7 +18,7 @@ from alem_eval.cli.app import app
 from alem_eval.cli.console import (
     OutputFormat,
     emit_json,
-    emit_plan,
+    play_or_plan,
     emit_records,
     err_console,
 )
@@ -50,7 +50,8 @@ from alem_eval.cli.options import (
     SplitsFileOpt,
     choice,
     override,
-    split_commas,
+    source_keywords,
+    team_keywords,
     Difficulty,
     EVAL_DIFFICULTY_SHARED_HELP,
 )
@@ -171,47 +172,32 @@ def scenario(
       alem-eval scenario --focal runs/partners/demo/ippo-rnn/easy/seed0 'demo/*' \\
           --source demo --mode visitor    # trained with the train split: the gap
     """
-    from alem_eval.analysis.results import collect_warnings
-    from alem_eval.api.scenario import Scenario, scenario as play_scenario
-    from alem_eval.core.runtime import enable_compilation_cache
+    from alem_eval.api.scenario import scenario as play_scenario
     from alem_eval.evaluate.agent_spec import parse_focal_args
 
-    call = functools.partial(
-        play_scenario,
-        list(selectors or []),
-        focal,
-        focal_args=parse_focal_args(focal_arg or []),
-        mode=mode.value,
-        eval_difficulty=eval_difficulty.value if eval_difficulty else None,
-        episodes=episodes,
-        max_steps=max_steps,
-        seed=seed,
-        reps=reps,
-        store=results,
-        fresh=fresh,
-        out=out,
-        source=source,
-        repo=repo,
-        revision=revision,
-        cache_dir=cache_dir,
-        progress=True,
-        difficulty=split_commas(difficulty),
-        split=split.value if split else None,
-        splits=splits,
-        on_env_mismatch=on_env_mismatch.value,
-        batch=batch,
-        devices=devices,
-        record=record,
+    played = play_or_plan(
+        functools.partial(
+            play_scenario,
+            list(selectors or []),
+            focal,
+            focal_args=parse_focal_args(focal_arg or []),
+            mode=mode.value,
+            eval_difficulty=eval_difficulty.value if eval_difficulty else None,
+            episodes=episodes,
+            max_steps=max_steps,
+            seed=seed,
+            reps=reps,
+            store=results,
+            fresh=fresh,
+            out=out,
+            **source_keywords(source, repo, revision, cache_dir, difficulty),
+            **team_keywords(split, splits, on_env_mismatch, batch, devices, record),
+        ),
+        dry_run,
+        fmt.records,
     )
-    if dry_run:
-        emit_plan(call(dry_run=True), fmt.records)
+    if played is None:
         return
-    enable_compilation_cache()
-    with collect_warnings() as notes:
-        played = call()
-    assert isinstance(played, Scenario)
-    for note in notes:
-        err_console.print(f"[yellow]warning[/yellow] {note}", highlight=False)
     result = played.result
     _print_result(result, fmt, list(played.outputs))
     main, by_split = result.paper_table(decimals=2), result.split_table(decimals=2)
