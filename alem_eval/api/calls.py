@@ -26,13 +26,30 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+_COMMAND = [False]  # inside a_command(): the CLI owns the process and its compilation cache
+
+
+@contextlib.contextmanager
+def a_command() -> Iterator[None]:
+    """Inside: a command of the CLI calls the API, and :func:`before_compiling` turns the
+    cache on whatever JAX's state or variables (the command owns its process)."""
+    before = _COMMAND[0]
+    _COMMAND[0] = True
+    try:
+        yield
+    finally:
+        _COMMAND[0] = before
+
+
 def before_compiling() -> None:
     """The persistent compilation cache, as the CLI sets it, while that can still take
     effect and is nobody else's choice: before JAX is imported, unless JAX's own cache
-    variable is set (then, or once JAX runs, the caller decides)."""
+    variable is set (then, or once JAX runs, the caller decides); always inside
+    :func:`a_command`."""
     import sys
 
-    if "jax" not in sys.modules and "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    free = "jax" not in sys.modules and "JAX_COMPILATION_CACHE_DIR" not in os.environ
+    if _COMMAND[0] or free:
         from alem_eval.core.runtime import enable_compilation_cache
 
         enable_compilation_cache()

@@ -96,16 +96,16 @@ def play_teams(
 ) -> Any:
     """The devices, the cells (:func:`team_cells`), then with ``dry_run`` only
     ``plan(source, cells)`` (a :class:`~alem_eval.scoring.plan.RunPlan`: nothing played,
-    nothing written); else ``run(source, cells, on_progress=..., on_episodes=...)`` under
+    nothing written); else the compilation cache (:func:`~alem_eval.api.calls.before_compiling`)
+    and ``run(source, cells, on_progress=..., on_episodes=...)`` under
     the episode bar ``command`` (:func:`~alem_eval.api.calls.episode_progress`) and
     ``write(result, out)`` when ``out`` is given (``progress``: as the API's). Returns the plan, or (the run's
     result, the paths written)."""
     use_devices(where.devices)  # before JAX starts its backends
-    if not dry_run:
-        before_compiling()
     src, chosen = team_cells(command, cells, where, read_only=dry_run)
     if dry_run:
         return plan(src, chosen)
+    before_compiling()
     with episode_progress(command, progress) as bar:
         result = run(src, chosen, on_progress=bar and bar.note, on_episodes=bar and bar.update)
     return result, (tuple(write(result, Path(out))) if out is not None else ())

@@ -98,22 +98,22 @@ def render(
       alem-eval render 'demo/ippo/easy/0+demo/pqn/easy/0+demo/mappo/easy/0' \\
           --source demo --episode 3
     """
+    from alem_eval.api.calls import a_command
     from alem_eval.api.render import render as draw
-    from alem_eval.core.runtime import enable_compilation_cache
 
-    enable_compilation_cache()
-    result = draw(
-        team,
-        out=out,
-        eval_difficulty=eval_difficulty.value if eval_difficulty else None,
-        episode=episode,
-        max_steps=max_steps,
-        fps=fps,
-        scale=scale,
-        on_env_mismatch=on_env_mismatch.value,
-        **source_keywords(source, repo, revision, cache_dir, difficulty),
-        progress=True,
-    )
+    with a_command():  # the compilation cache on before it compiles, as every command
+        result = draw(
+            team,
+            out=out,
+            eval_difficulty=eval_difficulty.value if eval_difficulty else None,
+            episode=episode,
+            max_steps=max_steps,
+            fps=fps,
+            scale=scale,
+            on_env_mismatch=on_env_mismatch.value,
+            **source_keywords(source, repo, revision, cache_dir, difficulty),
+            progress=True,
+        )
     record = result.as_json()
     if fmt == OutputFormat.table:
         ending = "the env ended it" if result.terminated else "step cap"
