@@ -147,6 +147,32 @@ def test_before_compiling_turns_the_cache_on_always_inside_a_command(monkeypatch
     assert calls == [1]
 
 
+def test_a_commands_run_keeps_the_results_stores_warnings_for_the_command(monkeypatch):
+    """Inside ``a_command`` (``alem-eval crossplay`` / ``scenario``) the results store's
+    warnings of the run are kept, one line each, for the command to print after the
+    tables; a researcher's call warns as usual."""
+    from alem_eval.analysis.results import ResultsWarning
+    from alem_eval.api.calls import a_command
+    from alem_eval.api.teams import Where, play_teams
+    from alem_eval.core import runtime
+
+    monkeypatch.setattr(runtime, "enable_compilation_cache", lambda: None)
+
+    def run(source, cells, *, on_progress, on_episodes):
+        warnings.warn("a stored\n   row differs", ResultsWarning, stacklevel=2)
+        return [c.id for c in cells]
+
+    where = Where(source=str(FIXTURES), difficulty="hard")
+    args = ("crossplay", "tiny/ippo-rnn", where, None, run, None, None, False, False)
+    with a_command() as notes, warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing else warns
+        played, outputs = play_teams(*args)
+    assert notes == ["a stored row differs"] and outputs == ()
+    assert played == ["tiny/ippo-rnn/hard/seed2"]
+    with pytest.warns(ResultsWarning, match="row differs"):
+        play_teams(*args)
+
+
 def test_cells_keep_their_source_and_a_source_naming_another_is_one_line():
     demo = alem_eval.select("demo/ippo", source="demo")
     assert alem_eval.pull(demo, source="demo").root == alem_eval.pull(demo).root  # the same

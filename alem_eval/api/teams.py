@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from alem_eval.api.calls import before_compiling, episode_progress
+from alem_eval.api.calls import before_compiling, episode_progress, results_warnings
 from alem_eval.api.cells import DEFAULT_SOURCE, Cells, SourceSpec, resolve_cells
 
 
@@ -97,8 +97,8 @@ def play_teams(
     """The devices, the cells (:func:`team_cells`), then with ``dry_run`` only
     ``plan(source, cells)`` (a :class:`~alem_eval.scoring.plan.RunPlan`: nothing played,
     nothing written); else the compilation cache (:func:`~alem_eval.api.calls.before_compiling`)
-    and ``run(source, cells, on_progress=..., on_episodes=...)`` under
-    the episode bar ``command`` (:func:`~alem_eval.api.calls.episode_progress`) and
+    and ``run(source, cells, on_progress=..., on_episodes=...)`` under the results store's
+    warnings (:func:`~alem_eval.api.calls.results_warnings`) and the episode bar ``command`` (:func:`~alem_eval.api.calls.episode_progress`) and
     ``write(result, out)`` when ``out`` is given (``progress``: as the API's). Returns the plan, or (the run's
     result, the paths written)."""
     use_devices(where.devices)  # before JAX starts its backends
@@ -106,6 +106,6 @@ def play_teams(
     if dry_run:
         return plan(src, chosen)
     before_compiling()
-    with episode_progress(command, progress) as bar:
+    with results_warnings(), episode_progress(command, progress) as bar:
         result = run(src, chosen, on_progress=bar and bar.note, on_episodes=bar and bar.update)
     return result, (tuple(write(result, Path(out))) if out is not None else ())

@@ -126,17 +126,16 @@ def split_over_devices(devices: str | None) -> None:
 def play_or_plan(call: Callable[..., Any], dry_run: bool, fmt: OutputFormat) -> Any:
     """``alem-eval crossplay`` / ``scenario``: ``call`` is the API function with the
     command's options. With ``--dry-run`` the plan ``call(dry_run=True)`` returns is
-    printed in ``fmt`` (:func:`emit_plan`) and None returned; else ``call()`` plays (the
-    compilation cache on before it compiles: :func:`alem_eval.api.calls.a_command`), and
-    the results store's warnings it raised print one line each after it. Returns what it
-    played."""
+    printed in ``fmt`` (:func:`emit_plan`) and None returned; else ``call()`` plays inside
+    :func:`alem_eval.api.calls.a_command` (the compilation cache on before it compiles),
+    and the results store's warnings its run raised print one line each after it.
+    Returns what it played."""
     if dry_run:
         emit_plan(call(dry_run=True), fmt)
         return None
-    from alem_eval.analysis.results import collect_warnings
     from alem_eval.api.calls import a_command
 
-    with a_command(), collect_warnings() as notes:
+    with a_command() as notes:
         played = call()
     for note in notes:
         err_console.print(f"[yellow]warning[/yellow] {note}", highlight=False)
