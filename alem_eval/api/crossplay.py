@@ -167,10 +167,10 @@ def crossplay(
             **callbacks,
         )
 
-    def write(result: CrossplayResult, where: Path) -> list[Path]:
+    def write(result: CrossplayResult, directory: Path) -> list[Path]:
         from alem_eval.scoring.crossplay_outputs import write_outputs
 
-        return write_outputs(result, where)
+        return write_outputs(result, directory)
 
     where = Where(source, repo, revision, cache_dir, difficulty, split, splits, devices)
     found = play_teams("crossplay", cells, where, plan, run, write, out, progress, dry_run)

@@ -11,10 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from alem_eval.api.calls import before_compiling, episode_progress, results_warnings
 from alem_eval.api.cells import DEFAULT_SOURCE, Cells, SourceSpec, resolve_cells
+
+if TYPE_CHECKING:
+    from alem_eval.hub.source_base import Source
 
 
 @dataclass(frozen=True)
@@ -34,7 +37,9 @@ class Where:
     devices: str | int | None = None
 
 
-def team_cells(command: str, cells: Cells, where: Where, *, read_only: bool = False) -> tuple:
+def team_cells(
+    command: str, cells: Cells, where: Where, *, read_only: bool = False
+) -> tuple[Source, list]:
     """(source, the library's cells) of a way of playing teams. Selector strings (none:
     every cell of a local source; the Hub refuses to take all,
     :func:`~alem_eval.hub.selectors.require_selection`) are selected from ``where``'s
