@@ -110,6 +110,69 @@ def test_scenario_takes_the_cells_first_and_the_old_order_swaps_with_a_warning(m
     assert new.to_frame().attrs["units"] == "fraction"
 
 
+def test_crossplay_and_scenario_plan_with_dry_run_from_the_cells_a_command_would_play(tmp_path):
+    """``dry_run=True`` returns the plan (nothing played, nothing written); no selector
+    takes every cell of a local source, ``difficulty`` keeps those of that training
+    difficulty, as ``--difficulty`` does; a focal object is named by its class."""
+    from alem_eval.evaluate.reference_agents import RandomLegal
+    from alem_eval.scoring.plan import RunPlan
+
+    where = {"source": str(FIXTURES), "store": tmp_path / "store", "out": tmp_path / "out"}
+    plan = alem_eval.crossplay([], difficulty="easy", episodes=2, dry_run=True, **where)
+    assert isinstance(plan, RunPlan) and plan.command == "crossplay"
+    easy = [c.id for c in alem_eval.select(source=str(FIXTURES)) if c.difficulty == "easy"]
+    assert [r.cell for r in plan.cells] == easy and len(easy) > 1
+    agent = RandomLegal()
+    seen = alem_eval.scenario(easy[:1], agent, max_steps=9, dry_run=True, **where)
+    assert isinstance(seen, RunPlan) and [r.cell for r in seen.cells] == easy[:1]
+    assert seen.teams == 1 + 2 * 3  # its self-play, the focal in each slot as a visitor, resident
+    assert list(tmp_path.iterdir()) == []  # no results store, no outputs
+
+
+def test_before_compiling_turns_the_cache_on_always_inside_a_command(monkeypatch):
+    """Outside a command, a cache variable of JAX's own is the caller's choice; a command of
+    the CLI (which calls the API inside ``a_command``) turns the cache on all the same."""
+    from alem_eval.api.calls import a_command, before_compiling
+    from alem_eval.core import runtime
+
+    calls = []
+    monkeypatch.setattr(runtime, "enable_compilation_cache", lambda: calls.append(1))
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", "/somewhere/else")
+    before_compiling()
+    assert calls == []
+    with a_command():
+        before_compiling()
+    assert calls == [1]
+    before_compiling()
+    assert calls == [1]
+
+
+def test_a_commands_run_keeps_the_results_stores_warnings_for_the_command(monkeypatch):
+    """Inside ``a_command`` (``alem-eval crossplay`` / ``scenario``) the results store's
+    warnings of the run are kept, one line each, for the command to print after the
+    tables; a researcher's call warns as usual."""
+    from alem_eval.analysis.results import ResultsWarning
+    from alem_eval.api.calls import a_command
+    from alem_eval.api.teams import Where, play_teams
+    from alem_eval.core import runtime
+
+    monkeypatch.setattr(runtime, "enable_compilation_cache", lambda: None)
+
+    def run(source, cells, *, on_progress, on_episodes):
+        warnings.warn("a stored\n   row differs", ResultsWarning, stacklevel=2)
+        return [c.id for c in cells]
+
+    where = Where(source=str(FIXTURES), difficulty="hard")
+    args = ("crossplay", "tiny/ippo-rnn", where, None, run, None, None, False, False)
+    with a_command() as notes, warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing else warns
+        played, outputs = play_teams(*args)
+    assert notes == ["a stored row differs"] and outputs == ()
+    assert played == ["tiny/ippo-rnn/hard/seed2"]
+    with pytest.warns(ResultsWarning, match="row differs"):
+        play_teams(*args)
+
+
 def test_cells_keep_their_source_and_a_source_naming_another_is_one_line():
     demo = alem_eval.select("demo/ippo", source="demo")
     assert alem_eval.pull(demo, source="demo").root == alem_eval.pull(demo).root  # the same

@@ -168,14 +168,13 @@ def test_only_core_progress_draws_progress():
 def test_render_progress_in_a_batch_log_ends_with_the_steps_the_episode_took(monkeypatch):
     """The first step waits for the compile (its line prints after 30 s); the log still
     ends with the whole episode, not at "1 step of at most 40"."""
-    from alem_eval.cli.commands.render import render_progress
     from alem_eval.core import progress
-    from alem_eval.core.progress import err_console
+    from alem_eval.core.progress import err_console, steps_progress
 
     clock = iter([0.0, 0.5, 45.0] + [46.0] * 39)  # steps() made, then each report
     monkeypatch.setattr(progress.Reporter, "elapsed", lambda self: next(clock))
     monkeypatch.setattr(progress, "live_display", lambda: False)
-    with err_console.capture() as cap, render_progress() as on_progress:
+    with err_console.capture() as cap, steps_progress("render") as on_progress:
         for done in range(41):
             on_progress(done, 40)
     assert cap.get().splitlines() == [

@@ -23,7 +23,13 @@ from alem_eval.hub.demo_cells import (
 from alem_eval.core.errors import EvaluationError, UsageError
 from alem_eval.hub.manifest import Cell
 
-from .clitools import assert_one_line_error, cli_env, closed_port_url, run_cli
+from .clitools import (
+    assert_one_line_error,
+    cli_env,
+    closed_port_url,
+    run_cli,
+    run_cli_in_process,
+)
 from .conftest import FIXTURES
 from .eval_support import DEMO_PROGRAMS
 
@@ -192,6 +198,77 @@ def test_cli_difficulty_selects_the_cells_and_eval_difficulty_the_worlds(tmp_pat
     with pytest.raises(Stop):
         CliRunner().invoke(app, [*args, "--eval-difficulty", "hard"], catch_exceptions=False)
     assert seen == {"cells": ["tiny/ippo-rnn/easy/seed0"], "eval_difficulty": "hard"}
+
+
+def test_the_command_is_one_call_to_alem_eval_crossplay_and_prints_what_it_returns(
+    tmp_path, monkeypatch
+):
+    """``alem-eval crossplay`` hands its options to ``alem_eval.crossplay`` as keywords and
+    prints the result it returns (stubbed with a canned one: nothing plays); --dry-run is
+    the same call with ``dry_run=True``, its plan printed."""
+    from alem_eval.api import crossplay as api
+    from alem_eval.core.jsonout import json_text
+    from alem_eval.scoring.plan import RunPlan
+
+    from .synthetic import synthetic_crossplay
+
+    out = tmp_path / "xplay"
+    canned = api.CrossPlay(synthetic_crossplay(), (out / "crossplay.json",))
+    plan = RunPlan("crossplay", "somewhere", (), episodes=6, teams=3)
+    calls = []
+
+    def crossplay(cells, **kwargs):
+        calls.append((cells, kwargs))
+        return plan if kwargs.get("dry_run") else canned
+
+    monkeypatch.setattr(api, "crossplay", crossplay)
+    env = cli_env(tmp_path, closed_port_url())
+    args = ["crossplay", "tiny/ippo-rnn", "tiny/pqn", "--source", str(FIXTURES)]
+    args += ["--difficulty", "easy,hard", "--split", "train", "--scheme", "distinct"]
+    args += ["--episodes", "3", "--max-steps", "50", "--max-teams", "5", "--seed", "7"]
+    args += ["--reps", "100", "--runs", "episodes", "--results", str(tmp_path / "store")]
+    args += ["--out", str(out), "--on-env-mismatch", "warn", "--batch", "4"]
+    args += ["--devices", "2", "--record", str(tmp_path / "rec"), "--format", "json"]
+    proc = run_cli_in_process(args, env)
+    assert proc.returncode == 0, proc.stderr
+    assert calls == [
+        (
+            ["tiny/ippo-rnn", "tiny/pqn"],
+            {
+                "scheme": "distinct",
+                "eval_difficulty": None,
+                "episodes": 3,
+                "max_steps": 50,
+                "max_teams": 5,
+                "seed": 7,
+                "reps": 100,
+                "runs": "episodes",
+                "store": tmp_path / "store",
+                "out": out,
+                "source": str(FIXTURES),
+                "repo": None,
+                "revision": None,
+                "cache_dir": None,
+                "difficulty": ["easy", "hard"],
+                "split": "train",
+                "splits": None,
+                "on_env_mismatch": "warn",
+                "batch": 4,
+                "devices": "2",
+                "record": tmp_path / "rec",
+                "progress": True,
+            },
+        )
+    ]
+    doc = {**canned.result.as_json(), "outputs": [str(out / "crossplay.json")]}
+    assert proc.stdout == json_text(doc) + "\n"
+    result = canned.result
+    assert f"{len(result.teams)} teams ({result.teams_scored} scored" in proc.stderr
+    dry = run_cli_in_process([*args, "--dry-run"], env)
+    assert dry.returncode == 0, dry.stderr
+    assert calls[-1][1]["dry_run"] is True and len(calls) == 2
+    assert dry.stdout == json_text(plan.as_json()) + "\n"
+    assert dry.stderr.strip().splitlines()[-1] == plan.summary()
 
 
 def test_a_selector_matching_nothing_is_a_one_line_error(tmp_path):

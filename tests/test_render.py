@@ -228,6 +228,57 @@ def test_cli_renders_the_same_episode(rendered, tmp_path):
     assert out.read_bytes() == result.path.read_bytes()
 
 
+def test_the_command_is_one_call_to_alem_eval_render_and_prints_what_it_returns(
+    tmp_path, monkeypatch
+):
+    """``alem-eval render`` hands its options to ``alem_eval.render`` and prints the clip it
+    returns (stubbed with a canned one: nothing is drawn)."""
+    import numpy as np
+
+    from alem_eval.api import render as api
+
+    out = tmp_path / "clip.gif"
+    actions = np.zeros((2, 3), np.int32)
+    canned = api.Rendered(out, (IPPO, PQN, IPPO), "hard", 3, 3, 2, True, 0.5, ("A",), actions)
+    calls = []
+
+    def render(cells, **kwargs):
+        calls.append((cells, kwargs))
+        return canned
+
+    monkeypatch.setattr(api, "render", render)
+    args = ["render", f"{IPPO}+{PQN}+{IPPO}", "--source", str(FIXTURES), "--episode", "3"]
+    args += ["--difficulty", "easy", "--eval-difficulty", "hard", "--max-steps", "2"]
+    args += ["--out", str(out), "--fps", "5", "--scale", "2", "--on-env-mismatch", "warn"]
+    env = cli_env(tmp_path, closed_port_url())
+    proc = run_cli_in_process([*args, "--format", "json"], env)
+    assert proc.returncode == 0, proc.stderr
+    assert calls == [
+        (
+            f"{IPPO}+{PQN}+{IPPO}",
+            {
+                "out": out,
+                "eval_difficulty": "hard",
+                "episode": 3,
+                "max_steps": 2,
+                "fps": 5.0,
+                "scale": 2,
+                "on_env_mismatch": "warn",
+                "source": str(FIXTURES),
+                "repo": None,
+                "revision": None,
+                "cache_dir": None,
+                "difficulty": ["easy"],
+                "progress": True,
+            },
+        )
+    ]
+    assert json.loads(proc.stdout) == [canned.as_json()]
+    table = run_cli_in_process(args, env)
+    assert table.stdout == f"{out}\n"
+    assert table.stderr.startswith(f"wrote {out}: 3 frames (2 steps, the env ended it), return")
+
+
 @pytest.mark.parametrize(
     "args, fragments",
     [

@@ -3,8 +3,10 @@ faults, the scenario compositions and `alem-eval scenario` end to end."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import io
 import json
 import os
 import subprocess
@@ -19,7 +21,13 @@ import pytest
 from alem_eval.core.errors import EvaluationError, UsageError
 from alem_eval.scoring.scenario import population_of, scenario_teams
 
-from .clitools import assert_one_line_error, cli_env, closed_port_url, run_cli
+from .clitools import (
+    assert_one_line_error,
+    cli_env,
+    closed_port_url,
+    run_cli,
+    run_cli_in_process,
+)
 from .eval_support import FAST_EPISODES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -130,6 +138,78 @@ def test_a_jax_agent_with_wrong_outputs_or_a_raising_act_fails_before_compiling(
     with pytest.raises(EvaluationError) as err:
         check_group(load_focal(spec), obs_dim=8, num_actions=5)
     assert str(err.value) == f"focal {spec}: {message}"
+
+
+def test_the_command_is_one_call_to_alem_eval_scenario_and_prints_what_it_returns(
+    tmp_path, monkeypatch
+):
+    """``alem-eval scenario`` hands its options to ``alem_eval.scenario`` (the focal's
+    arguments parsed) and prints the result it returns (stubbed with a canned one:
+    nothing plays); --dry-run is the same call with ``dry_run=True``."""
+    from alem_eval.api import scenario as api
+    from alem_eval.cli.console import OutputFormat, emit_records
+    from alem_eval.scoring.plan import RunPlan
+
+    from .conftest import FIXTURES
+    from .synthetic import synthetic_scenario
+
+    out = tmp_path / "scen"
+    canned = api.Scenario(synthetic_scenario(), (out / "scenario.json",))
+    plan = RunPlan("scenario", "somewhere", (), episodes=6, teams=3)
+    calls = []
+
+    def scenario(cells, focal, **kwargs):
+        calls.append((cells, focal, kwargs))
+        return plan if kwargs.get("dry_run") else canned
+
+    monkeypatch.setattr(api, "scenario", scenario)
+    env = cli_env(tmp_path, closed_port_url())
+    args = ["scenario", "tiny/ippo-rnn", "--source", str(FIXTURES), "--focal", "noop"]
+    args += ["--focal-arg", "temperature=0.5", "--mode", "visitor", "--difficulty", "easy"]
+    args += ["--splits", str(tmp_path / "splits.json"), "--eval-difficulty", "hard"]
+    args += ["--episodes", "3", "--max-steps", "50", "--seed", "7", "--reps", "100"]
+    args += ["--results", str(tmp_path / "store"), "--fresh", "--out", str(out)]
+    args += ["--batch", "4", "--devices", "auto", "--record", str(tmp_path / "rec")]
+    proc = run_cli_in_process([*args, "--format", "csv"], env)
+    assert proc.returncode == 0, proc.stderr
+    assert calls == [
+        (
+            ["tiny/ippo-rnn"],
+            "noop",
+            {
+                "focal_args": {"temperature": 0.5},
+                "mode": "visitor",
+                "eval_difficulty": "hard",
+                "episodes": 3,
+                "max_steps": 50,
+                "seed": 7,
+                "reps": 100,
+                "store": tmp_path / "store",
+                "fresh": True,
+                "out": out,
+                "source": str(FIXTURES),
+                "repo": None,
+                "revision": None,
+                "cache_dir": None,
+                "difficulty": ["easy"],
+                "split": None,
+                "splits": tmp_path / "splits.json",
+                "on_env_mismatch": "error",
+                "batch": 4,
+                "devices": "auto",
+                "record": tmp_path / "rec",
+                "progress": True,
+            },
+        )
+    ]
+    rows = [r.flat() for r in canned.result.rows]
+    with contextlib.redirect_stdout(io.StringIO()) as expected:
+        emit_records(rows, OutputFormat.csv, columns=list(rows[0]))
+    assert proc.stdout == expected.getvalue()
+    dry = run_cli_in_process([*args, "--dry-run", "--format", "json"], env)
+    assert dry.returncode == 0, dry.stderr
+    assert calls[-1][2]["dry_run"] is True and len(calls) == 2
+    assert json.loads(dry.stdout) == plan.as_json()
 
 
 def test_focal_args_are_json_values_and_the_identity_follows_them():

@@ -8,7 +8,9 @@ whose table lists every function, its first argument, what it returns and its co
 * :mod:`alem_eval.api.functions`: pull, verify, score, compare;
 * :mod:`alem_eval.api.stored`: results, leaderboard, report, export, merge (the results
   store);
-* :mod:`alem_eval.api.crossplay`, :mod:`alem_eval.api.scenario`: teams of mixed agents;
+* :mod:`alem_eval.api.crossplay`, :mod:`alem_eval.api.scenario`: teams of mixed agents,
+  over :mod:`alem_eval.api.teams` (what the two do alike: the cells, a dry run's plan,
+  the episode bar, the run, the files written);
 * :mod:`alem_eval.api.render`: one episode drawn; :mod:`alem_eval.api.training`: train;
 * :mod:`alem_eval.api.agents`: a released policy (:func:`load_policy`) for your own code;
 * :mod:`alem_eval.api.envs`: the evaluation environment (:func:`make_env`), alone or with

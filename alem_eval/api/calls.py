@@ -26,13 +26,53 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+_COMMAND: list[list[str] | None] = [None]  # inside a_command(): the command's notes
+
+
+@contextlib.contextmanager
+def a_command() -> Iterator[list[str]]:
+    """Inside: a command of the CLI calls the API. :func:`before_compiling` turns the
+    cache on whatever JAX's state or variables (the command owns its process), and the
+    results store's warnings a run raises are kept, one line each, in the list this
+    yields (:func:`results_warnings`) for the command to show after."""
+    notes: list[str] = []
+    before = _COMMAND[0]
+    _COMMAND[0] = notes
+    try:
+        yield notes
+    finally:
+        _COMMAND[0] = before
+
+
+@contextlib.contextmanager
+def results_warnings() -> Iterator[None]:
+    """Around a run: inside :func:`a_command`, the
+    :class:`~alem_eval.analysis.results.ResultsWarning` s raised in the block go to the
+    command's notes (:func:`~alem_eval.analysis.results.collect_warnings`); elsewhere
+    they warn as any warning does."""
+    notes = _COMMAND[0]
+    if notes is None:
+        yield
+        return
+    from alem_eval.analysis.results import collect_warnings
+
+    caught: list[str] = []
+    try:
+        with collect_warnings() as caught:
+            yield
+    finally:
+        notes.extend(caught)
+
+
 def before_compiling() -> None:
     """The persistent compilation cache, as the CLI sets it, while that can still take
     effect and is nobody else's choice: before JAX is imported, unless JAX's own cache
-    variable is set (then, or once JAX runs, the caller decides)."""
+    variable is set (then, or once JAX runs, the caller decides); always inside
+    :func:`a_command`."""
     import sys
 
-    if "jax" not in sys.modules and "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    free = "jax" not in sys.modules and "JAX_COMPILATION_CACHE_DIR" not in os.environ
+    if _COMMAND[0] is not None or free:
         from alem_eval.core.runtime import enable_compilation_cache
 
         enable_compilation_cache()

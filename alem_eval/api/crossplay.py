@@ -8,14 +8,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from alem_eval.api.calls import before_compiling, episode_progress, frame, renamed
-from alem_eval.api.cells import Cells, SourceSpec, resolve_cells
+from alem_eval.api.calls import frame, renamed
+from alem_eval.api.cells import Cells, SourceSpec
+from alem_eval.api.teams import Where, play_teams
 from alem_eval.core.tables import PaperTables
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from alem_eval.scoring.crossplay import CrossplayResult
+    from alem_eval.scoring.plan import RunPlan
 
 
 @dataclass(frozen=True)
@@ -97,54 +99,79 @@ def crossplay(
     revision: str | None = None,
     cache_dir: str | Path | None = None,
     progress: bool | None = None,
+    difficulty: str | Sequence[str] | None = None,
     split: str | None = None,
     splits: Any = None,
+    on_env_mismatch: str = "error",
     batch: int | None = None,
+    devices: str | int | None = None,
     record: str | Path | None = None,
-) -> CrossPlay:
+    dry_run: bool = False,
+) -> CrossPlay | RunPlan:
     """Teams mixing the cells' agents against their self-play, as ``alem-eval crossplay``.
 
-    ``scheme``: ``"pairs"`` (two agents of A + one of B in every slot position),
-    ``"distinct"`` / ``"mixed"`` (sampled, at most ``max_teams``, seeded by ``seed``) or
-    ``"all"``; each cell's self-play is always included. All teams play the same worlds
-    (``eval_difficulty``, default the cells' shared training difficulty; ``episodes`` /
-    ``max_steps`` default 20 / 10,000). Teams are kept in the results store (team rows,
-    never mixed with the cells' own scores) in ``store`` (None: the user cache's results
-    store) and read back on a rerun. ``runs``: ``"teams"`` or ``"episodes"`` as the
-    bootstrap's runs (``reps`` resamples). ``out``: also write ``pair_matrix.png/.pdf``,
-    ``teams.csv`` and ``crossplay.json`` there. ``progress``: an episode bar and a line per
-    step on stderr (None: on a terminal or in Jupyter; False: none). ``split`` /
+    ``cells``: ``Cell`` s or selectors (none: every cell of a local ``source``; the Hub
+    needs a selection). ``scheme``: ``"pairs"`` (two agents of A + one of B in every slot
+    position), ``"distinct"`` / ``"mixed"`` (sampled, at most ``max_teams``, seeded by
+    ``seed``) or ``"all"``; each cell's self-play is always included. All teams play the
+    same worlds (``eval_difficulty``, default the cells' shared training difficulty;
+    ``episodes`` / ``max_steps`` default 20 / 10,000). Teams are kept in the results store
+    (team rows, never mixed with the cells' own scores) in ``store`` (None: the user
+    cache's results store) and read back on a rerun. ``runs``: ``"teams"`` or
+    ``"episodes"`` as the bootstrap's runs (``reps`` resamples). ``out``: also write
+    ``pair_matrix.png/.pdf``, ``teams.csv`` and ``crossplay.json`` there. ``progress``: an
+    episode bar and a line per step on stderr (None: on a terminal or in Jupyter; False:
+    none). ``difficulty``: only cells of these training difficulties; ``split`` /
     ``splits``: only the cells of that partner split, as for :func:`alem_eval.select`.
-    ``batch``: the evaluator's batch slots (None: its default layout); ``record``: also
-    record every played step into this directory, a dataset of the teams' episodes (as
+    ``on_env_mismatch``: a cell trained on another environment version is an ``"error"``
+    (or only a ``"warn"`` ing). ``batch``: the evaluator's batch
+    slots (None: its default layout); ``devices``: split the work over that many CPU
+    devices (``"auto"``: one per core; only before JAX starts); ``record``: also record
+    every played step into this directory, a dataset of the teams' episodes (as
     :func:`alem_eval.score`'s ``record``).
 
     Returns :class:`CrossPlay`: ``.to_frame()`` (one row per team), ``.gap`` and
-    ``.matrix`` (DataFrames), ``.to_json()``.
+    ``.matrix`` (DataFrames), ``.to_json()``. ``dry_run=True`` plays and writes nothing
+    and returns the :class:`~alem_eval.scoring.plan.RunPlan` (``.records()``: a row per
+    cell to download, ``.as_json()``, ``.summary()``), as ``alem-eval crossplay
+    --dry-run``.
     """
-    before_compiling()
-    from alem_eval.analysis.results import open_store
-    from alem_eval.scoring.crossplay import run_crossplay
-    from alem_eval.scoring.crossplay_outputs import write_outputs
+    play: dict[str, Any] = {  # the run's settings, and its plan's
+        "scheme": scheme,
+        "eval_difficulty": eval_difficulty,
+        "num_episodes": episodes,
+        "max_steps": max_steps,
+        "max_teams": max_teams,
+        "seed": seed,
+    }
 
-    src, chosen = resolve_cells(cells, source, repo, revision, cache_dir, split, splits)
-    with episode_progress("crossplay", progress) as bar:
-        result = run_crossplay(
+    def plan(src: Any, chosen: list) -> RunPlan:
+        from alem_eval.scoring.plan import plan_crossplay
+
+        return plan_crossplay(src, chosen, **play)
+
+    def run(src: Any, chosen: list, **callbacks: Any) -> CrossplayResult:
+        from alem_eval.analysis.results import open_store
+        from alem_eval.scoring.crossplay import run_crossplay
+
+        return run_crossplay(
             src,
             chosen,
-            scheme=scheme,
-            eval_difficulty=eval_difficulty,
-            num_episodes=episodes,
-            max_steps=max_steps,
-            max_teams=max_teams,
-            seed=seed,
+            **play,
             reps=reps,
             runs=runs,
             store=open_store(store),
+            on_env_mismatch=on_env_mismatch,
             batch=batch,
             record_dir=None if record is None else Path(record),
-            on_progress=bar and bar.note,
-            on_episodes=bar and bar.update,
+            **callbacks,
         )
-    outputs = tuple(write_outputs(result, out)) if out is not None else ()
-    return CrossPlay(result, outputs)
+
+    def write(result: CrossplayResult, directory: Path) -> list[Path]:
+        from alem_eval.scoring.crossplay_outputs import write_outputs
+
+        return write_outputs(result, directory)
+
+    where = Where(source, repo, revision, cache_dir, difficulty, split, splits, devices)
+    found = play_teams("crossplay", cells, where, plan, run, write, out, progress, dry_run)
+    return found if dry_run else CrossPlay(*found)

@@ -1,6 +1,6 @@
 """``alem_eval.render``: one greedy episode of a cell (or a mixed team) as a GIF or MP4,
-drawn with the environment's own pixel renderer (``alem-eval render`` calls
-:func:`alem_eval.rendering.episode.render_episode`, as :func:`render` does).
+drawn with the environment's own pixel renderer (:func:`render` calls
+:func:`alem_eval.rendering.episode.render_episode`; ``alem-eval render`` calls :func:`render`).
 
 Importing this module imports no JAX (the player loads it on the first call).
 """
@@ -100,7 +100,12 @@ def render(
     Returns :class:`Rendered` (``.path``, ``.steps``, ``.to_frame()``, ``.to_json()``).
     """
     from alem_eval.core.progress import live_display, steps_progress
+    from alem_eval.rendering.episode import check_output
+    from alem_eval.rendering.player import check_episode
 
+    check_episode(episode)  # bad arguments before anything is opened
+    if out is not None:
+        check_output(out, fps, scale)
     src, team = _team(cells, source, repo, revision, cache_dir)
     before_compiling()
     from alem_eval.rendering.episode import render_episode
@@ -113,7 +118,7 @@ def render(
             team,
             out=out,
             eval_difficulty=eval_difficulty,
-            difficulties=list(difficulties) if difficulties else None,
+            difficulties=None if difficulties is None else list(difficulties),
             episode=episode,
             max_steps=max_steps,
             fps=fps,

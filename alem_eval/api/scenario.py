@@ -25,13 +25,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from alem_eval.api.calls import before_compiling, deprecated, episode_progress, frame, renamed
-from alem_eval.api.cells import Cell, Cells, SourceSpec, resolve_cells
+from alem_eval.api.calls import deprecated, frame, renamed
+from alem_eval.api.cells import Cell, Cells, SourceSpec
+from alem_eval.api.teams import Where, play_teams
 from alem_eval.core.tables import PaperTables
 
 if TYPE_CHECKING:
     import pandas as pd
 
+    from alem_eval.scoring.plan import RunPlan
     from alem_eval.scoring.scenario import ScenarioResult
 
 
@@ -143,12 +145,17 @@ def scenario(
     revision: str | None = None,
     cache_dir: str | Path | None = None,
     progress: bool | None = None,
+    difficulty: str | Sequence[str] | None = None,
     split: str | None = None,
     splits: Any = None,
+    on_env_mismatch: str = "error",
     batch: int | None = None,
+    devices: str | int | None = None,
     record: str | Path | None = None,
-) -> Scenario:
-    """``focal`` with the background ``cells``, as ``alem-eval scenario``: ``mode``
+    dry_run: bool = False,
+) -> Scenario | RunPlan:
+    """``focal`` with the background ``cells`` (``Cell`` s or selectors; none: every cell
+    of a local ``source``), as ``alem-eval scenario``: ``mode``
     ``"visitor"`` (1 focal + 2 background agents), ``"resident"`` (2 + 1) or ``"both"``,
     every slot position, beside the background's self-play and cross-play on the same
     worlds. Teams are kept in the results store ``store`` (None: the user cache's; team
@@ -156,43 +163,56 @@ def scenario(
     arguments and state); ``fresh=True`` plays every team again (and stores it anew).
     ``out``: also write ``scenario.png`` and ``scenario.json`` there. ``progress``: an
     episode bar and a line per step on stderr (None: on a terminal or in Jupyter; False:
-    none). ``split`` / ``splits``: only the background cells of that partner split, as
+    none). ``difficulty``: only background cells of these training difficulties;
+    ``split`` / ``splits``: only the background cells of that partner split, as
     for :func:`alem_eval.select`; without ``split``, background cells of several splits
     also give :attr:`Scenario.by_split` (focal - self per split and the gap test - train,
-    read from ``splits``: None, the release's). ``batch``: the evaluator's batch slots (None: its
-    default layout); ``record``: also record every played step into this directory (a
-    dataset of the scenario's episodes, as :func:`alem_eval.score`'s ``record``). Returns
-    :class:`Scenario` (``.table``, ``.to_frame()``: DataFrames)."""
+    read from ``splits``: None, the release's). ``on_env_mismatch``, ``batch``,
+    ``devices``, ``record``: as :func:`alem_eval.crossplay` (``record``: a dataset of the
+    scenario's episodes). Returns :class:`Scenario` (``.table``, ``.to_frame()``:
+    DataFrames); ``dry_run=True`` plays and writes nothing and returns the
+    :class:`~alem_eval.scoring.plan.RunPlan` (the focal is not loaded: a focal object is
+    named by its class), as ``alem-eval scenario --dry-run``."""
     if _is_focal(cells) and not _is_focal(focal):
         deprecated("alem_eval.scenario(focal, cells) is now alem_eval.scenario(cells, focal)")
         cells, focal = focal, cells
-    before_compiling()
-    from alem_eval.analysis.results import open_store
-    from alem_eval.scoring.scenario import run_scenario
+    play: dict[str, Any] = {  # the run's settings, and its plan's
+        "mode": mode,
+        "eval_difficulty": eval_difficulty,
+        "num_episodes": episodes,
+        "max_steps": max_steps,
+    }
 
-    src, chosen = resolve_cells(cells, source, repo, revision, cache_dir, split, splits)
-    with episode_progress("scenario", progress) as bar:
-        result = run_scenario(
+    def plan(src: Any, chosen: list) -> RunPlan:
+        from alem_eval.scoring.plan import plan_scenario
+
+        name = focal if isinstance(focal, str) else type(focal).__name__
+        return plan_scenario(src, chosen, focal=name, **play)
+
+    def run(src: Any, chosen: list, **callbacks: Any) -> ScenarioResult:
+        from alem_eval.analysis.results import open_store
+        from alem_eval.scoring.scenario import run_scenario
+
+        return run_scenario(
             src,
             chosen,
             focal,
             focal_args=focal_args,
-            mode=mode,
-            eval_difficulty=eval_difficulty,
-            num_episodes=episodes,
-            max_steps=max_steps,
+            **play,
             reps=reps,
             seed=seed,
             store=open_store(store),
             splits=splits,
+            on_env_mismatch=on_env_mismatch,
             fresh=fresh,
             batch=batch,
             record_dir=None if record is None else Path(record),
-            on_progress=bar and bar.note,
-            on_episodes=bar and bar.update,
+            **callbacks,
         )
-    outputs = tuple(write_scenario(result, out)) if out is not None else ()
-    return Scenario(result, outputs)
+
+    where = Where(source, repo, revision, cache_dir, difficulty, split, splits, devices)
+    found = play_teams("scenario", cells, where, plan, run, write_scenario, out, progress, dry_run)
+    return found if dry_run else Scenario(*found)
 
 
 def write_scenario(result: ScenarioResult, out: str | Path) -> list[Path]:

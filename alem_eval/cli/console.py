@@ -7,7 +7,7 @@ import csv
 import io
 import sys
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -116,9 +116,27 @@ def warning_lines(*categories: type[Warning]) -> Iterator[None]:
 
 def split_over_devices(devices: str | None) -> None:
     """``--devices``: expose that many CPU devices to JAX (before it starts its backends;
-    ``auto``: one per core) and say so on stderr; unset leaves JAX's devices as they are."""
-    from alem_eval.core.runtime import parse_devices, use_host_devices
+    ``auto``: one per core) and say so on stderr; unset leaves JAX's devices as they are
+    (:func:`alem_eval.api.teams.use_devices`, what ``crossplay`` and ``scenario`` call)."""
+    from alem_eval.api.teams import use_devices
 
-    n = parse_devices(devices)
-    if n is not None and use_host_devices(n):
-        err_console.print(f"splitting the work over {n} CPU devices", highlight=False)
+    use_devices(devices)
+
+
+def play_or_plan(call: Callable[..., Any], dry_run: bool, fmt: OutputFormat) -> Any:
+    """``alem-eval crossplay`` / ``scenario``: ``call`` is the API function with the
+    command's options. With ``--dry-run`` the plan ``call(dry_run=True)`` returns is
+    printed in ``fmt`` (:func:`emit_plan`) and None returned; else ``call()`` plays inside
+    :func:`alem_eval.api.calls.a_command` (the compilation cache on before it compiles),
+    and the results store's warnings its run raised print one line each after it.
+    Returns what it played."""
+    if dry_run:
+        emit_plan(call(dry_run=True), fmt)
+        return None
+    from alem_eval.api.calls import a_command
+
+    with a_command() as notes:
+        played = call()
+    for note in notes:
+        err_console.print(f"[yellow]warning[/yellow] {note}", highlight=False)
+    return played

@@ -284,6 +284,47 @@ SplitsFileOpt = Annotated[
 ]
 
 
+def source_keywords(
+    source: str,
+    repo: str | None,
+    revision: str | None,
+    cache_dir: Path | None,
+    difficulty: list[str] | None,
+) -> dict[str, Any]:
+    """The public API's ``source``, ``repo``, ``revision``, ``cache_dir`` and
+    ``difficulty`` (a list) from ``--source``, ``--repo``, ``--revision``, ``--cache-dir``
+    and ``--difficulty`` (crossplay, scenario, render)."""
+    return {
+        "source": source,
+        "repo": repo,
+        "revision": revision,
+        "cache_dir": cache_dir,
+        "difficulty": split_commas(difficulty),
+    }
+
+
+def team_keywords(
+    split: Split | None,
+    splits: Path | None,
+    on_env_mismatch: EnvMismatch,
+    batch: int | None,
+    devices: str | None,
+    record: Path | None,
+) -> dict[str, Any]:
+    """The keywords :func:`alem_eval.crossplay` and :func:`alem_eval.scenario` take from
+    the options their commands share (``--split``, ``--splits``, ``--on-env-mismatch``,
+    ``--batch``, ``--devices``, ``--record``), with the episode bar on (``progress``)."""
+    return {
+        "split": split.value if split else None,
+        "splits": splits,
+        "on_env_mismatch": on_env_mismatch.value,
+        "batch": batch,
+        "devices": devices,
+        "record": record,
+        "progress": True,
+    }
+
+
 def split_cells(cells: list, split: Split | None, splits_file: Path | None) -> list:
     """The selected ``cells`` of ``--split`` in the release's or ``--splits``' splits
     (:func:`alem_eval.hub.splits.select_split`; a ``--splits`` file is checked even

@@ -1,26 +1,27 @@
 """``alem-eval crossplay``: mixed teams of the selected cells against their self-play.
 
-Parses, calls :func:`alem_eval.scoring.crossplay.run_crossplay`, writes its figure and files
-(:func:`alem_eval.scoring.crossplay_outputs.write_outputs`) and prints the result.
+Parses, makes one call to :func:`alem_eval.api.crossplay.crossplay` (``alem_eval.crossplay``:
+it plays, or plans with ``--dry-run``, and writes the figure and files) and prints what it
+returns.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from alem_eval.cli.app import app
 from alem_eval.cli.console import (
-    EpisodeBar,
     OutputFormat,
     emit_json,
+    play_or_plan,
     emit_records,
     err_console,
-    split_over_devices,
 )
 from alem_eval.scoring.crossplay import DEFAULT_REPS
 from alem_eval.scoring.teams import DEFAULT_MAX_TEAMS
@@ -53,12 +54,14 @@ from alem_eval.cli.options import (
     TeamRuns,
     choice,
     override,
-    split_commas,
-    open_cli_source,
-    split_cells,
+    source_keywords,
+    team_keywords,
     Difficulty,
     EVAL_DIFFICULTY_SHARED_HELP,
 )
+
+if TYPE_CHECKING:
+    from alem_eval.api.crossplay import CrossPlay
 
 
 class Scheme(StrEnum):
@@ -149,50 +152,39 @@ def crossplay(
       alem-eval crossplay 'demo/*' --source demo --episodes 2 --max-steps 100 \\
           --out xplay/
     """
-    from alem_eval.analysis.metrics import metric_info
-    from alem_eval.scoring.crossplay import run_crossplay
-    from alem_eval.scoring.crossplay_outputs import write_outputs
-    from alem_eval.analysis.results import collect_warnings, open_store
-    from alem_eval.core.runtime import enable_compilation_cache
-    from alem_eval.hub.selectors import require_selection
+    from alem_eval.api.crossplay import crossplay as play_crossplay
 
-    split_over_devices(devices)  # before JAX starts its backends
-    src = open_cli_source(source, repo, revision, cache_dir, read_only=dry_run)
-    require_selection(src, selectors, command="crossplay", filters=(difficulty,))
-    cells = src.select(list(selectors or []), difficulties=split_commas(difficulty))
-    cells = split_cells(cells, split, splits)
-    play: dict[str, Any] = {  # the run's settings, and its --dry-run plan's
-        "scheme": scheme.value,
-        "eval_difficulty": eval_difficulty.value if eval_difficulty else None,
-        "num_episodes": episodes,
-        "max_steps": max_steps,
-        "max_teams": max_teams,
-        "seed": seed,
-    }
-    if dry_run:
-        from alem_eval.cli.console import emit_plan
-        from alem_eval.scoring.plan import plan_crossplay
-
-        emit_plan(plan_crossplay(src, cells, **play), fmt.records)
-        return
-    enable_compilation_cache()
-    with collect_warnings() as notes, EpisodeBar("crossplay") as bar:
-        result = run_crossplay(
-            src,
-            cells,
-            **play,
+    played = play_or_plan(
+        functools.partial(
+            play_crossplay,
+            list(selectors or []),
+            scheme=scheme.value,
+            eval_difficulty=eval_difficulty.value if eval_difficulty else None,
+            episodes=episodes,
+            max_steps=max_steps,
+            max_teams=max_teams,
+            seed=seed,
             reps=reps,
             runs=runs.value,
-            store=open_store(results),
-            on_env_mismatch=on_env_mismatch.value,
-            batch=batch,
-            record_dir=record,
-            on_progress=bar.note,
-            on_episodes=bar.update,
-        )
-    for note in notes:
-        err_console.print(f"[yellow]warning[/yellow] {note}", highlight=False)
-    paths = write_outputs(result, out)
+            store=results,
+            out=out,
+            **source_keywords(source, repo, revision, cache_dir, difficulty),
+            **team_keywords(split, splits, on_env_mismatch, batch, devices, record),
+        ),
+        dry_run,
+        fmt.records,
+    )
+    if played is None:
+        return
+    _print_result(played, fmt, out)
+
+
+def _print_result(played: CrossPlay, fmt: PaperFormat, out: Path) -> None:
+    """The gap and pair-matrix tables on stdout in ``fmt`` (json: the result with its
+    ``outputs``; csv: a row per team), then on stderr what was played and where it went."""
+    from alem_eval.analysis.metrics import metric_info
+
+    result, paths = played.result, played.outputs
     if fmt in (PaperFormat.md, PaperFormat.latex):
         render = result.to_markdown if fmt == PaperFormat.md else result.to_latex
         sys.stdout.write(render("gap") + "\n" + render("matrix"))

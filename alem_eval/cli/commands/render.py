@@ -1,12 +1,11 @@
 """``alem-eval render``: one greedy episode of a cell (or a mixed team) as a GIF or MP4.
 
-Parses, calls :func:`alem_eval.rendering.episode.render_episode` and prints what it wrote.
+Parses, makes one call to :func:`alem_eval.api.render.render` (``alem_eval.render``) and
+prints what it drew.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -14,7 +13,6 @@ import typer
 
 from alem_eval.cli.app import app
 from alem_eval.cli.console import OutputFormat, emit_records, err_console
-from alem_eval.core.progress import steps_progress
 from alem_eval.cli.options import (
     QuietOpt,
     quiet_option,
@@ -30,8 +28,7 @@ from alem_eval.cli.options import (
     RevisionOpt,
     SourceOpt,
     override,
-    split_commas,
-    open_cli_source,
+    source_keywords,
     Difficulty,
     EVAL_DIFFICULTY_SHARED_HELP,
 )
@@ -101,28 +98,21 @@ def render(
       alem-eval render 'demo/ippo/easy/0+demo/pqn/easy/0+demo/mappo/easy/0' \\
           --source demo --episode 3
     """
-    from alem_eval.rendering.episode import check_output, render_episode
-    from alem_eval.rendering.player import check_episode
-    from alem_eval.core.runtime import enable_compilation_cache
+    from alem_eval.api.calls import a_command
+    from alem_eval.api.render import render as draw
 
-    check_episode(episode)
-    if out is not None:
-        check_output(out, fps, scale)
-    src = open_cli_source(source, repo, revision, cache_dir)
-    enable_compilation_cache()
-    with render_progress() as on_progress:
-        result = render_episode(
-            src,
+    with a_command():  # the compilation cache on before it compiles, as every command
+        result = draw(
             team,
             out=out,
             eval_difficulty=eval_difficulty.value if eval_difficulty else None,
-            difficulties=split_commas(difficulty),
             episode=episode,
             max_steps=max_steps,
             fps=fps,
             scale=scale,
             on_env_mismatch=on_env_mismatch.value,
-            on_progress=on_progress,
+            **source_keywords(source, repo, revision, cache_dir, difficulty),
+            progress=True,
         )
     record = result.as_json()
     if fmt == OutputFormat.table:
@@ -140,9 +130,3 @@ def render(
         emit_records([{**record, "team": team_text, "achievements": unlocked}], fmt)
     else:
         emit_records([record], fmt)
-
-
-def render_progress() -> contextlib.AbstractContextManager[Callable[[int, int], None]]:
-    """The ``on_progress(steps done, max steps)`` render draws with
-    (:func:`alem_eval.core.progress.steps_progress`)."""
-    return steps_progress("render")

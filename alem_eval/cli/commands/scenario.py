@@ -1,11 +1,12 @@
 """``alem-eval scenario``: your agent with the baselines (ad-hoc teamwork scenarios).
 
-Parses, calls :func:`alem_eval.scoring.scenario.run_scenario`, writes its figure
-(:func:`alem_eval.scoring.scenario.plot_scenario`) and prints the result.
+Parses, makes one call to :func:`alem_eval.api.scenario.scenario` (``alem_eval.scenario``:
+it plays, or plans with ``--dry-run``, and writes the figure) and prints what it returns.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -15,12 +16,11 @@ import typer
 
 from alem_eval.cli.app import app
 from alem_eval.cli.console import (
-    EpisodeBar,
     OutputFormat,
     emit_json,
+    play_or_plan,
     emit_records,
     err_console,
-    split_over_devices,
 )
 from alem_eval.cli.options import (
     BatchOpt,
@@ -50,8 +50,8 @@ from alem_eval.cli.options import (
     SplitsFileOpt,
     choice,
     override,
-    split_cells,
-    split_commas,
+    source_keywords,
+    team_keywords,
     Difficulty,
     EVAL_DIFFICULTY_SHARED_HELP,
 )
@@ -169,65 +169,37 @@ def scenario(
       alem-eval scenario --focal mypkg.agents:make --focal-arg temperature=0.5 \\
           '1B/ippo-rnn/hard' --mode visitor
       alem-eval scenario --focal runs/my-cell '1B/ippo-rnn/hard' --mode visitor
-      alem-eval scenario --focal runs/partners/demo/ippo-rnn/easy/seed0 'demo/*' \
+      alem-eval scenario --focal runs/partners/demo/ippo-rnn/easy/seed0 'demo/*' \\
           --source demo --mode visitor    # trained with the train split: the gap
     """
-    from alem_eval.analysis.results import collect_warnings
-    from alem_eval.core.runtime import enable_compilation_cache
+    from alem_eval.api.scenario import scenario as play_scenario
     from alem_eval.evaluate.agent_spec import parse_focal_args
-    from alem_eval.hub.selectors import require_selection
-    from alem_eval.hub.sources import open_source
-    from alem_eval.analysis.results import open_store
-    from alem_eval.api.scenario import write_scenario
-    from alem_eval.scoring.scenario import run_scenario
 
-    split_over_devices(devices)  # before JAX starts its backends
-    args = parse_focal_args(focal_arg or [])
-    src = open_source(source, repo=repo, revision=revision, cache_dir=cache_dir, read_only=dry_run)
-    require_selection(src, selectors, command="scenario", filters=(difficulty,))
-    cells = src.select(list(selectors or []), difficulties=split_commas(difficulty))
-    cells = split_cells(cells, split, splits)
-    if dry_run:
-        from alem_eval.cli.console import emit_plan
-        from alem_eval.scoring.plan import plan_scenario
-
-        plan = plan_scenario(
-            src,
-            cells,
-            focal=focal,
-            mode=mode.value,
-            eval_difficulty=eval_difficulty.value if eval_difficulty else None,
-            num_episodes=episodes,
-            max_steps=max_steps,
-        )
-        emit_plan(plan, fmt.records)
-        return
-    enable_compilation_cache()
-    with collect_warnings() as notes, EpisodeBar("scenario") as bar:
-        result = run_scenario(
-            src,
-            cells,
+    played = play_or_plan(
+        functools.partial(
+            play_scenario,
+            list(selectors or []),
             focal,
-            focal_args=args,
+            focal_args=parse_focal_args(focal_arg or []),
             mode=mode.value,
             eval_difficulty=eval_difficulty.value if eval_difficulty else None,
-            num_episodes=episodes,
+            episodes=episodes,
             max_steps=max_steps,
-            reps=reps,
             seed=seed,
-            store=open_store(results),
-            splits=splits,
-            on_env_mismatch=on_env_mismatch.value,
+            reps=reps,
+            store=results,
             fresh=fresh,
-            batch=batch,
-            record_dir=record,
-            on_progress=bar.note,
-            on_episodes=bar.update,
-        )
-    for note in notes:
-        err_console.print(f"[yellow]warning[/yellow] {note}", highlight=False)
-    paths = write_scenario(result, out)
-    _print_result(result, fmt, paths)
+            out=out,
+            **source_keywords(source, repo, revision, cache_dir, difficulty),
+            **team_keywords(split, splits, on_env_mismatch, batch, devices, record),
+        ),
+        dry_run,
+        fmt.records,
+    )
+    if played is None:
+        return
+    result = played.result
+    _print_result(result, fmt, list(played.outputs))
     main, by_split = result.paper_table(decimals=2), result.split_table(decimals=2)
     flagged = main.flagged() or (by_split is not None and by_split.flagged())
     if fmt == PaperFormat.table and flagged:
