@@ -148,6 +148,43 @@ os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
 # --- end Hub / sources --------------------------------------------------------------------
 
 
+# --- A worker's memory: programs are released where their group ends ----------------------
+# A compiled program of the Alem step holds ~0.6 GB of host memory (a trainer ~1 GB), and
+# the library keeps the few most recently used (core.boundedcache). Programs are shared
+# within an xdist group only, so when a worker's next test belongs to another group (or to
+# none), the in-memory programs of this process are dropped: the next group compiles its
+# own, or loads them from the run's persistent compilation cache and warm-start store,
+# which are kept. Without this a worker grew past 10 GB by the end of the suite, and two
+# of them with the CLI subprocesses beside them exhausted CI's 24 GiB machine.
+def _group_of(item) -> str | None:
+    mark = item.get_closest_marker("xdist_group") if item is not None else None
+    if mark is None:
+        return None
+    return mark.args[0] if mark.args else mark.kwargs.get("name")
+
+
+_PROCESS_CACHES = (  # module -> its function that drops the programs it holds
+    ("alem_eval.evaluate.programs", "clear_program_cache"),
+    ("alem_eval.trainers.common", "clear_trainer_cache"),
+    ("alem_eval.rendering.player", "clear_step_programs"),
+)
+
+
+def pytest_runtest_teardown(item, nextitem):
+    group = _group_of(item)
+    if group is not None and nextitem is not None and _group_of(nextitem) == group:
+        return
+    import gc
+    import sys
+
+    dropped = 0
+    for module, clear in _PROCESS_CACHES:
+        if module in sys.modules:
+            dropped += getattr(sys.modules[module], clear)()
+    if dropped:
+        gc.collect()
+
+
 # --- Where the suite's time goes (ALEM_EVAL_TEST_COMPILE_LOG=DIR) --------------------------
 # Each worker writes DIR/<worker>.json: per test, its XLA compiles (count, seconds) in this
 # process (CLI subprocesses are not seen) and its duration. For keeping the suite short:

@@ -465,7 +465,10 @@ def program(key: ProgramKey, actors: Sequence[Actor]) -> Program:
     return _PROGRAMS.get_or_make(key, lambda: Program(key, actors))
 
 
-def clear_program_cache() -> None:
-    """Forget every compiled program (tests; frees memory)."""
+def clear_program_cache() -> int:
+    """Forget every compiled program of this process (frees its memory; the caches on disk
+    keep them) and return how many there were."""
+    held = len(_PROGRAMS)
     _PROGRAMS.clear()
     world_programs.cache_clear()
+    return held

@@ -189,6 +189,13 @@ class _StepProgram:
 _STEP_PROGRAMS: BoundedCache[_StepProgram] = BoundedCache(2)
 
 
+def clear_step_programs() -> int:
+    """Drop this process's compiled step programs (frees their memory); return how many."""
+    held = len(_STEP_PROGRAMS)
+    _STEP_PROGRAMS.clear()
+    return held
+
+
 def _step_program(keys, classes, world, masking: bool, policies) -> _StepProgram:
     """The jitted one-step function of a team structure (cached per process)."""
     import dataclasses

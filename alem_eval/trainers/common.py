@@ -434,9 +434,12 @@ def cached_trainer(
     return _TRAINERS.get_or_make(key, lambda: build(run, tcfg, partners))
 
 
-def clear_trainer_cache() -> None:
-    """Drop every cached :class:`Trainer` (and so its compiled programs and their memory)."""
+def clear_trainer_cache() -> int:
+    """Drop every cached :class:`Trainer` (and so its compiled programs and their memory);
+    return how many there were."""
+    held = len(_TRAINERS)
     _TRAINERS.clear()
+    return held
 
 
 # ========================================================================================
