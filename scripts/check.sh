@@ -8,4 +8,7 @@ cd "$(dirname "$0")/.."
 .venv/bin/mypy
 # packages by layer: import-linter prints a banner; show it only when a contract breaks
 layers=$(.venv/bin/lint-imports --no-cache) || { echo "$layers"; exit 1; }
-exec .venv/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup --durations=15 "$@"
+# --max-worker-restart=0: a worker that dies (the OOM killer) fails the run at once with its
+# test named; a replacement worker once left pytest-xdist waiting until CI's time ran out.
+exec .venv/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup --max-worker-restart=0 \
+    --durations=15 "$@"
