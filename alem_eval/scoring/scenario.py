@@ -51,6 +51,7 @@ from alem_eval.core.tables import Estimate, PaperTable, PaperTables, fmt_marked
 from alem_eval.scoring.crossplay import GAP_METRICS
 from alem_eval.scoring.play import TeamScore, play_teams, resolve_worlds
 from alem_eval.scoring.scenario_splits import (
+    ZERO_WIDTH_NOTE,
     SplitRow,
     background_splits,
     split_paper_table,
@@ -387,8 +388,7 @@ class ScenarioResult(PaperTables):
                 "(a dash: no stranger).",
                 *([footer_digest_line(self.digests)] if self.digests is not None else []),
             ),
-            zero_width_note="† no interval, or a zero-width one: fewer than 2 worlds, or "
-            "every world scoring the same, gives no measure of uncertainty.",
+            zero_width_note=ZERO_WIDTH_NOTE,
             caption=caption,
             label=label,
             decimals=decimals,

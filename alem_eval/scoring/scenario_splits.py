@@ -46,6 +46,13 @@ if TYPE_CHECKING:
 TRAINED_WITH = "trained with"
 HELD_OUT = "held out"
 
+# The footnote of a table whose intervals may be missing or of zero width (the scenario's
+# main table and its split table).
+ZERO_WIDTH_NOTE = (
+    "† no interval, or a zero-width one: fewer than 2 worlds, or every world scoring the "
+    "same, gives no measure of uncertainty."
+)
+
 
 def team_interval(ref: np.ndarray, sub: np.ndarray | None, *, stream, **boot) -> Interval:
     """The world-bootstrap interval of mean(ref - sub) over teams ``(K, E)``."""
@@ -294,8 +301,7 @@ def split_paper_table(
                 else []
             ),
         ),
-        zero_width_note="† no interval, or a zero-width one: fewer than 2 worlds, or "
-        "every world scoring the same, gives no measure of uncertainty.",
+        zero_width_note=ZERO_WIDTH_NOTE,
         caption=caption,
         label=label,
         decimals=decimals,
