@@ -149,6 +149,10 @@ class GapIntervals:
     n_runs: np.ndarray
     n_worlds: np.ndarray
 
+    def interval(self, i: int = 0) -> Interval:
+        """Data set ``i``'s gap and its bounds as one :class:`Interval`."""
+        return Interval(float(self.point[i]), float(self.lo[i]), float(self.hi[i]))
+
 
 def gap_intervals(
     ref: np.ndarray,
@@ -351,7 +355,7 @@ def crossplay_gap(
         metric,
         float(est.self_score[0]),
         float(est.cross[0]),
-        Interval(float(est.point[0]), float(est.lo[0]), float(est.hi[0])),
+        est.interval(),
         n_teams=int(est.n_teams[0]),
         n_runs=int(est.n_runs[0]),
         n_worlds=int(est.n_worlds[0]),

@@ -58,7 +58,7 @@ def team_interval(ref: np.ndarray, sub: np.ndarray | None, *, stream, **boot) ->
     """The world-bootstrap interval of mean(ref - sub) over teams ``(K, E)``."""
     sub = np.zeros_like(ref) if sub is None else sub
     est = gap_intervals(ref[None], sub[None], stream=stream, **boot)
-    return Interval(float(est.point[0]), float(est.lo[0]), float(est.hi[0]))
+    return est.interval()
 
 
 def background_splits(cells: Sequence[Any], splits: Any = None) -> dict[str, str]:
@@ -248,7 +248,7 @@ def _row(mode, metric, label, split, role, est, cells, versus=()) -> SplitRow:
         label=label,
         split=split,
         role=role,
-        diff=Interval(float(est.point[0]), float(est.lo[0]), float(est.hi[0])),
+        diff=est.interval(),
         cells=tuple(cells),
         n_teams=int(est.n_teams[0]),
         n_worlds=int(est.n_worlds[0]),
