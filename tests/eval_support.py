@@ -150,7 +150,12 @@ def run_on_host_devices(script: str, devices: int) -> dict:
 
     env = dict(
         os.environ,
-        XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+        XLA_FLAGS=" ".join(  # the run's other XLA flags (conftest's level) kept
+            [
+                *[f for f in os.environ.get("XLA_FLAGS", "").split() if "device_count" not in f],
+                f"--xla_force_host_platform_device_count={devices}",
+            ]
+        ),
         JAX_PLATFORMS="cpu",
     )
     proc = subprocess.run(
