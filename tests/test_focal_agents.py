@@ -123,16 +123,13 @@ def test_a_python_api_focal_with_other_state_plays_again_and_fresh_replays(monke
     worlds = Worlds({cell.id: (Path("x"), None, None)}, {cell.id: three}, "easy", 2, 10)
     played: list[int] = []
 
-    def fake_play(members, todo, agents, protocol, store, *args):
-        """orchestration._play: every match played, stored and done as it ends."""
-        from alem_eval.analysis.result_keys import build_rows
-
-        done = args[4]  # (batch, max_stack, recorders, record_dir, done, ...)
+    def fake_play(members, todo, agents, *, finished, **kwargs):
+        """orchestration._play: every match played and handed on as it ends (the
+        results store's sink stores it)."""
         played.append(len(todo))
         records = [{"Team/reward_pct_of_max": 0.5, "episode_length": 10.0}] * 2
         for m in todo:
-            store.write(build_rows(m.key, records), m.key, extra=m.extra)
-            done[m] = tuple(records)
+            finished(m, records)
         return 20
 
     monkeypatch.setattr(scenario, "resolve_worlds", lambda *a, **k: worlds)
@@ -163,6 +160,98 @@ def test_a_python_api_focal_with_other_state_plays_again_and_fresh_replays(monke
     assert other.identity != first.identity and other.teams_scored == 3 and said == []
     fresh, said = run(Eps(0.0), fresh=True)
     assert fresh.teams_scored == 4 and said == [] and played == [4, 3, 4]
+
+
+# ----------------------------------------------------------------------------------------
+# One interface: the classes apart, the play core asking only the interface
+# ----------------------------------------------------------------------------------------
+def test_a_jax_agent_and_a_host_agent_are_two_actor_classes_on_one_interface():
+    from alem_eval.evaluate.actors import Actor, AgentActor
+    from alem_eval.evaluate.agents import JaxAgent
+    from alem_eval.evaluate.host_agents import HostAgent
+
+    jax_agent, host_agent = make_group(Eps(0.0)), make_group(Host("h"))
+    assert type(jax_agent) is JaxAgent and type(host_agent) is HostAgent
+    for actor in (jax_agent, host_agent):
+        assert isinstance(actor, Actor) and isinstance(actor, AgentActor)
+        assert actor.masked and actor.algorithm == f"focal:{actor.name}"
+    assert (jax_agent.host, host_agent.host) == (False, True)
+    assert not hasattr(jax_agent, "wants_state") and not hasattr(host_agent, "arrays")
+    assert make_group(jax_agent) is jax_agent  # an actor is used as it is
+
+
+class Toy:
+    """An actor of neither class: its own slots wait (``pending``) and every step it is
+    asked once, for all of them, what they play (``action``)."""
+
+    label = algorithm = "toy"
+    host, masked = False, True
+
+    def __init__(self, key: str, action: int, wait: bool) -> None:
+        self.key, self.action, self.wait = key, action, wait
+        self.asked: list[int] = []
+
+    def variables(self, weights):
+        return np.zeros(1, np.float32)
+
+    def prepare(self, variables):
+        return variables
+
+    def init(self, num_slots):
+        return jnp.zeros((), jnp.int32)
+
+    def act(self, params, carry, inp):
+        from alem_eval.evaluate.actors import RoleStep
+
+        acts = jnp.full(inp.obs.shape[:3], self.action, jnp.int32)
+        if self.wait:
+            return RoleStep(carry, jnp.zeros_like(acts), None, pending=acts)
+        return RoleStep(carry, acts)
+
+    def resolve(self, pending):
+        self.asked.append(len(pending))
+        return list(pending)
+
+    def checked(self, obs_dim, num_actions, batches=()):
+        return self
+
+    def probe(self, first, batch):
+        return None
+
+    def ready(self):
+        return None
+
+
+def test_the_play_core_asks_an_actor_once_per_step_for_the_rows_it_left_pending():
+    """``teams.team_actions`` with two classes (the waiting actor in slot 0 of one, in
+    slots 1 and 2 of the other): one ``resolve`` for both roles, its actions kept."""
+    from alem_eval.evaluate.actors import Actor
+    from alem_eval.evaluate.teams import Role, TeamClass, init_team_carries, team_actions
+
+    waits, plays = Toy("waits", 3, wait=True), Toy("plays", 1, wait=False)
+    actors = [waits, plays]
+    assert all(isinstance(a, Actor) for a in actors)
+    classes = (
+        TeamClass((Role(0, (0,)), Role(1, (1, 2))), 1),
+        TeamClass((Role(1, (0,)), Role(0, (1, 2))), 1),
+    )
+    params = tuple(tuple(np.zeros((1, 1), np.float32) for _ in c.roles) for c in classes)
+    use_mask = tuple(tuple(np.ones(1, bool) for _ in c.roles) for c in classes)
+    n, p = 2, 3  # two teams x one episode, three slots
+    _, actions, illegal = team_actions(
+        actors,
+        classes,
+        params,
+        use_mask,
+        init_team_carries(actors, classes, 1),
+        jnp.zeros((n, p, 5)),
+        jnp.zeros((n, p), bool),
+        None,
+        episodes=1,
+        num_actions=4,
+    )
+    assert np.asarray(actions).tolist() == [[3, 1, 1], [1, 3, 3]]
+    assert waits.asked == [2] and plays.asked == [] and illegal is None
 
 
 # ----------------------------------------------------------------------------------------
@@ -234,7 +323,7 @@ def test_a_residents_two_slots_get_distinct_host_keys():
     episode_keys = jax.random.split(jax.random.PRNGKey(3), 2)[None]  # [1, E=2, 2]
     obs, mask = jnp.zeros((1, 2, 2, 3)), jnp.ones((1, 2, 2, 4), bool)
     fresh = jnp.ones((1, 2), bool)
-    hr = focal.HostRole(group, 0, (0, 2), obs, mask, fresh, episode_keys, None, 3)
+    hr = host_agents.HostRole(group, 0, (0, 2), obs, mask, fresh, episode_keys, None, 3)
     with host_agents.bind_host_agents([group], "easy", None):
         (actions,) = jax.jit(lambda: host_agents.host_actions([hr]))()
         actions.block_until_ready()
