@@ -21,16 +21,6 @@ import tempfile as _tmp_for_jax
 if "ALEM_EVAL_JAX_CACHE" not in os.environ:
     os.environ["ALEM_EVAL_JAX_CACHE"] = _tmp_for_jax.mkdtemp(prefix="alem-eval-test-jax-")
     _atexit_jax.register(shutil.rmtree, os.environ["ALEM_EVAL_JAX_CACHE"], ignore_errors=True)
-# XLA at -O0 for every program the tests compile without options of their own (the
-# trainers, render's step, the small reset/score programs): the Alem step's training program
-# compiles in ~40% less time (61 -> 38 s for PQN's, BENCHMARKS "The test suite") and test runs
-# are short. Short rollouts keep the -O1 the library chooses (programs.compile_options_for),
-# as users get them. Set ALEM_EVAL_TEST_XLA_LEVEL=default to run the suite at XLA's defaults.
-_level = os.environ.get("ALEM_EVAL_TEST_XLA_LEVEL", "0")
-if _level != "default" and "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (
-        os.environ.get("XLA_FLAGS", "") + f" --xla_backend_optimization_level={int(_level)}"
-    ).strip()
 # Things built once per test run (this package's wheel, tests/wheelhouse.py) live here; the
 # workers inherit the controller's directory, which removes it at exit.
 if "ALEM_EVAL_TEST_RUN_DIR" not in os.environ:
