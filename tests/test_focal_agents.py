@@ -123,16 +123,13 @@ def test_a_python_api_focal_with_other_state_plays_again_and_fresh_replays(monke
     worlds = Worlds({cell.id: (Path("x"), None, None)}, {cell.id: three}, "easy", 2, 10)
     played: list[int] = []
 
-    def fake_play(members, todo, agents, protocol, store, *args):
-        """orchestration._play: every match played, stored and done as it ends."""
-        from alem_eval.analysis.result_keys import build_rows
-
-        done = args[4]  # (batch, max_stack, recorders, record_dir, done, ...)
+    def fake_play(members, todo, agents, *, finished, **kwargs):
+        """orchestration._play: every match played and handed on as it ends (the
+        results store's sink stores it)."""
         played.append(len(todo))
         records = [{"Team/reward_pct_of_max": 0.5, "episode_length": 10.0}] * 2
         for m in todo:
-            store.write(build_rows(m.key, records), m.key, extra=m.extra)
-            done[m] = tuple(records)
+            finished(m, records)
         return 20
 
     monkeypatch.setattr(scenario, "resolve_worlds", lambda *a, **k: worlds)
@@ -163,6 +160,24 @@ def test_a_python_api_focal_with_other_state_plays_again_and_fresh_replays(monke
     assert other.identity != first.identity and other.teams_scored == 3 and said == []
     fresh, said = run(Eps(0.0), fresh=True)
     assert fresh.teams_scored == 4 and said == [] and played == [4, 3, 4]
+
+
+# ----------------------------------------------------------------------------------------
+# One interface: the classes apart, the play core asking only the interface
+# ----------------------------------------------------------------------------------------
+def test_a_jax_agent_and_a_host_agent_are_two_actor_classes_on_one_interface():
+    from alem_eval.evaluate.actors import Actor, AgentActor
+    from alem_eval.evaluate.agents import JaxAgent
+    from alem_eval.evaluate.host_agents import HostAgent
+
+    jax_agent, host_agent = make_group(Eps(0.0)), make_group(Host("h"))
+    assert type(jax_agent) is JaxAgent and type(host_agent) is HostAgent
+    for actor in (jax_agent, host_agent):
+        assert isinstance(actor, Actor) and isinstance(actor, AgentActor)
+        assert actor.masked and actor.algorithm == f"focal:{actor.name}"
+    assert (jax_agent.host, host_agent.host) == (False, True)
+    assert not hasattr(jax_agent, "wants_state") and not hasattr(host_agent, "arrays")
+    assert make_group(jax_agent) is jax_agent  # an actor is used as it is
 
 
 # ----------------------------------------------------------------------------------------
@@ -234,7 +249,7 @@ def test_a_residents_two_slots_get_distinct_host_keys():
     episode_keys = jax.random.split(jax.random.PRNGKey(3), 2)[None]  # [1, E=2, 2]
     obs, mask = jnp.zeros((1, 2, 2, 3)), jnp.ones((1, 2, 2, 4), bool)
     fresh = jnp.ones((1, 2), bool)
-    hr = focal.HostRole(group, 0, (0, 2), obs, mask, fresh, episode_keys, None, 3)
+    hr = host_agents.HostRole(group, 0, (0, 2), obs, mask, fresh, episode_keys, None, 3)
     with host_agents.bind_host_agents([group], "easy", None):
         (actions,) = jax.jit(lambda: host_agents.host_actions([hr]))()
         actions.block_until_ready()

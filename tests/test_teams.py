@@ -146,13 +146,15 @@ def test_each_slot_acts_as_its_own_policy_would_alone():
 
 
 class _Fixed:
-    """A toy actor (evaluate.actors.Actor): action ``a`` on every slot it drives, its
-    carry a step count."""
+    """A toy actor (evaluate.actors.Actor) of neither of the library's classes: action
+    ``a`` on every slot it drives, its carry a step count. With ``wait`` its roles come
+    back pending, and each step it is asked once, for all of them (``asked``)."""
 
-    key, label, algorithm, host, masked = "toy", "toy", "toy", False, True
+    label, algorithm, host, masked = "toy", "toy", False, True
 
-    def __init__(self, a):
-        self.a = a
+    def __init__(self, a, wait=False, key="toy"):
+        self.a, self.wait, self.key = a, wait, key
+        self.asked: list[int] = []
 
     def variables(self, weights):
         return np.zeros((1,), np.float32)
@@ -164,10 +166,23 @@ class _Fixed:
         return jnp.zeros((), jnp.int32)
 
     def act(self, params, carry, inp):
-        return RoleStep(carry + 1, jnp.full(inp.obs.shape[:3], self.a, jnp.int32))
+        actions = jnp.full(inp.obs.shape[:3], self.a, jnp.int32)
+        if self.wait:  # (as a host agent's rows wait for the step's callback)
+            return RoleStep(carry + 1, jnp.zeros_like(actions), None, pending=actions)
+        return RoleStep(carry + 1, actions)
+
+    def resolve(self, pending):
+        self.asked.append(len(pending))
+        return list(pending)
 
     def checked(self, obs_dim, num_actions, batches):
         return self
+
+    def probe(self, first, batch):
+        return None
+
+    def ready(self):
+        return None
 
 
 def test_any_actor_drives_its_slots_through_the_one_interface():
@@ -207,6 +222,38 @@ def test_any_actor_drives_its_slots_through_the_one_interface():
     assert illegal is None and int(actions[0, 1]) == 7
     assert [int(actions[0, s]) for s in (0, 2)] == [int(alone[0]), int(alone[2])]
     assert int(new[0][1][0, 0]) == 1  # the toy's carry, stepped once
+
+
+def test_the_step_asks_an_actor_once_for_every_role_it_left_pending():
+    """Two classes, the waiting toy in slot 0 of one and slots 1 and 2 of the other: the
+    step hands both roles back to it in ONE ``resolve`` (a host agent: one callback) and
+    keeps what it answers for its slots."""
+    from alem_eval.evaluate.actors import Actor
+
+    waits, plays = _Fixed(3, wait=True, key="waits"), _Fixed(1, key="plays")
+    actors = [waits, plays]
+    assert all(isinstance(a, Actor) for a in actors)
+    classes = (
+        TeamClass((Role(0, (0,)), Role(1, (1, 2))), 1),
+        TeamClass((Role(1, (0,)), Role(0, (1, 2))), 1),
+    )
+    params = tuple(tuple(np.zeros((1, 1), np.float32) for _ in c.roles) for c in classes)
+    use_mask = tuple(tuple(np.ones(1, bool) for _ in c.roles) for c in classes)
+    n, p = 2, 3  # two teams x one episode, three slots
+    _, actions, illegal = team_actions(
+        actors,
+        classes,
+        params,
+        use_mask,
+        init_team_carries(actors, classes, 1),
+        jnp.zeros((n, p, 5)),
+        jnp.zeros((n, p), bool),
+        None,
+        episodes=1,
+        num_actions=4,
+    )
+    assert np.asarray(actions).tolist() == [[3, 1, 1], [1, 3, 3]]
+    assert waits.asked == [2] and plays.asked == [] and illegal is None
 
 
 def test_team_of_cells_needing_different_envs_is_a_clear_error():

@@ -24,15 +24,18 @@ where, from the calls down:
 * :mod:`~alem_eval.evaluate.teams` -- team structure (``Role``, ``TeamClass``,
   ``team_roles``, ``batch_structure``, ``check_team``) and one policy step of every
   team (``init_team_carries``, ``team_actions``).
-* :mod:`~alem_eval.evaluate.host_agents` -- host agents (``host = True``): their one
-  callback per step (``host_actions``), the run's bindings (``bind_host_agents``), faults
-  (``raise_failure``), ``HostInfo`` and the probe step (``probe_host``).
-* :mod:`~alem_eval.evaluate.agents` -- the focal-agent protocol (``Agent``) and its
-  actor (``AgentGroup``, ``make_group``, ``role_actions``).
+* :mod:`~alem_eval.evaluate.agents` -- the focal-agent protocol (``Agent``), the JAX
+  agent's actor (``JaxAgent``) and ``make_group`` (an agent object -> its actor).
+* :mod:`~alem_eval.evaluate.host_agents` -- the host agent's actor (``HostAgent``,
+  ``host = True``): its one callback per step (``host_actions``), the run's bindings
+  (``bind_host_agents``), faults (``raise_failure``), ``HostInfo`` and the probe step
+  (``probe_host``).
 * :mod:`~alem_eval.evaluate.actors` -- what drives a slot, ONE interface (``Actor``:
-  ``prepare`` / ``init`` / ``act`` -> ``RoleStep``): a checkpoint's greedy policy
-  (``ReleasedPolicy``, ``released_policy``, ``policy_variables``); the focal agents'
-  ``AgentGroup`` implements it too, so nothing above asks what drives a slot.
+  ``variables`` / ``prepare`` / ``init`` / ``act`` -> ``RoleStep``, ``resolve``,
+  ``checked``, ``probe``, ``ready``) and its three classes' common parts: a checkpoint's
+  greedy policy (``ReleasedPolicy``, ``released_policy``, ``policy_variables``), the
+  agents' ``AgentActor`` (``JaxAgent``, ``HostAgent``); nothing above asks which class
+  drives a slot.
 * :mod:`~alem_eval.evaluate.settings` -- protocols and their constants, the request
   checks (``check_settings``, ``check_env_version``, ``check_eval_difficulty``), the eval
   env of a config (``eval_statics``, ``record_columns``), the keys (``reference_key``,
@@ -40,6 +43,6 @@ where, from the calls down:
   ``episode_settings``.
 
 Each module imports only those listed below it (``rollout`` -> ``group`` -> ``records``,
-``worlds`` -> ``programs`` -> ``machine`` -> ``teams`` -> ``host_agents`` -> ``agents`` ->
+``worlds`` -> ``programs`` -> ``machine`` -> ``teams`` -> ``agents`` -> ``host_agents`` ->
 ``actors`` and ``settings``).
 """

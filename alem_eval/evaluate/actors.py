@@ -1,10 +1,12 @@
 """What drives a slot: ONE interface for everything that acts in the play core.
 
-A team's members are actors. A released checkpoint's greedy policy
-(:class:`ReleasedPolicy`), a JAX focal agent and a host focal agent (both
-:class:`~alem_eval.evaluate.agents.AgentGroup`) implement the same :class:`Actor`
-interface, and the play core (``teams``, ``machine``, ``programs``, ``group``,
-``rollout``) only ever calls it: nothing there asks what drives a slot.
+A team's members are actors. Three classes implement the one :class:`Actor` interface: a
+released checkpoint's greedy policy (:class:`ReleasedPolicy`, here), a JAX agent
+(:class:`~alem_eval.evaluate.agents.JaxAgent`: traced into the rollout) and a host agent
+(:class:`~alem_eval.evaluate.host_agents.HostAgent`: numpy, through a host callback), the
+two agents over their common part (:class:`AgentActor`). The play core (``teams``,
+``machine``, ``programs``, ``group``, ``rollout``, ``agent_runs``) only ever calls the
+interface: nothing there asks which class drives a slot.
 
 An actor of a program's network group (every member the group's ``key`` names shares
 its compiled code):
@@ -20,17 +22,27 @@ its compiled code):
   slots (a released policy's covers all ``P`` slots: it runs on all of them);
 * ``act(params, carry, inp: RoleInput) -> RoleStep``: one step of a role over a team
   class's teams and episodes.
+* ``resolve(pending)``: the actions of the roles whose :class:`RoleStep` came back
+  ``pending`` this step (a host agent's: ONE callback for all of them), ``[size, E, P]``
+  each; an actor that never leaves a role pending is never asked;
 * ``checked(obs_dim, num_actions, batches)``: the actor checked against the env (and the
-  slot counts ``batches`` it will drive) before anything compiles, or a one-line error.
+  slot counts ``batches`` it will drive) before anything compiles, or a one-line error;
+* ``probe(first, batch)``: one concrete step on the first world (``first()``: a
+  :class:`FirstWorld`, made on first use) before anything compiles, or a one-line error
+  (a released policy: nothing to probe);
+* ``ready()``: a one-line error when the actor cannot play in a rollout now (a host agent
+  whose callback has no binding: :func:`~alem_eval.evaluate.agent_runs.run_agent_teams`
+  binds it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from alem_eval.core.errors import EvaluationError
@@ -90,7 +102,101 @@ class Actor(Protocol):
 
     def act(self, params: Any, carry: Any, inp: RoleInput) -> RoleStep: ...
 
+    def resolve(self, pending: Sequence[Any]) -> list[jax.Array]: ...
+
     def checked(self, obs_dim: int, num_actions: int, batches: Any) -> Any: ...
+
+    def probe(self, first: Callable[[], FirstWorld], batch: int) -> None: ...
+
+    def ready(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class FirstWorld:
+    """What an actor's probe step sees (``Actor.probe``): the first world of the ``fast``
+    protocol (the world the rollout starts from) with the run's settings."""
+
+    obs: Any  # [P, obs_dim] its observations, every slot
+    mask: Any  # [P, A] bool: the legal actions of every slot
+    key: Any  # [2] uint32: its step key
+    state: Any  # its env state
+    difficulty: str
+    world: Any  # alem_eval.envs.eval_env.EnvStatics of the env
+    max_steps: int | None  # the step cap in force
+
+
+FOCAL_SALT = 0xF0CA1  # fold_in(step_key, FOCAL_SALT): an agent's key, the step key untouched
+
+
+def actions_legal(actions: Any, mask: Any, xp: Any) -> Any:
+    """Whether each action (``[...]``) is legal under ``mask`` (``[..., A]``); ``xp``: numpy
+    or jax.numpy."""
+    n = mask.shape[-1]
+    inside = (actions >= 0) & (actions < n)
+    picked = xp.take_along_axis(mask, xp.clip(actions, 0, n - 1)[..., None], axis=-1)[..., 0]
+    return inside & picked
+
+
+def illegal_message(label: str, action: int) -> str:
+    """The one line for an agent that chose an illegal action."""
+    return f"focal {label}: act chose action {action}, which is not legal"
+
+
+@dataclass(frozen=True, eq=False)
+class AgentActor:
+    """What a JAX agent and a host agent share as actors (an agent object of the focal
+    protocol, :mod:`alem_eval.evaluate.agents`, in some slots): ``label`` (how errors name
+    it: the CLI spec), ``identity`` (``name@digest``: what stored results are keyed by;
+    :mod:`~alem_eval.evaluate.agent_identity`), the env's action count once checked. An
+    agent always sees the legal actions; its keys are ``fold_in(step_key, FOCAL_SALT)``
+    of its slots' step keys, which it does not consume. Subclasses:
+    :class:`~alem_eval.evaluate.agents.JaxAgent`,
+    :class:`~alem_eval.evaluate.host_agents.HostAgent`."""
+
+    host: ClassVar[bool] = False
+
+    agent: Any
+    label: str
+    identity: str
+    num_actions: int = 0  # set by ``checked`` from the env
+
+    @property
+    def name(self) -> str:
+        return str(self.agent.name)
+
+    @property
+    def algorithm(self) -> str:
+        """The program label's name (``programs.Program``)."""
+        return f"focal:{self.name}"
+
+    @property
+    def masked(self) -> bool:
+        """An agent always sees the legal actions, whatever the background's ACTION_MASKING."""
+        return True
+
+    def prepare(self, variables: Any) -> Any:
+        return variables
+
+    def role_inputs(self, inp: RoleInput) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """The role's own slots of ``inp``: observations ``[size, E, k, D]``, legal actions
+        ``[size, E, k, A]`` and each (team, episode)'s agent key ``[size, E, 2]``."""
+        if inp.step_keys is None:
+            raise EvaluationError(f"focal {self.label}: this rollout gives agents no keys")
+        slots = np.asarray(inp.slots)
+        keys = inp.block(jax.vmap(lambda k: jax.random.fold_in(k, FOCAL_SALT))(inp.step_keys))
+        return inp.obs[:, :, slots], inp.mask[:, :, slots], keys
+
+    def resolve(self, pending: Sequence[Any]) -> list[jax.Array]:
+        raise EvaluationError(f"focal {self.label}: it leaves no role pending")
+
+    def ready(self) -> None:
+        """Nothing to wait for (a host agent waits for its binding)."""
+
+
+def place_actions(actions: jax.Array, slots: Sequence[int], num_agents: int) -> jax.Array:
+    """``[size, E, k]`` actions of a role's ``slots`` -> ``[size, E, P]`` (0 elsewhere)."""
+    full = jnp.zeros(actions.shape[:2] + (num_agents,), jnp.int32)
+    return full.at[:, :, np.asarray(slots)].set(actions)
 
 
 def policy_variables(spec: NetworkSpec, weights: Any, where: str) -> Any:
@@ -167,8 +273,17 @@ class ReleasedPolicy:
         cr, a = jax.vmap(per_team)(params, carry, inp.obs, inp.dones, inp.mask)
         return RoleStep(cr, a)
 
+    def resolve(self, pending: Sequence[Any]) -> list[jax.Array]:
+        raise EvaluationError(f"{self.label}: a released policy leaves no role pending")
+
+    def probe(self, first: Callable[[], FirstWorld], batch: int) -> None:
+        """Nothing to probe: the evaluator's own code (its shapes: :meth:`checked`)."""
+
+    def ready(self) -> None:
+        """Always ready."""
+
     def checked(self, obs_dim: int, num_actions: int, batches: Any = ()) -> ReleasedPolicy:
-        """As :meth:`AgentGroup.checked`: the env's shapes must be the network's."""
+        """The env's shapes must be the network's."""
         if (self.spec.obs_dim, self.spec.num_actions) != (obs_dim, num_actions):
             raise EvaluationError(
                 f"{self.label}: its network takes {self.spec.obs_dim} observations and "

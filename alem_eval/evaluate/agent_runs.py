@@ -1,28 +1,22 @@
 """Running teams with focal agents (:mod:`alem_eval.evaluate.agents`) through the play
-core: the agents checked on one real step first (JAX and host agents alike), then one
-:func:`run_teams` call with the host agents bound, stopped by an agent's fault after the
-compiled call in which it came (no team that ends later reaches the caller)."""
+core: every actor checked (``Actor.checked``) and probed on one real step first
+(``Actor.probe``: JAX and host agents alike; a released policy has nothing to probe), then
+one :func:`run_teams` call with the host agents bound, stopped by an agent's fault after
+the compiled call in which it came (no team that ends later reaches the caller)."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 
-from alem_eval.core.errors import EvaluationError, UsageError
-from alem_eval.evaluate.agents import (
-    FOCAL_SALT,
-    AgentGroup,
-    actions_legal,
-    agent_traces,
-    illegal_message,
-    make_group,
-)
-from alem_eval.evaluate.host_agents import bind_host_agents, probe_host, raise_failure
+from alem_eval.core.errors import UsageError
+from alem_eval.evaluate.actors import Actor, FirstWorld
+from alem_eval.evaluate.agents import make_group
+from alem_eval.evaluate.host_agents import bind_host_agents, raise_failure
 from alem_eval.evaluate.rollout import run_teams
 from alem_eval.evaluate.settings import (
     DEFAULT_PROTOCOL,
@@ -32,14 +26,8 @@ from alem_eval.evaluate.settings import (
 )
 
 
-def probe_group(
-    group: AgentGroup, world: Any, difficulty: str, batch: int, max_steps: int | None = None
-) -> None:
-    """One concrete step of an agent on the first world of the ``fast`` protocol, on its
-    first ``batch`` agent slots (the world the rollout starts from): a JAX agent
-    whose first actions are illegal or whose traced values escape ``act``, a host agent
-    with any fault, fails here, in seconds, before minutes of compiling. (A host agent's
-    ``act`` is called once more than the run calls it.)"""
+@functools.lru_cache(maxsize=4)
+def _first_world(world: Any, difficulty: str, max_steps: int | None) -> FirstWorld:
     from alem_eval.envs.eval_env import get_eval_env
     from alem_eval.evaluate.settings import FAST_WORLD_SEED
     from alem_eval.evaluate.worlds import fixed_worlds
@@ -49,21 +37,19 @@ def probe_group(
     key = jax.random.PRNGKey(FAST_WORLD_SEED)
     # the rollout's first world, as data (evaluate.worlds): no reset program compiles here
     obs, state = jax.tree_util.tree_map(lambda x: x[0], fixed_worlds(world, dyn, [key]))
-    obs, mask = obs[:batch], env.action_mask(state, dyn)[:batch]
-    if group.host:
-        probe_host(
-            group, np.asarray(obs), np.asarray(mask), key, state, difficulty, world, max_steps
-        )
-        return
-    carry = group.init(batch)
-    with agent_traces(group):
-        step = jax.jit(group.jax_step)
-        _, actions = step(group.variables(), carry, obs, mask, jax.random.fold_in(key, FOCAL_SALT))
-    legal = np.asarray(actions_legal(actions, mask, jnp))
-    if not legal.all():
-        raise EvaluationError(
-            illegal_message(group.label, int(np.asarray(actions)[np.argmin(legal)]))
-        )
+    return FirstWorld(obs, env.action_mask(state, dyn), key, state, difficulty, world, max_steps)
+
+
+def probe_group(
+    group: Actor, world: Any, difficulty: str, batch: int, max_steps: int | None = None
+) -> None:
+    """One concrete step of an actor on the first world of the ``fast`` protocol, on its
+    first ``batch`` agent slots (``Actor.probe``; the world is made once, on the first
+    probe that asks for it): a JAX agent whose first actions are illegal or whose traced
+    values escape ``act``, a host agent with any fault, fails here, in seconds, before
+    minutes of compiling. (A host agent's ``act`` is called once more than the run calls
+    it.)"""
+    group.probe(functools.partial(_first_world, world, difficulty, max_steps), batch)
 
 
 # ----------------------------------------------------------------------------------------
@@ -81,8 +67,8 @@ def run_agent_teams(
     **kwargs: Any,
 ):
     """:func:`alem_eval.evaluate.rollout.run_teams` with members driven by agents:
-    ``agents[k]`` (an agent, an :class:`AgentGroup` from :func:`make_group`, or any
-    :class:`~alem_eval.evaluate.actors.Actor`, e.g. a released cell's policy) drives the
+    ``agents[k]`` (an agent object, or any :class:`~alem_eval.evaluate.actors.Actor`: an
+    agent's from :func:`~alem_eval.evaluate.agents.make_group`, a released cell's policy) drives the
     slots of member ``k``; ``cfgs[k]`` is the env it plays in (e.g. a background
     checkpoint's config) and ``weights[k]`` is ignored. A fault of an agent raises
     :class:`EvaluationError` after the compiled call in which it came: the teams whose
@@ -107,8 +93,7 @@ def run_agent_teams(
     protocol = kwargs.get("protocol", DEFAULT_PROTOCOL)  # the cap in force, as run_teams'
     _, cap = episode_settings(cfgs[teams[0][0]], protocol, None, kwargs.get("max_steps"))
     for k, g in groups.items():
-        if isinstance(g, AgentGroup):  # (a released policy is the evaluator's own code)
-            probe_group(g, first.world, kwargs["eval_difficulty"], batches[k][0], cap)
+        probe_group(g, first.world, kwargs["eval_difficulty"], batches[k][0], cap)
     if hosts and jax.local_device_count() > 1 and on_note is not None:
         on_note(
             f"host agents play on one of the {jax.local_device_count()} devices (one "

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from alem_eval.core.errors import AlemEvalError, UsageError, brief
-from alem_eval.evaluate.agents import AgentGroup, make_group
+from alem_eval.evaluate.agents import make_group
 
 
 def parse_focal_args(pairs: Sequence[str]) -> dict[str, Any]:
@@ -39,8 +39,10 @@ def parse_focal_args(pairs: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def load_focal(spec: Any, args: Mapping[str, Any] | None = None) -> AgentGroup:
-    """An agent object (used as it is), or a SPEC string -> :class:`AgentGroup`."""
+def load_focal(spec: Any, args: Mapping[str, Any] | None = None) -> Any:
+    """An agent object (used as it is), or a SPEC string -> its
+    :class:`~alem_eval.evaluate.actors.Actor` (:func:`~alem_eval.evaluate.agents.make_group`:
+    a ``JaxAgent`` or a ``HostAgent``)."""
     args = dict(args or {})
     if not isinstance(spec, str):
         if args:

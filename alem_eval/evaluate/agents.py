@@ -30,10 +30,16 @@ device, whatever the device count (one call per step holds all of an agent's row
 its carry); each host agent of a run has its own callback; one run with host agents at
 a time per process (another is refused); a callback with no agent bound raises.
 
+As actors of the play core (:class:`~alem_eval.evaluate.actors.Actor`) the two kinds are
+two classes over their common part (:class:`~alem_eval.evaluate.actors.AgentActor`):
+:class:`JaxAgent` (here) and :class:`~alem_eval.evaluate.host_agents.HostAgent`;
+:func:`make_group` wraps an agent object in the one its ``host`` flag names.
+
 Faults never leave a half-run behind silently: a wrong output shape or dtype, an
 exception in a JAX ``act`` and a traced value escaping it are :class:`EvaluationError` s
 at trace time; a host agent's first step runs once before the rollout compiles
-(:func:`~alem_eval.evaluate.host_agents.probe_host`); an illegal action of a JAX agent is an
+(``Actor.probe``: :meth:`JaxAgent.probe`,
+:meth:`~alem_eval.evaluate.host_agents.HostAgent.probe`); an illegal action of a JAX agent is an
 output of the rollout
 (the first one per team, :func:`illegal_actions`: no host callback, so a program with
 JAX agents only is exported and cached like the baselines'), raised after the call of
@@ -47,19 +53,29 @@ with ``focal <label>:``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from alem_eval.core.errors import EvaluationError, UsageError, brief
-from alem_eval.evaluate.actors import Actor, RoleInput, RoleStep
+from alem_eval.evaluate.actors import (
+    FOCAL_SALT,
+    Actor,
+    AgentActor,
+    FirstWorld,
+    RoleInput,
+    RoleStep,
+    actions_legal,
+    illegal_message,
+    place_actions,
+)
 from alem_eval.evaluate.agent_identity import agent_digest, code_digest, split_arrays
-
-FOCAL_SALT = 0xF0CA1  # fold_in(step_key, FOCAL_SALT): a focal's key, the step key untouched
+from alem_eval.evaluate.host_agents import HostAgent
 
 
 @runtime_checkable
@@ -74,70 +90,36 @@ class Agent(Protocol):
 
 
 # ----------------------------------------------------------------------------------------
-# The adapter: an agent as a play-core group
+# A JAX agent as an actor
 # ----------------------------------------------------------------------------------------
 @dataclass(frozen=True, eq=False)
-class AgentGroup:
-    """An agent as an :class:`~alem_eval.evaluate.actors.Actor` of the play core (a JAX
-    agent steps inside the rollout, a host agent's rows wait for the step's callback:
-    :meth:`act`). ``label``: how errors name it (the CLI spec); ``identity``:
-    ``name@digest`` (its class's source file, its state or declared ``identity`` /
-    ``version``, the factory's arguments: :mod:`~alem_eval.evaluate.agent_identity`), what
-    stored results are keyed by. ``host_slot``: which of a run's host agents it is (each
-    has its own callback).
+class JaxAgent(AgentActor):
+    """A JAX agent as an :class:`~alem_eval.evaluate.actors.Actor`: it steps inside the
+    rollout, traced once and vmapped over the teams and episodes (:meth:`act`).
 
-    A JAX agent's ``arrays`` (the array leaves of its attributes:
+    Its ``arrays`` (the array leaves of its attributes:
     :func:`~alem_eval.evaluate.agent_identity.split_arrays`) are inputs of its program,
     like a checkpoint's weights; ``code`` (:func:`~alem_eval.evaluate.agent_identity.
     code_digest`: its source, the factory's arguments, the rest of its state) keys the
     program, so another instance with other weights, or a new process, reuses it. An
     agent whose ``act`` needs its arrays' values while it is traced keeps them as
-    constants (``arrays`` empty; ``code`` then covers their bytes too)."""
+    constants (``arrays`` empty; ``code`` then covers their bytes too: :meth:`checked`)."""
 
-    agent: Any
-    label: str
-    identity: str
-    host: bool
-    wants_info: bool = False
-    wants_state: bool = False
-    num_actions: int = 0  # set by run_agent_teams from the env
-    host_slot: int = 0  # set by run_agent_teams: the run's n-th host agent
     code: str = ""
     arrays: tuple = field(default=(), repr=False)
     rebuild: Callable[[Sequence[Any]], Any] | None = field(default=None, repr=False)
     _extra: bytes = field(default=b"", repr=False)
 
     @property
-    def name(self) -> str:
-        return str(self.agent.name)
-
-    @property
-    def algorithm(self) -> str:
-        """The program label's name (``programs.Program``)."""
-        return f"focal:{self.name}"
-
-    @property
     def key(self) -> str:
-        """The group key of the compiled program. Host agents share one program per
-        shape and place among the run's host agents (their callbacks look up the agents
-        bound now); a JAX agent's program is keyed by its ``code`` (its arrays are
+        """The group key of the compiled program: the agent's ``code`` (its arrays are
         inputs)."""
-        if self.host:
-            return f"host-agent{self.host_slot}:state={self.wants_state}:info={self.wants_info}"
         return f"agent:{self.name}@{self.code}"
-
-    @property
-    def masked(self) -> bool:
-        """An agent always sees the legal actions, whatever the background's ACTION_MASKING."""
-        return True
 
     def variables(self, weights: Any = None) -> Any:
         """The member's program input (``run_teams``; ``weights`` unused): a placeholder
         and its arrays."""
         return (np.zeros((1,), np.float32), self.arrays)
-
-    def prepare(self, variables: Any) -> Any:
-        return variables
 
     def bound(self, variables: Any) -> Any:
         """The agent with the (traced) arrays of ``variables`` in place of its own."""
@@ -150,13 +132,11 @@ class AgentGroup:
         resets carries to zeros): ``started`` 0 makes the next step start from ``init(k)``
         (int32: the machine's reset writes 0 into every leaf)."""
         started = jnp.zeros((), jnp.int32)
-        if self.host:
-            return started
         return (jax.tree_util.tree_map(jnp.asarray, self.agent.init(k)), started)
 
     def jax_step(self, variables: Any, carry: Any, obs: jax.Array, mask: jax.Array, key):
-        """One episode's step of a JAX agent (traced, vmapped over the episodes) with the
-        arrays of ``variables`` (:meth:`variables`, as the program gets them)."""
+        """One episode's step (traced, vmapped over the episodes) with the arrays of
+        ``variables`` (:meth:`variables`, as the program gets them)."""
         agent = self.bound(variables)
         agent_carry, started = carry
         k = obs.shape[0]
@@ -182,12 +162,49 @@ class AgentGroup:
         return (jax.tree_util.tree_map(jnp.asarray, new), jnp.ones((), jnp.int32)), actions
 
     def act(self, params: Any, carry: Any, inp: RoleInput) -> RoleStep:
-        """One step of the agent's role in a team class (:func:`role_actions`)."""
-        return role_actions(self, params, carry, inp)
+        """One step of the agent's role in team class ``inp.cls``: ``params`` per team
+        (:meth:`variables`), ``carry`` per (team, episode) -> actions ``[size, E, P]``
+        with the role's slots filled and ``illegal`` per team (:func:`illegal_actions`)."""
+        o, m, keys = self.role_inputs(inp)
+        step = jax.vmap(self.jax_step, in_axes=(None, 0, 0, 0, 0))  # over the episodes
+        cr, a = jax.vmap(step)(params, carry, o, m, keys)  # over the teams; a: [size, E, k]
+        return RoleStep(cr, place_actions(a, inp.slots, inp.obs.shape[2]), illegal_actions(a, m))
 
-    def checked(self, obs_dim: int, num_actions: int, batches: Sequence[int] = (2,)) -> AgentGroup:
-        """:func:`check_group`."""
-        return check_group(self, obs_dim, num_actions, batches)
+    def checked(self, obs_dim: int, num_actions: int, batches: Sequence[int] = (2,)) -> JaxAgent:
+        """``init``/``act`` traced on abstract inputs (no compile), for each batch (slots it
+        drives) in ``batches``: the actions are int32 ``[batch]`` and the carry keeps its
+        structure, shapes and dtypes. Returns the agent with the env's action count (and
+        its arrays as constants when ``act`` reads their values while traced)."""
+        group = dataclasses.replace(self, num_actions=num_actions)
+        with agent_traces(group):
+            try:
+                for k in sorted(set(batches)):
+                    _check_batch(group, obs_dim, num_actions, k)
+            except _NeedsConstants:  # act reads its arrays' values: they stay constants
+                group = dataclasses.replace(
+                    group,
+                    arrays=(),
+                    rebuild=None,
+                    code=code_digest(group.agent, group._extra, values=True),
+                )
+                for k in sorted(set(batches)):
+                    _check_batch(group, obs_dim, num_actions, k)
+        return group
+
+    def probe(self, first: Callable[[], FirstWorld], batch: int) -> None:
+        """One concrete step, jitted, on the first ``batch`` slots of the first world: first
+        actions that are illegal, or traced values escaping ``act``, fail here."""
+        w = first()
+        obs, mask = w.obs[:batch], w.mask[:batch]
+        with agent_traces(self):
+            step = jax.jit(self.jax_step)
+            key = jax.random.fold_in(w.key, FOCAL_SALT)
+            _, actions = step(self.variables(), self.init(batch), obs, mask, key)
+        legal = np.asarray(actions_legal(actions, mask, jnp))
+        if not legal.all():
+            raise EvaluationError(
+                illegal_message(self.label, int(np.asarray(actions)[np.argmin(legal)]))
+            )
 
 
 # What a traced array raises where its value is needed (``int(x)``, ``np.asarray(x)``, ``if x``).
@@ -213,7 +230,7 @@ def leak_message(label: str) -> str:
 
 
 @contextlib.contextmanager
-def agent_traces(group: AgentGroup) -> Iterator[None]:
+def agent_traces(group: JaxAgent) -> Iterator[None]:
     """Where ``group``'s JAX code is traced: a traced value that escaped ``act`` (JAX
     notices it when a later trace ends) is :func:`leak_message`'s one line."""
     try:
@@ -231,67 +248,7 @@ def _check_actions(label: str, actions: Any, k: int) -> None:
         )
 
 
-def make_group(agent: Any, label: str | None = None, extra: bytes = b"") -> Any:
-    """An :class:`~alem_eval.evaluate.actors.Actor` as it is (or the one an object carries
-    as ``actor``: a loaded ``Policy``); else check that ``agent`` follows the protocol
-    (attributes only; shapes are checked by :func:`check_group`) and wrap it. ``extra``:
-    more identity bytes (e.g. the source file and the factory's arguments of a CLI spec)."""
-    if isinstance(agent, Actor):  # already the play core's (an AgentGroup, a released policy)
-        return agent
-    if isinstance(getattr(agent, "actor", None), Actor):  # e.g. alem_eval.load_policy's
-        return agent.actor
-    label = label or str(getattr(agent, "name", type(agent).__name__))
-    name = getattr(agent, "name", None)
-    if not isinstance(name, str) or not name:
-        raise UsageError(f"focal {label}: the agent needs a name (a non-empty str attribute)")
-    for method in ("init", "act"):
-        if not callable(getattr(agent, method, None)):
-            raise UsageError(f"focal {label}: the agent has no {method}() method")
-    host = bool(getattr(agent, "host", False))
-    arrays, rebuild = ((), None) if host else split_arrays(agent)
-    return AgentGroup(
-        agent=agent,
-        label=label,
-        identity=f"{name}@{agent_digest(agent, extra)}",
-        host=host,
-        wants_info=bool(getattr(agent, "wants_info", False) or getattr(agent, "wants_state", 0)),
-        wants_state=bool(getattr(agent, "wants_state", False)),
-        code="" if host else code_digest(agent, extra),
-        arrays=arrays,
-        rebuild=rebuild,
-        _extra=extra,
-    )
-
-
-def check_group(
-    group: AgentGroup, obs_dim: int, num_actions: int, batches: Sequence[int] = (2,)
-) -> AgentGroup:
-    """A JAX agent's ``init``/``act`` traced on abstract inputs (no compile), for each
-    batch (slots it drives) in ``batches``: the actions are int32 ``[batch]`` and the
-    carry keeps its structure, shapes and dtypes. Returns the group with the env's action
-    count."""
-    import dataclasses
-
-    group = dataclasses.replace(group, num_actions=num_actions)
-    if group.host:
-        return group
-    with agent_traces(group):
-        try:
-            for k in sorted(set(batches)):
-                _check_batch(group, obs_dim, num_actions, k)
-        except _NeedsConstants:  # act reads its arrays' values: they stay constants
-            group = dataclasses.replace(
-                group,
-                arrays=(),
-                rebuild=None,
-                code=code_digest(group.agent, group._extra, values=True),
-            )
-            for k in sorted(set(batches)):
-                _check_batch(group, obs_dim, num_actions, k)
-    return group
-
-
-def _check_batch(group: AgentGroup, obs_dim: int, num_actions: int, k: int) -> None:
+def _check_batch(group: JaxAgent, obs_dim: int, num_actions: int, k: int) -> None:
     obs = jax.ShapeDtypeStruct((k, obs_dim), jnp.float32)
     mask = jax.ShapeDtypeStruct((k, num_actions), jnp.bool_)
     key = jax.ShapeDtypeStruct((2,), jnp.uint32)
@@ -314,58 +271,6 @@ def _check_batch(group: AgentGroup, obs_dim: int, num_actions: int, k: int) -> N
         )
 
 
-# ----------------------------------------------------------------------------------------
-# Inside the rollout (AgentGroup.act, called by teams.team_actions)
-# ----------------------------------------------------------------------------------------
-class HostRole(NamedTuple):
-    """A host agent's role in one team class, waiting for the step's one callback."""
-
-    group: AgentGroup
-    cls: int
-    slots: tuple[int, ...]  # the agent slots the role drives
-    obs: jax.Array  # [size, E, k, obs_dim]
-    mask: jax.Array  # [size, E, k, A]
-    fresh: jax.Array  # [size, E] bool
-    keys: jax.Array  # [size, E, 2]
-    state: Any  # [size, E, ...] env states (wants_state) or None
-    num_agents: int  # P
-
-    @property
-    def rows(self) -> int:
-        return int(np.prod(self.obs.shape[:3]))
-
-
-def role_actions(group: AgentGroup, params: Any, carry: Any, inp: RoleInput) -> RoleStep:
-    """One step of a focal role of class ``inp.cls``: ``inp.obs [size, E, P, D]``,
-    ``inp.mask [size, E, P, A]``, ``params`` per team (:meth:`AgentGroup.variables`),
-    ``carry`` per (team, episode) -> a JAX agent's :class:`RoleStep` (actions ``[size, E,
-    P]`` with the role's slots filled, ``illegal`` per team), or a host agent's with its
-    rows ``pending`` (:class:`HostRole`; see
-    :func:`~alem_eval.evaluate.host_agents.host_actions`)."""
-    if inp.step_keys is None:
-        raise EvaluationError(f"focal {group.label}: this rollout gives agents no keys")
-    slots = np.asarray(inp.slots)
-    obs = inp.obs
-    o, m = obs[:, :, slots], inp.mask[:, :, slots]
-    keys = inp.block(jax.vmap(lambda k: jax.random.fold_in(k, FOCAL_SALT))(inp.step_keys))
-    if group.host:
-        state = None if not group.wants_state else jax.tree_util.tree_map(inp.block, inp.states)
-        ones = jnp.ones(o.shape[:2], jnp.int32)
-        hr = HostRole(group, inp.cls, inp.slots, o, m, carry == 0, keys, state, obs.shape[2])
-        return RoleStep(ones, jnp.zeros(obs.shape[:3], jnp.int32), None, hr)  # started: 1
-    step = jax.vmap(group.jax_step, in_axes=(None, 0, 0, 0, 0))  # over the episodes
-    cr, a = jax.vmap(step)(params, carry, o, m, keys)  # over the teams; a: [size, E, k]
-    full = jnp.zeros(obs.shape[:3], jnp.int32).at[:, :, slots].set(a)
-    return RoleStep(cr, full, illegal_actions(a, m))
-
-
-def actions_legal(actions: Any, mask: Any, xp: Any) -> Any:
-    n = mask.shape[-1]
-    inside = (actions >= 0) & (actions < n)
-    picked = xp.take_along_axis(mask, xp.clip(actions, 0, n - 1)[..., None], axis=-1)[..., 0]
-    return inside & picked
-
-
 def illegal_actions(actions: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
     """``actions [size, ...]`` against ``mask [size, ..., A]`` -> per team (axis 0): any
     illegal action (bool), and the first one (int32; 0 when none). The rollout carries
@@ -379,6 +284,52 @@ def illegal_actions(actions: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax
     return bad, jnp.where(bad, action, 0).astype(jnp.int32)
 
 
-def illegal_message(label: str, action: int) -> str:
-    """The one line for an agent that chose an illegal action."""
-    return f"focal {label}: act chose action {action}, which is not legal"
+# ----------------------------------------------------------------------------------------
+# An agent object -> its actor
+# ----------------------------------------------------------------------------------------
+def make_group(agent: Any, label: str | None = None, extra: bytes = b"") -> Any:
+    """An :class:`~alem_eval.evaluate.actors.Actor` as it is (or the one an object carries
+    as ``actor``: a loaded ``Policy``); else check that ``agent`` follows the protocol
+    (attributes only; shapes are checked by ``Actor.checked``) and wrap it: a
+    :class:`~alem_eval.evaluate.host_agents.HostAgent` when its ``host`` is true, else a
+    :class:`JaxAgent`. ``extra``: more identity bytes (e.g. the source file and the
+    factory's arguments of a CLI spec)."""
+    if isinstance(agent, Actor):  # already the play core's (an agent actor, a released policy)
+        return agent
+    if isinstance(getattr(agent, "actor", None), Actor):  # e.g. alem_eval.load_policy's
+        return agent.actor
+    label = label or str(getattr(agent, "name", type(agent).__name__))
+    name = getattr(agent, "name", None)
+    if not isinstance(name, str) or not name:
+        raise UsageError(f"focal {label}: the agent needs a name (a non-empty str attribute)")
+    for method in ("init", "act"):
+        if not callable(getattr(agent, method, None)):
+            raise UsageError(f"focal {label}: the agent has no {method}() method")
+    identity = f"{name}@{agent_digest(agent, extra)}"
+    if getattr(agent, "host", False):
+        return HostAgent(
+            agent,
+            label,
+            identity,
+            wants_info=bool(
+                getattr(agent, "wants_info", False) or getattr(agent, "wants_state", 0)
+            ),
+            wants_state=bool(getattr(agent, "wants_state", False)),
+        )
+    arrays, rebuild = split_arrays(agent)
+    return JaxAgent(
+        agent,
+        label,
+        identity,
+        code=code_digest(agent, extra),
+        arrays=arrays,
+        rebuild=rebuild,
+        _extra=extra,
+    )
+
+
+def check_group(
+    group: AgentActor, obs_dim: int, num_actions: int, batches: Sequence[int] = (2,)
+) -> Any:
+    """``group.checked(obs_dim, num_actions, batches)`` (see :meth:`JaxAgent.checked`)."""
+    return group.checked(obs_dim, num_actions, batches)  # type: ignore[attr-defined]

@@ -19,7 +19,7 @@ import jax
 import numpy as np
 
 from alem_eval.core.errors import EvaluationError
-from alem_eval.evaluate.agents import illegal_message
+from alem_eval.evaluate.actors import illegal_message
 from alem_eval.evaluate.machine import EpisodeResult, Loop, Status, StepLog
 from alem_eval.evaluate.programs import Program, ProgramKey, compile_options_for, program
 from alem_eval.evaluate.records import RecordSink, RecordTo, team_records

@@ -1,34 +1,131 @@
-"""Host agents (``host = True``): the side of the play core that runs outside JAX.
+"""Host agents (``host = True``): the actor of the play core that runs outside JAX.
 
-A host agent acts through ONE ``jax.experimental.io_callback`` per step for all of its rows
-(:func:`host_actions`, called by ``teams.team_actions``); the callback finds the agent it
-drives through a binding made for one run (:func:`bind_host_agents`, by
-``agent_runs.run_agent_teams``), keeps the rows' carry, and records the first fault
-(:func:`raise_failure` raises it after the rollout's call). :class:`HostInfo` is what an
-agent with ``wants_info`` gets; :func:`probe_host` runs one real step before the rollout
-compiles. The protocol and the adapter common to every agent: :mod:`alem_eval.evaluate.agents`.
+:class:`HostAgent` is a host agent's :class:`~alem_eval.evaluate.actors.Actor`. Its role
+steps come back ``pending`` (:class:`HostRole`); the step's pending roles are resolved
+through ONE ``jax.experimental.io_callback`` per step for all of the agent's rows
+(:meth:`HostAgent.resolve` -> :func:`host_actions`, asked by ``teams.team_actions``); the
+callback finds the agent it drives through a binding made for one run
+(:func:`bind_host_agents`, by ``agent_runs.run_agent_teams``), keeps the rows' carry, and
+records the first fault (:func:`raise_failure` raises it after the rollout's call).
+:class:`HostInfo` is what an agent with ``wants_info`` gets; :meth:`HostAgent.probe` runs
+one real step before the rollout compiles. The protocol: :mod:`alem_eval.evaluate.agents`;
+the part every agent actor shares: :class:`~alem_eval.evaluate.actors.AgentActor`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from alem_eval.core.errors import EvaluationError, UsageError, brief
-from alem_eval.evaluate.agents import (
+from alem_eval.evaluate.actors import (
     FOCAL_SALT,
-    AgentGroup,
-    HostRole,
+    AgentActor,
+    FirstWorld,
+    RoleInput,
+    RoleStep,
     actions_legal,
     illegal_message,
 )
+
+
+@dataclass(frozen=True, eq=False)
+class HostAgent(AgentActor):
+    """A host agent as an :class:`~alem_eval.evaluate.actors.Actor`: its roles' rows wait
+    for the step's one callback (:meth:`act` -> ``pending``, :meth:`resolve`).
+    ``host_slot``: which of a run's host agents it is (each has its own callback; set by
+    ``agent_runs.run_agent_teams``); ``wants_info`` / ``wants_state``: ``act`` also gets
+    ``info=``:class:`HostInfo` (with each row's env state)."""
+
+    host: ClassVar[bool] = True
+
+    wants_info: bool = False
+    wants_state: bool = False
+    host_slot: int = 0
+
+    @property
+    def key(self) -> str:
+        """The group key of the compiled program: every host agent of this shape and place
+        among a run's host agents shares it (the callback looks up the agent bound now)."""
+        return f"host-agent{self.host_slot}:state={self.wants_state}:info={self.wants_info}"
+
+    def variables(self, weights: Any = None) -> Any:
+        """The member's program input (``weights`` unused): a placeholder."""
+        return (np.zeros((1,), np.float32), ())
+
+    def init(self, k: int) -> Any:
+        """The rows' ``started`` flag (0: the next step starts an episode: the callback
+        re-initialises those rows' carry, which it keeps on the host)."""
+        return jnp.zeros((), jnp.int32)
+
+    def act(self, params: Any, carry: Any, inp: RoleInput) -> RoleStep:
+        """The role's rows, ``pending`` until the step's callback (:meth:`resolve`)."""
+        o, m, keys = self.role_inputs(inp)
+        state = None if not self.wants_state else jax.tree_util.tree_map(inp.block, inp.states)
+        ones = jnp.ones(o.shape[:2], jnp.int32)  # started: 1
+        role = HostRole(self, inp.cls, inp.slots, o, m, carry == 0, keys, state, inp.obs.shape[2])
+        return RoleStep(ones, jnp.zeros(inp.obs.shape[:3], jnp.int32), None, role)
+
+    def resolve(self, pending: Sequence[Any]) -> list[jax.Array]:
+        """:func:`host_actions`: one callback for all of the step's pending roles."""
+        return host_actions(pending)
+
+    def checked(self, obs_dim: int, num_actions: int, batches: Any = ()) -> HostAgent:
+        """The agent with the env's action count (its shapes are checked by :meth:`probe`)."""
+        import dataclasses
+
+        return dataclasses.replace(self, num_actions=num_actions)
+
+    def probe(self, first: Callable[[], FirstWorld], batch: int) -> None:
+        """One real step of the first ``batch`` slots of the first world, as the callback
+        would run it: a fault raises here, before the rollout compiles."""
+        w = first()
+        probe_host(
+            self,
+            np.asarray(w.obs[:batch]),
+            np.asarray(w.mask[:batch]),
+            w.key,
+            w.state,
+            w.difficulty,
+            w.world,
+            w.max_steps,
+        )
+
+    def ready(self) -> None:
+        """One error line unless this agent is the one bound to its callback (by
+        :func:`~alem_eval.evaluate.agent_runs.run_agent_teams`)."""
+        bound = _HOST.get(self.key)
+        if bound is None or bound.group.agent is not self.agent:
+            raise EvaluationError(
+                f"focal {self.label}: a host agent plays through "
+                "alem_eval.evaluate.agent_runs.run_agent_teams, which binds it to the "
+                "rollout's callback (run_teams alone has none for it)"
+            )
+
+
+class HostRole(NamedTuple):
+    """A host agent's role in one team class, waiting for the step's one callback."""
+
+    group: HostAgent
+    cls: int
+    slots: tuple[int, ...]  # the agent slots the role drives
+    obs: jax.Array  # [size, E, k, obs_dim]
+    mask: jax.Array  # [size, E, k, A]
+    fresh: jax.Array  # [size, E] bool
+    keys: jax.Array  # [size, E, 2]
+    state: Any  # [size, E, ...] env states (wants_state) or None
+    num_agents: int  # P
+
+    @property
+    def rows(self) -> int:
+        return int(np.prod(self.obs.shape[:3]))
 
 
 @dataclass(frozen=True)
@@ -157,7 +254,7 @@ class _Binding:
     """The host agent a host program's callback drives now, and its rows' carry (host
     programs run on one device: one call per step holds all of the agent's rows)."""
 
-    group: AgentGroup
+    group: HostAgent
     difficulty: str | None
     world: Any
     max_steps: int | None = None
@@ -239,7 +336,7 @@ class _HostCall:
 
 
 def probe_host(
-    group: AgentGroup,
+    group: HostAgent,
     obs,
     mask,
     key,
@@ -261,7 +358,7 @@ def probe_host(
     binding.step(obs, mask, np.ones(k, bool), keys, np.arange(k, dtype=np.int32), rows)
 
 
-def raise_failure(groups: Sequence[AgentGroup]) -> None:
+def raise_failure(groups: Sequence[Any]) -> None:
     """Raise the first fault recorded for ``groups`` (:class:`EvaluationError`)."""
     for g in groups:
         msg = _FAILURES.get(g.key)
@@ -269,25 +366,12 @@ def raise_failure(groups: Sequence[AgentGroup]) -> None:
             raise EvaluationError(msg)
 
 
-def check_bound(groups: Sequence[AgentGroup]) -> None:
-    """Every host agent among ``groups`` is the one bound to its callback (by
-    :func:`~alem_eval.evaluate.agent_runs.run_agent_teams`), else one error line."""
-    for g in groups:
-        bound = _HOST.get(g.key) if g.host else None
-        if g.host and (bound is None or bound.group.agent is not g.agent):
-            raise EvaluationError(
-                f"focal {g.label}: a host agent plays through "
-                "alem_eval.evaluate.agent_runs.run_agent_teams, which binds it to the "
-                "rollout's callback (run_teams alone has none for it)"
-            )
-
-
 @contextlib.contextmanager
 def bind_host_agents(
-    groups: Sequence[AgentGroup], difficulty: str, world: Any, max_steps: int | None = None
+    groups: Sequence[Any], difficulty: str, world: Any, max_steps: int | None = None
 ) -> Iterator[None]:
-    """Bind the host agents among ``groups`` to their callbacks for one run (and clear
-    the faults recorded for ``groups``, before and after). One run with host agents at a
+    """Bind the host agents among ``groups`` (a run's actors) to their callbacks for one
+    run (and clear the faults recorded for ``groups``, before and after). One run with host agents at a
     time in a process: another one is refused."""
     hosts = [g for g in groups if g.host]
     keys = {g.key for g in hosts}

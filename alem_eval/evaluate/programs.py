@@ -338,7 +338,7 @@ class Program:
         names = "+".join(dict.fromkeys(a.algorithm for a in actors))
         # Multi-device (shard_map) programs are not exported: they trace every process.
         # A JAX agent's code is in the key (its group key names its code identity:
-        # evaluate.agents.AgentGroup.code; its arrays are inputs); a rollout with a host
+        # evaluate.agents.JaxAgent.code; its arrays are inputs); a rollout with a host
         # actor is not exported (its callback cannot be serialised), its start program is.
         host = any(a.host for a in actors)
         traced = dataclasses.replace(key, compile_options=())  # what the trace depends on

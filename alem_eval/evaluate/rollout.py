@@ -24,7 +24,6 @@ from alem_eval.algorithms.config import RunConfig
 from alem_eval.core.errors import EvaluationError, UsageError
 from alem_eval.evaluate.actors import Actor, released_policy
 from alem_eval.evaluate.actors import policy_variables as policy_variables  # (re-export)
-from alem_eval.evaluate.host_agents import check_bound
 from alem_eval.evaluate.group import run_group
 from alem_eval.evaluate.machine import Status
 from alem_eval.evaluate.records import RecordTo
@@ -211,14 +210,16 @@ def run_teams(
 
     ``agents``: members driven by another :class:`~alem_eval.evaluate.actors.Actor` than
     their checkpoint's greedy policy (a focal agent's
-    :class:`~alem_eval.evaluate.agents.AgentGroup`: run them through
+    :class:`~alem_eval.evaluate.agents.JaxAgent` or
+    :class:`~alem_eval.evaluate.host_agents.HostAgent`: run them through
     :func:`alem_eval.evaluate.agent_runs.run_agent_teams`; a released cell's
     :class:`~alem_eval.evaluate.actors.ReleasedPolicy` with its own weights): ``cfgs[k]``
     says the env it plays in, ``weights[k]`` goes to its ``variables`` (None: its own).
     """
     agents = dict(agents or {})
     validate_request(protocol, eval_difficulty, num_episodes, max_steps)
-    check_bound(list(agents.values()))  # a host agent without its callback: never NOOP
+    for actor in agents.values():  # (a host agent without its callback: never a NOOP)
+        actor.ready()
     if len(cfgs) != len(weights):
         raise EvaluationError(f"{len(cfgs)} configs but {len(weights)} weight trees")
     if not cfgs or not teams:

@@ -89,14 +89,13 @@ def team_actions(
     ``P`` slots of its teams and its actions are kept for the slots it drives (a released
     policy runs on all of them -- the batch shape upstream's policies use, so a team of
     one checkpoint computes exactly its self-play actions). ``step_keys [N, 2]`` and
-    ``states`` (the slots' env states) are there for actors that read them; the roles of
-    a host agent (``RoleStep.pending``) are gathered into one callback per agent and step.
+    ``states`` (the slots' env states) are there for actors that read them; the roles an
+    actor leaves ``pending`` (``RoleStep.pending``: a host agent's rows) are handed back
+    to it once per step, all together (``Actor.resolve``: one callback per host agent).
     """
-    from alem_eval.evaluate import host_agents
-
     num_agents = raw_obs.shape[1]
     new_carries, actions, start, first_team = [], [], 0, 0
-    pending: list[Any] = []
+    pending: list[tuple[int, int, tuple[int, ...], Any]] = []  # (group, class, slots, rows)
     shape = (sum(cls.size for cls in classes), len(actors))
     illegal: tuple[jax.Array, jax.Array] | None = None
     for c, cls in enumerate(classes):
@@ -119,8 +118,8 @@ def team_actions(
             out = actors[role.group].act(params[c][r], carries[c][r], inp)
             acts = jnp.where(np.isin(np.arange(num_agents), role.slots), out.actions, acts)
             role_carries.append(out.carry)
-            if out.pending is not None:  # a host agent's rows: the callback below
-                pending.append(out.pending)
+            if out.pending is not None:  # (a host agent's rows): resolved below
+                pending.append((role.group, c, role.slots, out.pending))
             if out.illegal is not None:
                 if illegal is None:
                     illegal = (jnp.zeros(shape, bool), jnp.zeros(shape, jnp.int32))
@@ -136,9 +135,11 @@ def team_actions(
         actions.append(acts)
         start += size
         first_team += cls.size
-    for hr, a in zip(pending, host_agents.host_actions(pending), strict=True):
-        on = np.isin(np.arange(num_agents), hr.slots)
-        actions[hr.cls] = jnp.where(on, a, actions[hr.cls])
+    for g in dict.fromkeys(p[0] for p in pending):  # each actor once per step
+        mine = [p for p in pending if p[0] == g]
+        resolved = actors[g].resolve([p[3] for p in mine])
+        for (_, c, slots, _), a in zip(mine, resolved, strict=True):
+            actions[c] = jnp.where(np.isin(np.arange(num_agents), slots), a, actions[c])
     joined = jnp.concatenate([a.reshape((-1, num_agents)) for a in actions])
     return tuple(new_carries), joined, illegal
 

@@ -16,9 +16,12 @@ episodes name and the metadata stored beside its rows -- and hands them to
    them) and every team plays in one call of the play core
    (:func:`alem_eval.evaluate.rollout.run_teams`, or
    :func:`~alem_eval.evaluate.agent_runs.run_agent_teams` when an agent drives some
-   slots), every step recorded as it runs when asked (:class:`Recorders`);
-4. store: each match's episodes go to the results store as soon as its last episode ends
-   (a run killed part-way keeps every match that finished).
+   slots);
+4. hand out: what the run makes goes to its sinks (:class:`Sink`), each the same way:
+   the results store (:class:`StoreSink`: each match's episodes as soon as its last
+   episode ends, so a run killed part-way keeps every match that finished), the
+   recording of every step (:class:`RecordingSink`, ``--record``), progress
+   (:class:`ProgressSink`: the callbacks) and any sink a caller adds (``sinks=``).
 
 ``score`` builds self-play matches (:mod:`alem_eval.scoring.score`); ``crossplay`` and
 ``scenario`` build teams (:func:`alem_eval.scoring.play.play_teams`); a new way of playing
@@ -34,7 +37,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from alem_eval.core.errors import DatasetError
 from alem_eval.scoring.teams import Team
@@ -88,6 +91,59 @@ class RecordingWarning(UserWarning):
     cap, protocol or env version: it records them again."""
 
 
+class Sink(Protocol):
+    """Where a run hands out what it makes (:func:`play_matches`): ONE interface for the
+    results store, the recording, progress and any caller's own. Subclass it and override
+    what you need: every method does nothing by default.
+
+    In order: ``holds(match)`` for each match the results store holds (False: the sink
+    lacks some of it, so it plays again); ``begin(lineup)`` once, before anything plays;
+    per call of the play core (a stack) ``recorder(eval_difficulty)`` (an object with
+    ``add_steps`` / ``finish_episode``, :class:`alem_eval.datasets.recorder.Recorder`'s
+    calls, that gets every step played; None: none), ``match_done(match, episodes)`` as
+    each match's last episode ends, ``progress(RolloutProgress)`` after every compiled
+    call, ``note(line)`` for lines worth telling and ``played(result)`` with the call's
+    :class:`~alem_eval.evaluate.rollout.StackResult`; ``end()`` once, last (also when the
+    run stops on an error)."""
+
+    def holds(self, match: Match) -> bool:
+        return True
+
+    def begin(self, lineup: Lineup) -> None:
+        return None
+
+    def recorder(self, eval_difficulty: str) -> Any:
+        return None
+
+    def match_done(self, match: Match, episodes: tuple[dict[str, float], ...]) -> None:
+        return None
+
+    def progress(self, progress: Any) -> None:
+        return None
+
+    def note(self, line: str) -> None:
+        return None
+
+    def played(self, result: Any) -> None:
+        return None
+
+    def end(self) -> None:
+        return None
+
+
+@dataclass(frozen=True, eq=False)
+class Lineup:
+    """What a run plays (:meth:`Sink.begin`): every match in the order given, and those
+    read back from the results store with their episodes."""
+
+    matches: tuple[Match, ...]
+    read_back: Mapping[Match, tuple[dict[str, float], ...]]
+
+    @property
+    def to_play(self) -> list[Match]:
+        return [m for m in self.matches if m not in self.read_back]
+
+
 def play_matches(
     members: Mapping[str, Member],
     matches: Sequence[Match],
@@ -99,57 +155,76 @@ def play_matches(
     batch: int | None = None,
     max_stack: int | None = None,
     record_dir: Path | None = None,
+    sinks: Sequence[Sink] = (),
     on_read_back: Callable[[int, int], None] | None = None,
-    on_stored: Callable[[Match, Path | None, int], None] | None = None,
+    on_stored: Callable[[Match, int], None] | None = None,
     on_episodes: Callable[[Any], None] | None = None,
     on_note: Callable[[str], None] | None = None,
 ) -> Outcome:
     """Play ``matches`` over ``members`` (by cell id) and ``agents`` (by label: an
-    :class:`~alem_eval.evaluate.agents.AgentGroup` each); see the module docstring.
+    :class:`~alem_eval.evaluate.actors.Actor` each); see the module docstring.
 
     ``store``: matches it holds are read back (``fresh``: none is), the others written as
-    each one ends. ``record_dir``: every played step is recorded there; a match stored but
-    not completely recorded plays again. ``max_stack``: teams per evaluator call (None: a
-    group's teams in one call). ``on_read_back(read back, to play)`` once;
-    ``on_stored(match, its results file or None, matches done)`` per match played;
-    ``on_episodes(RolloutProgress)`` as episodes end; ``on_note(line)`` lines worth telling.
-    A recording that fails raises :class:`DatasetError` once the scores of the stack being
-    played are saved."""
+    each one ends (:class:`StoreSink`). ``record_dir``: every played step is recorded there
+    (:class:`RecordingSink`); a match stored but not completely recorded plays again.
+    ``max_stack``: teams per evaluator call (None: a group's teams in one call).
+    ``sinks``: more :class:`Sink` s, after those. The callbacks are the
+    :class:`ProgressSink`: ``on_read_back(read back, to play)`` once; ``on_stored(match,
+    matches done)`` per match played; ``on_episodes(RolloutProgress)`` as episodes end;
+    ``on_note(line)`` lines worth telling. A recording that fails raises
+    :class:`DatasetError` once the scores of the stack being played are saved."""
     from alem_eval.analysis.result_keys import episode_records
 
     agents = dict(agents or {})
-    recorders = Recorders(record_dir, protocol) if record_dir is not None else None
+    every: list[Sink] = [
+        *([StoreSink(store)] if store is not None else []),
+        *([RecordingSink(record_dir, protocol)] if record_dir is not None else []),
+        ProgressSink(on_read_back, on_stored, on_episodes, on_note),
+        *sinks,
+    ]
     done: dict[Match, tuple[dict[str, float], ...]] = {}
-    reused: set[Match] = set()
-    todo: list[Match] = []
-    for m in matches:
-        if recorders is not None:
-            recorders.declare(m)
-        frame = store.get(m.key) if store is not None and not fresh else None
-        if frame is not None and (recorders is None or recorders.recorded(m)):
-            done[m] = tuple(episode_records(frame))
-            reused.add(m)
-        else:
-            todo.append(m)
-    if on_read_back is not None:
-        on_read_back(len(done), len(todo))
-    live, seconds = 0, 0.0
-    if todo:
-        t0 = time.perf_counter()
-        live = _play(members, todo, agents, protocol, store, batch, max_stack, recorders,
-                     record_dir, done, on_stored, on_episodes, on_note)  # fmt: skip
-        seconds = time.perf_counter() - t0
-    return Outcome({m: done[m] for m in matches}, frozenset(reused), live, seconds)
+    try:
+        for m in matches:
+            frame = store.get(m.key) if store is not None and not fresh else None
+            if frame is not None and all(s.holds(m) for s in every):
+                done[m] = tuple(episode_records(frame))
+        lineup = Lineup(tuple(matches), dict(done))
+        for s in every:
+            s.begin(lineup)
+        live, seconds = 0, 0.0
+        if lineup.to_play:
+
+            def finished(m: Match, episodes: list[dict[str, float]]) -> None:
+                """A match whose episodes all ended: to every sink at once, on its own."""
+                done[m] = tuple(episodes)
+                for s in every:
+                    s.match_done(m, done[m])
+
+            t0 = time.perf_counter()
+            live = _play(members, lineup.to_play, agents, protocol=protocol, batch=batch,
+                         max_stack=max_stack, sinks=every, finished=finished)  # fmt: skip
+            seconds = time.perf_counter() - t0
+    finally:
+        for s in every:
+            s.end()
+    reused = frozenset(lineup.read_back)
+    return Outcome({m: done[m] for m in matches}, reused, live, seconds)
 
 
 def _play(
-    members, todo, agents, protocol, store, batch, max_stack, recorders, record_dir, done,
-    on_stored, on_episodes, on_note,
-) -> int:  # fmt: skip
-    """Play ``todo`` stack by stack into ``done`` -> the env steps run."""
-    from alem_eval.analysis.result_keys import build_rows
+    members: Mapping[str, Member],
+    todo: Sequence[Match],
+    agents: Mapping[str, Any],
+    *,
+    protocol: str,
+    batch: int | None,
+    max_stack: int | None,
+    sinks: Sequence[Sink],
+    finished: Callable[[Match, list[dict[str, float]]], None],
+) -> int:
+    """Play ``todo`` stack by stack, each match to ``finished`` as it ends -> the env
+    steps run."""
     from alem_eval.evaluate.agent_runs import run_agent_teams
-    from alem_eval.evaluate.records import RecordTo
     from alem_eval.evaluate.rollout import RolloutProgress, run_teams
     from alem_eval.model.loader import load_cell
 
@@ -169,24 +244,18 @@ def _play(
     clock = time.perf_counter()
 
     def progress(p: RolloutProgress) -> None:
-        if on_episodes is not None:
-            on_episodes(
-                RolloutProgress(
-                    ran["episodes"] + p.episodes_done,
-                    episodes_total,
-                    ran["steps"] + p.live_steps,
-                    time.perf_counter() - clock,
-                )
-            )
+        whole = RolloutProgress(
+            ran["episodes"] + p.episodes_done,
+            episodes_total,
+            ran["steps"] + p.live_steps,
+            time.perf_counter() - clock,
+        )
+        for s in sinks:
+            s.progress(whole)
 
-    def finished(m: Match, episodes: list[dict[str, float]]) -> None:
-        """A match whose episodes all ended: into the store at once, on its own."""
-        path = None
-        if store is not None:
-            path = store.write(build_rows(m.key, episodes), m.key, extra=m.extra)
-        done[m] = tuple(episodes)
-        if on_stored is not None:
-            on_stored(m, path, len(done))
+    def note(line: str) -> None:
+        for s in sinks:
+            s.note(line)
 
     cells = {c for _, padded in plan for m in padded for c in m.team.slots if c in members}
     last_use = {c: n for n, (_, padded) in enumerate(plan) for m in padded for c in m.team.slots}
@@ -233,27 +302,48 @@ def _play(
             on_env_mismatch="ignore",  # checked per cell by the builders
             batch=batch,
             on_progress=progress,
-            record=None
-            if recorders is None
-            else RecordTo(recorders.get(head.eval_difficulty), names),
+            record=_record_to(sinks, head.eval_difficulty, names),
             on_team=lambda i, records, padded=padded: finished(padded[i], records),
             padding=pads,
         )
         driven = {index[a]: g for a, g in agents.items() if a in index}
         if driven:
-            result = run_agent_teams(cfgs, weights, slots, driven, on_note=on_note, **run)
+            result = run_agent_teams(cfgs, weights, slots, driven, on_note=note, **run)
         else:
             result = run_teams(cfgs, weights, slots, **run)
         for c in [c for c in loaded if last_use[c] <= n]:
             del loaded[c]
         ran["episodes"] += len(stack) * head.num_episodes
         ran["steps"] += result.live_steps
-        if result.record_error is not None:
-            raise DatasetError(
-                f"recording into {record_dir} stopped: {result.record_error} (the scores "
-                "are saved in the results store; rerun with --record to complete it)"
-            )
+        for s in sinks:
+            s.played(result)
     return int(ran["steps"])
+
+
+def _record_to(sinks: Sequence[Sink], eval_difficulty: str, names: Sequence[str]) -> Any:
+    """The play core's recording target for a stack: the sinks' recorders (one, or all
+    of them in turn), or None when no sink records."""
+    from alem_eval.evaluate.records import RecordTo
+
+    recorders = [r for s in sinks if (r := s.recorder(eval_difficulty)) is not None]
+    if not recorders:
+        return None
+    return RecordTo(recorders[0] if len(recorders) == 1 else _Recorders(recorders), names)
+
+
+@dataclass(frozen=True)
+class _Recorders:
+    """Several sinks' recorders as one: each call to every one of them, in order."""
+
+    recorders: Sequence[Any]
+
+    def add_steps(self, *args: Any) -> None:
+        for r in self.recorders:
+            r.add_steps(*args)
+
+    def finish_episode(self, *args: Any) -> None:
+        for r in self.recorders:
+            r.finish_episode(*args)
 
 
 def stacks(
@@ -335,9 +425,63 @@ def _as_padding(cfg, like):
     )
 
 
-class Recorders:
-    """One :class:`alem_eval.datasets.recorder.Recorder` per eval difficulty, opened on
-    first use; each match's team declared with its producer."""
+class StoreSink(Sink):
+    """The results store as a sink: each match's rows (under its key, with its ``extra``)
+    written atomically as soon as its last episode ends."""
+
+    def __init__(self, store: Any):
+        self.store = store
+
+    def match_done(self, match: Match, episodes: tuple[dict[str, float], ...]) -> None:
+        from alem_eval.analysis.result_keys import build_rows
+
+        self.store.write(build_rows(match.key, list(episodes)), match.key, extra=match.extra)
+
+
+class ProgressSink(Sink):
+    """Progress as a sink, through the library's callbacks (any of them None):
+    ``on_read_back(read back, to play)`` once, ``on_stored(match, matches done)`` per
+    match played, ``on_episodes(RolloutProgress)`` after every compiled call,
+    ``on_note(line)``."""
+
+    def __init__(
+        self,
+        on_read_back: Callable[[int, int], None] | None = None,
+        on_stored: Callable[[Match, int], None] | None = None,
+        on_episodes: Callable[[Any], None] | None = None,
+        on_note: Callable[[str], None] | None = None,
+    ):
+        self.on_read_back, self.on_stored = on_read_back, on_stored
+        self.on_episodes, self.on_note = on_episodes, on_note
+        self.done = 0
+
+    def begin(self, lineup: Lineup) -> None:
+        self.done = len(lineup.read_back)
+        if self.on_read_back is not None:
+            self.on_read_back(len(lineup.read_back), len(lineup.to_play))
+
+    def match_done(self, match: Match, episodes: tuple[dict[str, float], ...]) -> None:
+        self.done += 1
+        if self.on_stored is not None:
+            self.on_stored(match, self.done)
+
+    def progress(self, progress: Any) -> None:
+        if self.on_episodes is not None:
+            self.on_episodes(progress)
+
+    def note(self, line: str) -> None:
+        if self.on_note is not None:
+            self.on_note(line)
+
+
+class RecordingSink(Sink):
+    """``--record`` as a sink: one :class:`alem_eval.datasets.recorder.Recorder` per eval
+    difficulty under ``root``, opened on first use, gets every step played; each match's
+    team is declared with its producer before it plays (:class:`RecordingWarning` when
+    the recording holds episodes another produced), and a match the results store holds
+    plays again unless all its episodes are recorded as this run would record them. A
+    recording that fails raises :class:`DatasetError` after the call of the play core in
+    which it failed (its scores are stored)."""
 
     def __init__(self, root: Path, protocol: str):
         from alem_eval.envs.loader import installed_env_version
@@ -345,8 +489,9 @@ class Recorders:
         self.root, self.protocol = root, protocol
         self.env_version = installed_env_version()
         self._open: dict[str, Any] = {}
+        self._declared: set[Match] = set()
 
-    def get(self, eval_difficulty: str):
+    def recorder(self, eval_difficulty: str) -> Any:
         from alem_eval.datasets.recorder import Recorder
 
         if eval_difficulty not in self._open:
@@ -358,19 +503,34 @@ class Recorders:
             )
         return self._open[eval_difficulty]
 
-    def declare(self, m: Match) -> None:
-        """Tell the match's recorder what produces its team's episodes; warn
+    def holds(self, match: Match) -> bool:
+        """Is every episode of the match in the recording, recorded as this run would?"""
+        self._declare(match)
+        rec = self.recorder(match.eval_difficulty)
+        return all(rec.is_complete(match.team.slots, e) for e in range(match.num_episodes))
+
+    def begin(self, lineup: Lineup) -> None:
+        for m in lineup.matches:
+            self._declare(m)
+
+    def played(self, result: Any) -> None:
+        if result.record_error is not None:
+            raise DatasetError(
+                f"recording into {self.root} stopped: {result.record_error} (the scores "
+                "are saved in the results store; rerun with --record to complete it)"
+            )
+
+    def _declare(self, m: Match) -> None:
+        """Tell the match's recorder what produces its team's episodes (once); warn
         (:class:`RecordingWarning`) when the recording holds some another produced."""
-        rec, team = self.get(m.eval_difficulty), m.team.slots
+        if m in self._declared:
+            return
+        self._declared.add(m)
+        rec, team = self.recorder(m.eval_difficulty), m.team.slots
         rec.set_producer(team, m.producer)
         changed = {e: c for e in rec.recorded_episodes(team) if (c := rec.changes(team, e))}
         if changed:
-            warnings.warn(_changed_message(m, changed, self.root), RecordingWarning, stacklevel=4)
-
-    def recorded(self, m: Match) -> bool:
-        """Is every episode of the match in the recording, recorded as this run would?"""
-        rec = self.get(m.eval_difficulty)
-        return all(rec.is_complete(m.team.slots, e) for e in range(m.num_episodes))
+            warnings.warn(_changed_message(m, changed, self.root), RecordingWarning, stacklevel=2)
 
 
 def _changed_message(m: Match, changed: Mapping[int, Sequence[str]], root: Path) -> str:

@@ -9,13 +9,14 @@ once for all of them:
 2. the keys: each team's :class:`~alem_eval.analysis.result_keys.ResultKey`, with its
    composition (``team``) and the provenance of every member (``team_hash``);
 3. read back: teams the results store holds under their key are not played again;
-4. play and store: the one orchestration (:func:`alem_eval.scoring.orchestration.
+4. play and hand out: the one orchestration (:func:`alem_eval.scoring.orchestration.
    play_matches`, also ``score``'s) loads the cells the other teams use, plays every team
    in ONE call of the play core (:func:`alem_eval.evaluate.rollout.run_teams`, or
    :func:`~alem_eval.evaluate.agent_runs.run_agent_teams` when an agent drives some
-   slots), recording every step when asked, and stores each team's episodes as soon as
-   its last episode ends (a run killed part-way keeps every team that finished; an
-   agent's fault stores nothing).
+   slots) and hands what it makes to its sinks (``orchestration.Sink``): the results
+   store gets each team's episodes as soon as its last episode ends (a run killed
+   part-way keeps every team that finished; an agent's fault stores nothing), the
+   recording every step when asked, progress, and any sink the caller adds.
 
 Teams live in the one results store (:mod:`alem_eval.analysis.results`), beside the cells'
 own scores: ``<anchor cell>/<eval_difficulty>/fast-team-<digest>.parquet``, rows with a
@@ -286,17 +287,20 @@ def play_teams(
     fresh: bool = False,
     batch: int | None = None,
     record_dir: Path | None = None,
+    sinks: Sequence[Any] = (),
     on_progress: Callable[[str], None] | None = None,
     on_episodes: Callable[[Any], None] | None = None,
 ) -> TeamPlay:
     """Play ``teams`` (slots naming ``cells`` by id, or ``agents`` by label: an
-    :class:`~alem_eval.evaluate.agents.AgentGroup` each) on ``worlds``; see the module
+    :class:`~alem_eval.evaluate.actors.Actor` each) on ``worlds``; see the module
     docstring. ``store`` (a :class:`~alem_eval.analysis.results.ResultsStore`): teams it
     holds under their key are read back (``fresh``: none is, every team plays again), the
     others written as each one ends. ``batch``: the evaluator's batch slots (None: its
     default layout). ``record_dir``: every played step recorded there, as ``score
     --record`` records (:mod:`alem_eval.datasets.recorder`; a team's episodes under
-    ``mixed/<digest>`` of its slots). ``on_progress(message)``: a line for the teams to
+    ``mixed/<digest>`` of its slots). ``sinks``: more
+    :class:`~alem_eval.scoring.orchestration.Sink` s, handed each team's episodes as they
+    end (beside the results store, the recording and progress). ``on_progress(message)``: a line for the teams to
     play (``what`` describes them) and one when they are played (however many: 64 teams
     are two lines, the episode bar shows the rest); ``on_episodes(RolloutProgress)`` as the
     rollout's episodes end. ``source`` is kept for the builders' signature (the
@@ -334,6 +338,7 @@ def play_teams(
         fresh=fresh,
         batch=batch,
         record_dir=record_dir,
+        sinks=sinks,
         on_read_back=read_back,
         on_episodes=on_episodes,
         on_note=note,

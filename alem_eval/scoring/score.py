@@ -25,6 +25,7 @@ from alem_eval.scoring.orchestration import RecordingWarning as RecordingWarning
 
 if TYPE_CHECKING:
     from alem_eval.evaluate.rollout import RolloutProgress
+    from alem_eval.scoring.orchestration import Sink
 
 
 @dataclass(frozen=True)
@@ -221,6 +222,7 @@ def score_cells(
     on_progress: Callable[[str, int, int], None] | None = None,
     on_episodes: Callable[[RolloutProgress], None] | None = None,
     record_dir: Path | None = None,
+    sinks: Sequence[Sink] = (),
 ) -> list[CellScore]:
     """Score ``cells`` from ``source``; results are read from / written to ``store``.
 
@@ -242,6 +244,9 @@ def score_cells(
     :class:`RecordingWarning` per cell says what differs. A recording that fails
     (unwritable or full disk) raises :class:`DatasetError` once the scores of the stack
     being evaluated are saved.
+
+    ``sinks``: more :class:`~alem_eval.scoring.orchestration.Sink` s, handed each cell's
+    episodes as they end (beside the results store, the recording and progress).
     """
     from alem_eval.analysis.result_keys import ResultKey
     from alem_eval.core.producers import cell_producer
@@ -296,7 +301,7 @@ def score_cells(
         if on_progress:
             on_progress("reused from the results store", reused, total)
 
-    def stored(match: Match, _path: Path | None, done: int) -> None:
+    def stored(match: Match, done: int) -> None:
         if on_progress:
             on_progress(f"scored {match.name}", done, total)
 
@@ -308,6 +313,7 @@ def score_cells(
         batch=options.batch,
         max_stack=options.max_stack,
         record_dir=record_dir,
+        sinks=sinks,
         on_read_back=read_back,
         on_stored=stored,
         on_episodes=on_episodes,
