@@ -65,6 +65,7 @@ class Match:
     max_steps: int
     producer: Mapping[str, Any] = field(default_factory=dict)
     extra: Mapping[str, Any] | None = None
+    first_episode: int = 0  # fast: its episode e is the protocol's first_episode + e
 
     @property
     def name(self) -> str:
@@ -99,6 +100,7 @@ def play_matches(
     batch: int | None = None,
     max_stack: int | None = None,
     record_dir: Path | None = None,
+    recorder: Any = None,
     on_read_back: Callable[[int, int], None] | None = None,
     on_stored: Callable[[Match, Path | None, int], None] | None = None,
     on_episodes: Callable[[Any], None] | None = None,
@@ -109,7 +111,9 @@ def play_matches(
 
     ``store``: matches it holds are read back (``fresh``: none is), the others written as
     each one ends. ``record_dir``: every played step is recorded there; a match stored but
-    not completely recorded plays again. ``max_stack``: teams per evaluator call (None: a
+    not completely recorded plays again. ``recorder``: instead, every played step goes to
+    this recorder (the :class:`~alem_eval.evaluate.records.RecordTo` protocol; its
+    ``states`` attribute True: with each step's env state, ``render``'s frames). ``max_stack``: teams per evaluator call (None: a
     group's teams in one call). ``on_read_back(read back, to play)`` once;
     ``on_stored(match, its results file or None, matches done)`` per match played;
     ``on_episodes(RolloutProgress)`` as episodes end; ``on_note(line)`` lines worth telling.
@@ -137,14 +141,14 @@ def play_matches(
     if todo:
         t0 = time.perf_counter()
         live = _play(members, todo, agents, protocol, store, batch, max_stack, recorders,
-                     record_dir, done, on_stored, on_episodes, on_note)  # fmt: skip
+                     record_dir, done, on_stored, on_episodes, on_note, recorder)  # fmt: skip
         seconds = time.perf_counter() - t0
     return Outcome({m: done[m] for m in matches}, frozenset(reused), live, seconds)
 
 
 def _play(
     members, todo, agents, protocol, store, batch, max_stack, recorders, record_dir, done,
-    on_stored, on_episodes, on_note,
+    on_stored, on_episodes, on_note, recorder=None,
 ) -> int:  # fmt: skip
     """Play ``todo`` stack by stack into ``done`` -> the env steps run."""
     from alem_eval.analysis.result_keys import build_rows
@@ -155,7 +159,7 @@ def _play(
 
     groups: dict[tuple, list[Match]] = defaultdict(list)
     for m in todo:
-        groups[(m.eval_difficulty, m.num_episodes, m.max_steps)].append(m)
+        groups[(m.eval_difficulty, m.num_episodes, m.max_steps, m.first_episode)].append(m)
     families: dict[tuple, list[list[Match]]] = defaultdict(list)
     for group in groups.values():
         families[_family(members, group[0])].append(group)
@@ -233,12 +237,16 @@ def _play(
             on_env_mismatch="ignore",  # checked per cell by the builders
             batch=batch,
             on_progress=progress,
-            record=None
+            record=RecordTo(recorder, names, states=bool(getattr(recorder, "states", False)))
+            if recorder is not None
+            else None
             if recorders is None
             else RecordTo(recorders.get(head.eval_difficulty), names),
             on_team=lambda i, records, padded=padded: finished(padded[i], records),
             padding=pads,
         )
+        if head.first_episode:  # (the play core's default otherwise)
+            run["first_episode"] = head.first_episode
         driven = {index[a]: g for a, g in agents.items() if a in index}
         if driven:
             result = run_agent_teams(cfgs, weights, slots, driven, on_note=on_note, **run)
