@@ -164,9 +164,8 @@ def run_group(
         seeds = cfgs[batch_teams[0][0]].eval.eval_seed + np.arange(num_episodes)
         worlds = [jax.random.PRNGKey(int(s)) for s in seeds]
     else:
-        world_keys, chain_keys = fast_keys(first_episode + padded)
-        worlds = list(world_keys[first_episode:])
-        chain = np.asarray(chain_keys[first_episode:])
+        world_keys, chain_keys = fast_keys(padded, first_episode)
+        worlds, chain = list(world_keys), np.asarray(chain_keys)
     obs0, state0 = jax.block_until_ready(reset_worlds(world, dyn, worlds))
     t_reset = time.perf_counter()
     shared = (tuple(role_vars), tuple(role_mask), dyn)

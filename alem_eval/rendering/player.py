@@ -67,12 +67,12 @@ def reset_state(world: Any, eval_difficulty: str, episode: int) -> Any:
     import jax
 
     from alem_eval.envs.eval_env import get_eval_env
-    from alem_eval.evaluate.settings import FAST_WORLD_SEED
+    from alem_eval.evaluate.settings import fast_keys
     from alem_eval.evaluate.worlds import fixed_worlds
 
     dyn = get_eval_env(world).difficulty_params(eval_difficulty)
-    key = jax.random.PRNGKey(FAST_WORLD_SEED + episode)
-    _, state = fixed_worlds(world, dyn, [key])
+    keys, _ = fast_keys(1, episode)
+    _, state = fixed_worlds(world, dyn, [keys[0]])
     return jax.tree_util.tree_map(lambda x: x[0], state)
 
 
