@@ -166,7 +166,6 @@ def _group_of(item) -> str | None:
 _PROCESS_CACHES = (  # module -> its function that drops the programs it holds
     ("alem_eval.evaluate.programs", "clear_program_cache"),
     ("alem_eval.trainers.common", "clear_trainer_cache"),
-    ("alem_eval.rendering.player", "clear_step_programs"),
 )
 
 

@@ -2,7 +2,10 @@
 
 One short episode of a mixed team (IPPO, PQN, IPPO) is rendered once per module; the
 evaluator plays the same team and episode with recording on, and the two must agree step
-by step. Frames: frame 0 is the reset world, frame t the state after step t.
+by step. Frames: frame 0 is the reset world, frame t the state after step t. The same
+team with a focal agent (the JAX script) in PQN's slot is rendered once too (a scenario
+team), and the play core's run of that team with recording on (the program render's run
+compiled) must agree with it.
 """
 
 from __future__ import annotations
@@ -139,6 +142,68 @@ def test_render_plays_the_episode_the_evaluator_scores(rendered, evaluator):
     assert counts == rec.field("team_achievements").tolist()
 
 
+@pytest.fixture(scope="module")
+def rendered_focal(tmp_path_factory):
+    """The mixed team with the ``scripted`` focal (a JAX agent) in slot 1, PQN's."""
+    from alem_eval.hub.sources import open_source
+
+    frames: list[P.EpisodeStep] = []
+    result = R.render_episode(
+        open_source(str(FIXTURES)),
+        TEAM,
+        focal="scripted",
+        slots=(FOCAL_SLOT,),
+        out=tmp_path_factory.mktemp("render") / "focal.gif",
+        max_steps=STEPS,
+        scale=SCALE,
+        on_frame=lambda step, frame: frames.append(step),
+    )
+    return result, frames
+
+
+FOCAL_SLOT = 1
+
+
+@pytest.mark.xdist_group(RENDER_GROUP)
+def test_render_draws_a_scenario_team_as_the_play_core_plays_it(rendered_focal):
+    from alem_eval.evaluate.agent_runs import run_agent_teams
+    from alem_eval.evaluate.agent_spec import load_focal
+    from alem_eval.evaluate.reference_agents import script
+
+    result, frames = rendered_focal
+    focal = "focal:scripted"
+    assert result.team == (IPPO, focal, IPPO) and result.frames == result.steps + 1
+    assert [s.t for s in frames] == list(range(result.steps + 1))
+    # The scenario's play core (run_agent_teams) on the same team and world, recorded one
+    # step per call: the program render's run compiled, so nothing new compiles here.
+    ippo = load(IPPO)
+    rec = StepsRecorder()
+    played = run_agent_teams(
+        [ippo.cfg, ippo.cfg],
+        [ippo.weights, None],
+        [(0, 1, 0)],
+        {1: load_focal("scripted")},
+        protocol="fast",
+        eval_difficulty="easy",
+        num_episodes=1,
+        max_steps=STEPS,
+        chunk=1,
+        record=RecordTo(rec, [IPPO, focal]),
+    )
+    record = played.records[0][0]
+    assert result.steps == record["episode_length"] == rec.meta["length"]
+    assert result.episode_return == record["episode_return"]
+    np.testing.assert_array_equal(result.actions, rec.field("actions"))
+    # The focal's slot holds the script's actions, on the legal actions it was shown.
+    legal = rec.field("legal_actions")[:, FOCAL_SLOT]
+    _, wanted = script(np, np.arange(result.steps), legal)
+    np.testing.assert_array_equal(result.actions[:, FOCAL_SLOT], wanted)
+    # ... and the cells' slots are not the script's (IPPO plays them).
+    for slot in (0, 2):
+        _, theirs = script(np, np.arange(result.steps), rec.field("legal_actions")[:, slot])
+        assert not np.array_equal(result.actions[:, slot], theirs)
+
+
 @pytest.mark.xdist_group(RENDER_GROUP)
 def test_the_gif_has_a_frame_per_state_and_they_are_the_renderers_views(rendered):
 
@@ -195,9 +260,17 @@ def test_the_gif_has_a_frame_per_state_and_they_are_the_renderers_views(rendered
 
 
 @pytest.mark.xdist_group(RENDER_GROUP)
-def test_episode_i_starts_from_the_fast_protocols_world_i(rendered, tmp_path):
+def test_episode_i_starts_from_the_fast_protocols_world_i(rendered, tmp_path, monkeypatch):
     from alem_eval.hub.sources import open_source
 
+    metas: list[dict] = []
+    finish = P.EpisodeSteps.finish_episode
+
+    def spy(self, team, episode, meta):
+        metas.append(dict(meta))
+        finish(self, team, episode, meta)
+
+    monkeypatch.setattr(P.EpisodeSteps, "finish_episode", spy)
     first: list[np.ndarray] = []
     result = R.render_episode(
         open_source(str(FIXTURES)),
@@ -209,6 +282,8 @@ def test_episode_i_starts_from_the_fast_protocols_world_i(rendered, tmp_path):
         on_frame=lambda step, frame: first.append(frame) if step.t == 0 else None,
     )
     assert result.frames == 2 and result.episode == 1
+    # the play core played world PRNGKey(9999 + 1) (its recording names the world's key)
+    assert [m["world_key"] for m in metas] == [[0, 10000]]
     assert_views_in_frame(first[0], reset_views(1))
     assert not np.array_equal(first[0], rendered[1][0][1])  # another world than episode 0
 
@@ -297,6 +372,53 @@ def test_bad_options_are_one_line_errors(tmp_path, args, fragments):
         ["render", IPPO, "--source", str(FIXTURES), *args], cli_env(tmp_path, closed_port_url())
     )
     assert_one_line_error(proc, *fragments)
+    assert not list(tmp_path.glob("*.gif"))
+
+
+def test_dry_run_prints_the_plan_of_the_team_and_its_episode(tmp_path):
+    """``render --dry-run`` is one call of ``alem_eval.render(dry_run=True)``: the team's
+    cells, one team, one episode of at most --max-steps steps; nothing is loaded or
+    written (the focal is named, not loaded: a spec that names no module still plans)."""
+    import alem_eval
+
+    args = ["render", TEAM, "--source", str(FIXTURES), "--max-steps", "7", "--episode", "2"]
+    args += ["--focal", "no_such_pkg_xyz.agents:make", "--slots", "1", "--dry-run"]
+    proc = run_cli_in_process([*args, "--format", "json"], cli_env(tmp_path, closed_port_url()))
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    assert plan["command"] == "render" and plan["dry_run"] is True
+    assert [c["cell"] for c in plan["cells"]] == [IPPO]  # the focal took PQN's slot
+    assert {k: plan["totals"][k] for k in ("teams", "episodes", "max_env_steps")} == {
+        "teams": 1,
+        "episodes": 1,
+        "max_env_steps": 7,
+    }
+    team = f"{IPPO} | focal:no_such_pkg_xyz.agents:make | {IPPO}"
+    assert plan["notes"][0] == f"episode 2 (world PRNGKey(10001)) of the team {team}"
+    assert not list(tmp_path.glob("*.gif"))
+    same = alem_eval.render(TEAM, source=str(FIXTURES), max_steps=7, dry_run=True)
+    assert [c.cell for c in same.cells] == [IPPO, PQN] and same.teams == 1
+    assert same.notes[0].endswith(f"of the team {IPPO} | {PQN} | {IPPO}")
+
+
+@pytest.mark.parametrize(
+    "args, fragments, code",
+    [
+        (["--focal", "no_such_pkg_xyz.agents:make"], ["no module named"], 2),
+        (["--focal", "just-a-name"], ["focal just-a-name: expected package.module"], 2),
+        (["--focal", "scripted", "--slots", "3"], ["--slots must name distinct agent slots"], 2),
+        (["--focal", "scripted", "--slots", "0,1,2"], ["leaving at least one"], 2),
+        (["--focal", "scripted", "--slots", "x"], ["--slots must be agent slots"], 2),
+        (["--slots", "1"], ["--slots and --focal-arg go with --focal"], 2),
+    ],
+)
+def test_a_bad_focal_or_slots_is_one_line_exit_2(tmp_path, args, fragments, code):
+    proc = run_cli_in_process(
+        ["render", IPPO, "--source", str(FIXTURES), "--out", str(tmp_path / "x.gif"), *args],
+        cli_env(tmp_path, closed_port_url()),
+    )
+    assert_one_line_error(proc, *fragments)
+    assert proc.returncode == code
     assert not list(tmp_path.glob("*.gif"))
 
 

@@ -1,13 +1,14 @@
-"""``alem_eval.render``: one greedy episode of a cell (or a mixed team) as a GIF or MP4,
-drawn with the environment's own pixel renderer (:func:`render` calls
-:func:`alem_eval.rendering.episode.render_episode`; ``alem-eval render`` calls :func:`render`).
+"""``alem_eval.render``: one greedy episode of a cell, a mixed team or a scenario team (a
+focal agent beside a cell) as a GIF or MP4, drawn with the environment's own pixel
+renderer (:func:`render` calls :func:`alem_eval.rendering.episode.render_episode`, or
+``plan_render`` for a dry run; ``alem-eval render`` calls :func:`render`).
 
 Importing this module imports no JAX (the player loads it on the first call).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from alem_eval.hub.source_base import Source
+    from alem_eval.scoring.plan import RunPlan
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,9 @@ class Rendered(RenderResult):
         return frame(rows, fractions=False)
 
 
-def _team(cells: Cells, source, repo, revision, cache_dir) -> tuple[Source, str]:
+def _team(
+    cells: Cells, source, repo, revision, cache_dir, *, read_only: bool = False
+) -> tuple[Source, str]:
     """(the source, the team spec ``a+b+c``) from one cell, a ``+``-joined team string or
     a list with one cell per agent slot (``Cell`` s or selectors, each naming one cell)."""
     from alem_eval.core.progress import download_bar
@@ -63,7 +67,12 @@ def _team(cells: Cells, source, repo, revision, cache_dir) -> tuple[Source, str]
         raise UsageError("render: the team is all Cells from alem_eval.select() or all selectors")
     spec = DEFAULT_SOURCE if source is None else source
     src = open_source(
-        spec, repo=repo, revision=revision, cache_dir=cache_dir, on_download=download_bar()
+        spec,
+        repo=repo,
+        revision=revision,
+        cache_dir=cache_dir,
+        read_only=read_only,
+        on_download=download_bar(),
     )
     return src, "+".join(items)
 
@@ -71,6 +80,9 @@ def _team(cells: Cells, source, repo, revision, cache_dir) -> tuple[Source, str]
 def render(
     cells: Cells,
     *,
+    focal: Any = None,
+    focal_args: Mapping[str, Any] | None = None,
+    slots: int | Sequence[int] | None = None,
     out: str | Path | None = None,
     eval_difficulty: str | None = None,
     episode: int = 0,
@@ -84,7 +96,8 @@ def render(
     revision: str | None = None,
     cache_dir: str | Path | None = None,
     progress: bool | None = None,
-) -> Rendered:
+    dry_run: bool = False,
+) -> Rendered | RunPlan:
     """Draw episode ``episode`` of the fast protocol (world ``PRNGKey(9999 + i)``, the
     episode ``score`` plays as ``i``) as ``alem-eval render`` does: ``cells`` is one cell
     (self-play: a ``Cell`` or a selector naming one), or one per agent slot (a list, or
@@ -92,12 +105,21 @@ def render(
     agent's view over a caption (step, team achievements, each agent's cell, action and
     signal); frame 0 is the reset world.
 
+    ``focal``: a scenario team -- the agent (what :func:`alem_eval.scenario` takes as its
+    focal: an agent object, a ``--focal`` SPEC such as ``"random-legal"`` or
+    ``"scripted"`` with ``focal_args``, a cell directory, a loaded policy) drives the
+    agent ``slots`` (default ``(0,)``) beside the cells; the captions name it
+    ``focal:<spec>`` in its slots.
+
     ``out``: a ``.gif`` or ``.mp4`` (mp4 needs ffmpeg or the video extra; None: a GIF in
     the current directory named after the team). ``eval_difficulty``: the worlds (None:
     the cells' shared training difficulty); ``difficulty``: only cells of these training
     difficulties match; ``fps``, ``scale`` (integer zoom). ``progress``: the steps on
     stderr (None: on a terminal or in Jupyter; False: none).
-    Returns :class:`Rendered` (``.path``, ``.steps``, ``.to_frame()``, ``.to_json()``).
+    Returns :class:`Rendered` (``.path``, ``.steps``, ``.to_frame()``, ``.to_json()``);
+    ``dry_run=True`` plays and writes nothing and returns the
+    :class:`~alem_eval.scoring.plan.RunPlan` (the cells, the team, one episode; the
+    focal is not loaded), as ``alem-eval render --dry-run``.
     """
     from alem_eval.core.progress import live_display, steps_progress
     from alem_eval.rendering.episode import check_output
@@ -106,11 +128,24 @@ def render(
     check_episode(episode)  # bad arguments before anything is opened
     if out is not None:
         check_output(out, fps, scale)
-    src, team = _team(cells, source, repo, revision, cache_dir)
+    difficulties = [difficulty] if isinstance(difficulty, str) else difficulty
+    src, team = _team(cells, source, repo, revision, cache_dir, read_only=dry_run)
+    if dry_run:
+        from alem_eval.rendering.episode import plan_render
+
+        return plan_render(
+            src,
+            team,
+            focal=focal,
+            slots=slots,
+            eval_difficulty=eval_difficulty,
+            episode=episode,
+            max_steps=max_steps,
+            difficulties=None if difficulties is None else list(difficulties),
+        )
     before_compiling()
     from alem_eval.rendering.episode import render_episode
 
-    difficulties = [difficulty] if isinstance(difficulty, str) else difficulty
     show = live_display() if progress is None else progress
     with steps_progress("render", show=show) as on_progress:
         result = render_episode(
@@ -125,5 +160,8 @@ def render(
             scale=scale,
             on_env_mismatch=on_env_mismatch,
             on_progress=on_progress,
+            focal=focal,
+            focal_args=focal_args,
+            slots=slots,
         )
     return Rendered(**{f.name: getattr(result, f.name) for f in fields(result)})

@@ -353,6 +353,25 @@ EVAL_DIFFICULTY_SHARED_HELP = (
     "must then share)."
 )
 
+FocalOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--focal",
+        help="Your agent: package.module:factory, path/to/file.py:factory, a "
+        "reference agent (random-legal, noop, scripted, scripted-host), or a cell "
+        "directory (checkpoint/ + config.json: its greedy policy).",
+        metavar="SPEC|PATH",
+    ),
+]
+FocalArgOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--focal-arg",
+        help="KEY=VALUE keyword argument of the factory (repeatable; JSON values).",
+        metavar="KEY=VALUE",
+    ),
+]
+
 DryRunOpt = Annotated[
     bool,
     typer.Option(

@@ -10,7 +10,8 @@ where, from the calls down:
 * :mod:`~alem_eval.evaluate.group` -- one group of teams in one program: batch sizing,
   staging the weights, resets, and the host loop that drives the program (``_drive``).
 * :mod:`~alem_eval.evaluate.records` -- per-episode records and scores from the output
-  buffer, ``upstream_view``, and the recording of every step (``RecordTo``).
+  buffer, ``upstream_view``, and the recording of every step (``RecordTo``; with
+  ``states``, each step's env state too: what render draws).
 * :mod:`~alem_eval.evaluate.worlds` -- the protocols' fixed worlds reset once and kept
   as data (``fixed_worlds``: shipped for the demo cells, else cached on disk, keyed by
   ``world_identity``).

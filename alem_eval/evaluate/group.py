@@ -18,9 +18,9 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 import jax
 import numpy as np
 
-from alem_eval.core.errors import EvaluationError
+from alem_eval.core.errors import EvaluationError, UsageError
 from alem_eval.evaluate.actors import illegal_message
-from alem_eval.evaluate.machine import EpisodeResult, Loop, Status, StepLog
+from alem_eval.evaluate.machine import EpisodeResult, Loop, Status
 from alem_eval.evaluate.programs import Program, ProgramKey, compile_options_for, program
 from alem_eval.evaluate.records import RecordSink, RecordTo, team_records
 from alem_eval.evaluate.settings import (
@@ -82,13 +82,17 @@ def run_group(
     record: RecordTo | None = None,
     on_team: Callable[[int, list[dict[str, float]]], None] | None = None,
     padding: Collection[int] = (),
+    first_episode: int = 0,
 ):
     """Evaluate one group of teams (one world and settings) in one program -> (records,
     starts, slot-steps, live env-steps, recording error), per team in the group's order.
     A team's records are made as soon as its last episode ends (``on_team(i, records)``,
     ``i`` its index in ``teams``), from the same output buffer and score program as at the
     end. The teams in ``padding`` (indices into ``teams``) run unreported (:func:`run_teams`).
-    ``actors[m]``: what drives member ``m`` (:class:`~alem_eval.evaluate.actors.Actor`)."""
+    ``actors[m]``: what drives member ``m`` (:class:`~alem_eval.evaluate.actors.Actor`).
+    ``first_episode`` (``fast``): the group's episode ``e`` is the protocol's episode
+    ``first_episode + e``. A recording with ``states`` (:class:`RecordTo`) plays its one
+    team on one slot, one step per call."""
     keys, group_actors, classes, order = batch_structure(teams, actors)
     batch_teams = [teams[i] for i in order]  # class by class
     t = len(batch_teams)
@@ -96,6 +100,11 @@ def run_group(
     world = statics[batch_teams[0][0]].world
     masking = any(actors[m].masked for team in batch_teams for m in team)
     capacity = _capacity(int(caps.max()))
+    states = record is not None and record.states
+    if states:  # every step's state: one team on one slot, one step per call
+        if len(teams) != 1:
+            raise UsageError(f"a recording of env states plays one team, not {len(teams)}")
+        chunk, batch = 1, 1
     if record is not None:
         chunk = min(chunk, RECORD_CHUNK)  # a short log per call: the last call pads it
         if batch is None:  # bound what one call hands the host
@@ -155,7 +164,7 @@ def run_group(
         seeds = cfgs[batch_teams[0][0]].eval.eval_seed + np.arange(num_episodes)
         worlds = [jax.random.PRNGKey(int(s)) for s in seeds]
     else:
-        world_keys, chain_keys = fast_keys(padded)
+        world_keys, chain_keys = fast_keys(padded, first_episode)
         worlds, chain = list(world_keys), np.asarray(chain_keys)
     obs0, state0 = jax.block_until_ready(reset_worlds(world, dyn, worlds))
     t_reset = time.perf_counter()
@@ -195,7 +204,9 @@ def run_group(
         if rows:
             make_records(rows, done)
 
-    done, slot_steps = _drive(prog, loop, (*shared, *keys_arg, obs0, state0, steps), status, sink)
+    done, slot_steps = _drive(
+        prog, loop, (*shared, *keys_arg, obs0, state0, steps), status, sink, states=states
+    )
     t_roll, in_roll = time.perf_counter(), scoring["s"]
     rest = [j for j in wanted if j not in made]
     if rest:  # (every team's last status came with its records: none, unless cut short)
@@ -234,7 +245,9 @@ def _drive(
     loop: Loop,
     call_args: tuple,
     on_status: Callable[[Status, EpisodeResult], None],
-    on_log: Callable[[StepLog], None] | None = None,
+    on_log: Callable[..., None] | None = None,
+    *,
+    states: bool = False,
 ):
     """Call ``prog.advance`` until no slot runs -> (output buffer, slot-steps run).
 
@@ -244,16 +257,22 @@ def _drive(
     queued after the end changes nothing. ``on_status`` also gets the queued call's output
     buffer (device arrays: every episode the status counts as finished is final in it).
     When ``on_status`` raises (an agent's fault), the queued call ends before the error
-    leaves: nothing of it runs on after its caller has moved on.
+    leaves: nothing of it runs on after its caller has moved on. ``states``: ``on_log``
+    also gets the env state of slot 0 after the call (taken before the next call donates
+    the loop's buffers).
     """
     pending = prog.advance(loop, *call_args)
     while True:
         loop, status, log = pending
+        state = _first(loop.slots.state) if states else None  # before it is donated
         pending = prog.advance(loop, *call_args)
         st = prog.host_status(jax.device_get(status))
         try:
             if on_log is not None and log is not None:
-                on_log(jax.device_get(log))
+                if states:
+                    on_log(jax.device_get(log), state)
+                else:
+                    on_log(jax.device_get(log))
             on_status(st, pending[0].done)
         except BaseException:  # (e.g. an agent's fault): the queued call ends first
             jax.block_until_ready(pending)

@@ -10,7 +10,8 @@ episode before the cap). ``fast`` scores the terminal states with the world's co
 score program, ``reference`` eagerly, as upstream does.
 
 With :class:`RecordTo`, :class:`RecordSink` hands a recorder every evaluated step, from the
-:class:`~alem_eval.evaluate.machine.StepLog` of each compiled call.
+:class:`~alem_eval.evaluate.machine.StepLog` of each compiled call; with ``states`` also the
+env state after each step (one step per call: ``render`` draws the frames from them).
 """
 
 from __future__ import annotations
@@ -36,6 +37,11 @@ class RecordTo:
 
     recorder: Any  # alem_eval.datasets.recorder.Recorder
     names: Sequence[str]  # per checkpoint index: the cell id recorded for its agent slots
+    # Also each step's env state: the run plays one team on one batch slot, one step per
+    # compiled call, and every ``add_steps`` (one step) gets ``state`` (the slot's env
+    # state after the step, unbatched, on the device), ``team_reward``, ``last`` and
+    # ``terminated`` besides the recorded fields (``render``'s frames).
+    states: bool = False
 
 
 class RecordSink:
@@ -46,10 +52,12 @@ class RecordSink:
     it is kept in :attr:`error`."""
 
     FIELDS = ("observations", "legal_actions", "actions", "rewards", "dones", "team_achievements")
+    STATE_FIELDS = ("team_reward", "last", "terminated")  # besides the state (RecordTo.states)
 
     def __init__(self, target: RecordTo, prog: Program, teams, world_keys, num_episodes: int):
         """``teams[j]``: batch row ``j``'s team, None for a padding team (never recorded)."""
         self.recorder = target.recorder
+        self.states = target.states
         self.team_names = [
             None if team is None else tuple(target.names[m] for m in team) for team in teams
         ]
@@ -58,12 +66,16 @@ class RecordSink:
         self.num_episodes = num_episodes
         self.open: dict[tuple[int, int], dict[str, Any]] = {}
         self.error: str | None = None
+        self.state: Any = None
 
-    def __call__(self, log: StepLog) -> None:
+    def __call__(self, log: StepLog, state: Any = None) -> None:
+        """One call's log (host arrays); ``state``: with :attr:`RecordTo.states`, the env
+        state of the run's one slot after the call's one step."""
         if self.error is not None:
             return
         key = self.prog.key
         per_device = key.num_devices > 1
+        self.state = state
         try:
             for d in range(key.num_devices):
                 view = jax.tree_util.tree_map(lambda x, d=d: x[d], log) if per_device else log
@@ -99,9 +111,11 @@ class RecordSink:
         if t0 == 0:
             acc.update(steps=[], step_key=[int(x) for x in log.key[rows[0], n]])
         acc["return"].append(np.asarray(log.team_reward[rows, n], np.float64))
-        self.recorder.add_steps(
-            names, episode, t0, {f: getattr(log, f)[rows, n] for f in self.FIELDS}
-        )
+        arrays = {f: getattr(log, f)[rows, n] for f in self.FIELDS}
+        if self.states:  # (one slot, one step per call: the state after this row's step)
+            arrays.update({f: getattr(log, f)[rows, n] for f in self.STATE_FIELDS})
+            arrays["state"] = self.state
+        self.recorder.add_steps(names, episode, t0, arrays)
         last = rows[-1]
         if bool(log.last[last, n]):
             del self.open[(team, episode)]

@@ -182,6 +182,7 @@ def run_teams(
     on_team: Callable[[int, list[dict[str, float]]], None] | None = None,
     padding: Collection[int] = (),
     agents: Mapping[int, Any] | None = None,
+    first_episode: int = 0,
 ) -> StackResult:
     """Evaluate teams whose agent slots are driven by any of the given checkpoints.
 
@@ -208,6 +209,10 @@ def run_teams(
     never see them, and progress counts only the other teams' episodes (``live_steps``
     and ``slot_steps`` still count every step the batch ran).
 
+    ``first_episode`` (``fast``): episode ``e`` of the call is the protocol's episode
+    ``first_episode + e`` (world ``PRNGKey(9999 + first_episode + e)`` and its key
+    chain); records, starts and the recording count from 0 all the same.
+
     ``agents``: members driven by another :class:`~alem_eval.evaluate.actors.Actor` than
     their checkpoint's greedy policy (a focal agent's
     :class:`~alem_eval.evaluate.agents.JaxAgent` or
@@ -227,6 +232,15 @@ def run_teams(
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
         raise UsageError(f"chunk must be a positive integer, got {chunk!r}")
     check_count("--batch", batch)
+    if (
+        isinstance(first_episode, bool)
+        or not isinstance(first_episode, (int, np.integer))
+        or first_episode < 0
+        or (first_episode and protocol != "fast")
+    ):
+        raise UsageError(
+            f"first_episode must be an integer >= 0 (protocol 'fast' only), got {first_episode!r}"
+        )
     padding = frozenset(padding)
     if not padding <= set(range(len(teams))) or len(padding) == len(teams):
         raise UsageError(
@@ -288,6 +302,7 @@ def run_teams(
             record,
             None if on_team is None else functools.partial(_team_in, on_team, idx),
             {j for j, i in enumerate(idx) if i in padding},
+            int(first_episode),
         )
         record_error = record_error or error
         for j, i in enumerate(idx):

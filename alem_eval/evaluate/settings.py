@@ -218,9 +218,10 @@ def reference_key(cfg: RunConfig, eval_difficulty: str) -> jax.Array:
     return d_key
 
 
-def fast_keys(num_episodes: int) -> tuple[jax.Array, jax.Array]:
-    """(world keys, step-chain start keys) of the ``fast`` protocol, each ``[E, 2]``."""
-    worlds = jax.vmap(jax.random.PRNGKey)(FAST_WORLD_SEED + jnp.arange(num_episodes))
+def fast_keys(num_episodes: int, first: int = 0) -> tuple[jax.Array, jax.Array]:
+    """(world keys, step-chain start keys) of the ``fast`` protocol's episodes ``first,
+    ..., first + E - 1``, each ``[E, 2]``."""
+    worlds = jax.vmap(jax.random.PRNGKey)(FAST_WORLD_SEED + first + jnp.arange(num_episodes))
     chains = jax.vmap(lambda k: jax.random.fold_in(k, 1))(worlds)
     return worlds, chains
 

@@ -1,30 +1,36 @@
-"""Play one ``fast``-protocol episode of a team from the host, one jitted step at a time.
+"""One ``fast``-protocol episode of a team, played by the play core, as steps to draw.
 
-The episode is exactly the one ``score --protocol fast`` plays as episode ``i``: world
-``PRNGKey(9999 + i)``, step keys threaded from ``fold_in(PRNGKey(9999 + i), 1)`` with the
-evaluator's 3-way split per step (key, act key unused, env key), the greedy actions of
-:func:`alem_eval.evaluate.teams.team_actions` (action masking as each member's config says) and
-the eval env's ``step``, all on a batch of one slot -- the shapes ``run_teams`` uses for a
-single episode, so its actions, length and return are those of
-``run_teams(..., num_episodes=1)`` bit for bit (with more episodes in the batch, float
-rounding in the policies' matmuls may, in rare near-ties, pick another action).
+The renderer has no step of its own. It hands one team (cells, and a focal agent in some
+slots) to the one orchestration (:func:`alem_eval.scoring.orchestration.play_matches`),
+which plays it as every way of playing does: one call of the play core
+(:func:`~alem_eval.evaluate.rollout.run_teams`, or
+:func:`~alem_eval.evaluate.agent_runs.run_agent_teams` with an agent: its checks, its
+probe step, a host agent's callback), the protocol's episode ``i`` as the call's only
+episode (``first_episode=i``: world ``PRNGKey(9999 + i)``, its key chain), on a batch of
+one slot. What render needs beyond scoring is the env state after every step, to draw:
+that is a recording with ``states`` (:class:`~alem_eval.evaluate.records.RecordTo`),
+where the :class:`~alem_eval.evaluate.machine.Machine` runs ONE step per compiled call
+and the host takes the slot's state (and the step's log) after each, the next call
+queued while it draws. :class:`EpisodeSteps` is that recorder: it turns each step into
+an :class:`EpisodeStep` for the drawer.
 
-:class:`EpisodePlayer` yields an :class:`EpisodeStep` per env step (``t = 0``: the reset
-world); each step is one call of a jitted env + policy step (:func:`_step_program`, cached
-per team structure), the next one queued while the host draws the current one.
+So actions, length and return are those of ``run_teams(..., num_episodes=1)`` (and of
+``score`` / ``crossplay`` / ``scenario``'s episode ``i`` of the team on a batch of one
+slot) bit for bit: the same step function, only cut into calls of one step, which the
+play core guarantees changes nothing (with more episodes in the batch, float rounding in
+the policies' matmuls may, in rare near-ties, pick another action).
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
-from alem_eval.core.boundedcache import BoundedCache
 from alem_eval.core.errors import UsageError
+from alem_eval.scoring.orchestration import Sink
 
 MAX_EPISODE = 2**31 - 1 - 9999  # PRNGKey(9999 + i) takes an int32 seed
 
@@ -56,206 +62,88 @@ class EpisodeStep:
     terminated: bool  # the env said done
 
 
-class EpisodePlayer:
-    """One ``fast``-protocol episode of a team, stepped from the host.
-
-    ``cfgs[k]`` / ``weights[k]`` describe checkpoint ``k``; ``team[s]`` is the checkpoint
-    driving agent slot ``s``. Iterating yields :class:`EpisodeStep` s for ``t = 0 ..
-    length``; each step is one call of a jitted function (the policies of every role and
-    one env step, on a batch of one slot, as :class:`alem_eval.evaluate.machine.Machine` steps).
-    """
-
-    def __init__(
-        self,
-        cfgs: Sequence[Any],
-        weights: Sequence[Any],
-        team: Sequence[int],
-        *,
-        eval_difficulty: str,
-        episode: int = 0,
-        max_steps: int | None = None,
-        on_env_mismatch: str = "error",
-    ):
-        from alem_eval.evaluate.group import stack_trees
-        from alem_eval.evaluate.actors import released_policy
-        from alem_eval.evaluate.rollout import check_play
-        from alem_eval.evaluate.settings import (
-            FAST_MAX_STEPS,
-            check_eval_difficulty,
-            check_settings,
-        )
-        from alem_eval.evaluate.teams import batch_structure, team_roles
-
-        check_episode(episode)
-        check_settings("fast", None, max_steps)
-        check_eval_difficulty(eval_difficulty)
-        team = tuple(int(m) for m in team)
-        statics, specs = check_play(
-            cfgs, [team], "fast", eval_difficulty, on_env_mismatch=on_env_mismatch
-        )
-        self.team = team
-        self.eval_difficulty = eval_difficulty
-        self.episode = int(episode)
-        self.max_steps = int(max_steps or FAST_MAX_STEPS)
-        self.world = statics[team[0]].world
-        self.num_agents = self.world.num_agents
-        self.num_comm_channels = self.world.num_comm_channels
-        actors = {m: released_policy(cfgs[m], specs[m], f"checkpoint {m}") for m in team}
-        keys, group_actors, classes, _ = batch_structure([team], actors)
-        members, _slots = team_roles(team)
-        masking = any(actors[m].masked for m in team)
-        self._step = _step_program(keys, classes, self.world, masking, tuple(group_actors))
-        variables = tuple(actors[m].variables(weights[m]) for m in members)
-        # Per class (one), per role: the member's variables with a leading team axis of one.
-        self._variables = (tuple(stack_trees([v]) for v in variables),)
-        self._use_mask = (tuple(np.array([cfgs[m].env.action_masking]) for m in members),)
-        self._classes = classes
-
-    def __iter__(self) -> Iterator[EpisodeStep]:
-        import jax
-
-        from alem_eval.evaluate.group import reset_worlds
-        from alem_eval.evaluate.settings import fast_keys
-        from alem_eval.evaluate.teams import init_team_carries
-
-        env = self._step.env
-        dyn = env.difficulty_params(self.eval_difficulty)
-        worlds, chains = fast_keys(self.episode + 1)
-        obs, state = reset_worlds(self.world, dyn, [worlds[self.episode]])  # [1, ...]
-        carry = _Carry(
-            key=chains[self.episode][None],
-            state=state,
-            obs=obs,
-            dones=np.zeros((1, self.num_agents), bool),
-            policy=init_team_carries(self._step.policies, self._classes, 1),
-        )
-        view = jax.tree_util.tree_map(lambda x: x[0], state)
-        unlocked = np.asarray(np.asarray(view.achievements).any(axis=0))
-        none = np.full(self.num_agents, -1)
-        yield EpisodeStep(0, view, None, None, 0.0, none, unlocked, False, False)
-        step = functools.partial(self._step.fn, self._variables, self._use_mask, dyn)
-        pending = step(carry)
-        for t in range(1, self.max_steps + 1):
-            carry, out = pending
-            if t < self.max_steps:  # queue the next step while the host draws this one
-                pending = step(carry)
-            actions, rewards, team_reward, done, unlocked, comm = jax.device_get(
-                (out.actions, out.rewards, out.team_reward, out.done, out.achievements, out.comm)
-            )
-            terminated = bool(done)
-            yield EpisodeStep(
-                t,
-                out.state,
-                np.asarray(actions),
-                np.asarray(rewards),
-                float(team_reward),
-                np.asarray(comm),
-                np.asarray(unlocked),
-                terminated or t >= self.max_steps,
-                terminated,
-            )
-            if terminated:
-                return
-
-
-class _Carry(NamedTuple):
-    """What one step hands the next (leading axis: one batch slot)."""
-
-    key: Any  # [1, 2] the threaded step key
-    state: Any  # the env state
-    obs: Any  # [1, P, obs_dim] raw observations
-    dones: Any  # [1, P] bool: fed back as reset flags
-    policy: Any  # per class, per role: the recurrent state
-
-
-class _StepOut(NamedTuple):
-    state: Any  # the new env state, unbatched (what the renderer draws)
-    actions: Any  # [P] int32
-    rewards: Any  # [P] float32
-    team_reward: Any  # [] float32: their mean, computed as the evaluator computes it
-    done: Any  # [] bool
-    achievements: Any  # [num_achievements] bool, any agent
-    comm: Any  # [P] int32: channel signalled this step, -1: none
-
-
-@dataclass(frozen=True)
-class _StepProgram:
-    fn: Callable
-    env: Any
-    policies: tuple
-
-
-# The step programs of this process, the two most recently used (core.boundedcache).
-_STEP_PROGRAMS: BoundedCache[_StepProgram] = BoundedCache(2)
-
-
-def clear_step_programs() -> int:
-    """Drop this process's compiled step programs (frees their memory); return how many."""
-    held = len(_STEP_PROGRAMS)
-    _STEP_PROGRAMS.clear()
-    return held
-
-
-def _step_program(keys, classes, world, masking: bool, policies) -> _StepProgram:
-    """The jitted one-step function of a team structure (cached per process)."""
-    import dataclasses
-
+def reset_state(world: Any, eval_difficulty: str, episode: int) -> Any:
+    """The fast protocol's reset world ``episode`` (unbatched): the data the play core
+    starts that episode from (:func:`~alem_eval.evaluate.worlds.fixed_worlds`)."""
     import jax
-    import jax.numpy as jnp
 
     from alem_eval.envs.eval_env import get_eval_env
+    from alem_eval.evaluate.settings import fast_keys
+    from alem_eval.evaluate.worlds import fixed_worlds
 
-    from alem_eval.evaluate.teams import team_actions
+    dyn = get_eval_env(world).difficulty_params(eval_difficulty)
+    keys, _ = fast_keys(1, episode)
+    _, state = fixed_worlds(world, dyn, [keys[0]])
+    return jax.tree_util.tree_map(lambda x: x[0], state)
 
-    cache_key = (keys, classes, world, masking)
-    found = _STEP_PROGRAMS.get(cache_key)
-    if found is not None:
-        return found
-    env = get_eval_env(world)
-    mask_env = get_eval_env(dataclasses.replace(world, action_masking=True)) if masking else None
-    nc = world.num_comm_channels
-    comm_base = world.num_actions - nc
 
-    def step(variables, use_mask, dyn, c: _Carry) -> tuple[_Carry, _StepOut]:
-        # As the evaluator's program: the policies' constants (HyperMARL's heads) are
-        # computed in the same compiled call, vmapped over the class's team axis.
-        params = tuple(
-            tuple(
-                jax.vmap(policies[role.group].prepare)(variables[ci][r])
-                for r, role in enumerate(cls.roles)
+class EpisodeSteps(Sink):
+    """The :class:`~alem_eval.scoring.orchestration.Sink` of a render: its own recorder,
+    one with ``states`` (the :class:`~alem_eval.evaluate.records.RecordTo` protocol), that
+    hands ``on_step`` an :class:`EpisodeStep` per step of the episode:
+    ``t = 0`` (the reset world ``reset``) before the first, then one as each step's log
+    and state arrive. ``episode`` holds what the episode came to (steps, terminated,
+    return, actions) once it ends; ``failure``: the exception ``on_step`` raised (the
+    play core keeps a recorder's fault as the recording's error)."""
+
+    states = True
+
+    def __init__(self, world: Any, reset: Any, on_step: Callable[[EpisodeStep], None]):
+        self.num_agents = world.num_agents
+        self.num_comm_channels = world.num_comm_channels
+        self.comm_base = world.num_actions - world.num_comm_channels
+        self.reset = reset
+        self.on_step = on_step
+        self.actions: list[np.ndarray] = []
+        self.episode: dict[str, Any] = {}
+        self.failure: BaseException | None = None
+
+    def recorder(self, eval_difficulty: str) -> Any:
+        return self
+
+    def _unlocked(self, state: Any) -> np.ndarray:
+        return np.asarray(np.asarray(state.achievements).any(axis=0))
+
+    def _send(self, step: EpisodeStep) -> None:
+        try:
+            self.on_step(step)
+        except BaseException as exc:
+            self.failure = exc
+            raise
+
+    def add_steps(self, team: Any, episode: int, t0: int, arrays: dict[str, Any]) -> None:
+        if t0 == 0:
+            none = np.full(self.num_agents, -1)
+            first = self._unlocked(self.reset)
+            self._send(EpisodeStep(0, self.reset, None, None, 0.0, none, first, False, False))
+        for r in range(len(arrays["actions"])):  # (one step per call: one row)
+            actions = np.asarray(arrays["actions"][r], np.int32)
+            channel = actions - self.comm_base
+            comm = np.where((channel >= 0) & (channel < self.num_comm_channels), channel, -1)
+            self.actions.append(actions)
+            state = arrays["state"]
+            self._send(
+                EpisodeStep(
+                    t0 + r + 1,
+                    state,
+                    actions,
+                    np.asarray(arrays["rewards"][r]),
+                    float(arrays["team_reward"][r]),
+                    comm,
+                    self._unlocked(state),
+                    bool(arrays["last"][r]),
+                    bool(arrays["terminated"][r]),
+                )
             )
-            for ci, cls in enumerate(classes)
-        )
-        split = jax.vmap(lambda k: jax.random.split(k, 3))(c.key)  # act key unused: greedy
-        key, env_key = split[:, 0], split[:, 2]
-        mask = None if mask_env is None else jax.vmap(mask_env.action_mask, (0, None))(c.state, dyn)
-        policy_carry, actions, _ = team_actions(
-            policies,
-            classes,
-            params,
-            use_mask,
-            c.policy,
-            c.obs,
-            c.dones,
-            mask,
-            episodes=1,
-            num_actions=world.num_actions,
-        )
-        out = jax.vmap(env.step, (0, 0, 0, None))(env_key, c.state, actions, dyn)
-        channel = actions[0] - comm_base
-        new = _Carry(key, out.state, out.obs, out.agent_dones, policy_carry)
-        state = jax.tree_util.tree_map(lambda x: x[0], out.state)
-        return new, _StepOut(
-            state=state,
-            actions=actions[0],
-            rewards=out.reward[0],
-            team_reward=jnp.mean(out.reward, axis=-1)[0],
-            done=out.done[0],
-            achievements=jnp.any(state.achievements, axis=0),
-            comm=jnp.where((channel >= 0) & (channel < nc), channel, -1),
-        )
 
-    return _STEP_PROGRAMS.get_or_make(cache_key, lambda: _StepProgram(jax.jit(step), env, policies))
+    def finish_episode(self, team: Any, episode: int, meta: dict[str, Any]) -> None:
+        """The play core's account of the episode (the evaluator's return)."""
+        self.episode = {
+            "steps": int(meta["length"]),
+            "terminated": bool(meta["terminated"]),
+            "return": float(meta["episode_return"]),
+            "actions": np.asarray(self.actions, np.int32).reshape(-1, self.num_agents),
+        }
 
 
-__all__ = ["EpisodePlayer", "EpisodeStep", "check_episode"]
+__all__ = ["EpisodeStep", "EpisodeSteps", "check_episode", "reset_state"]

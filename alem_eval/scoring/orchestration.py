@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from alem_eval.core.errors import DatasetError
+from alem_eval.core.errors import DatasetError, UsageError
 from alem_eval.scoring.teams import Team
 
 
@@ -68,6 +68,7 @@ class Match:
     max_steps: int
     producer: Mapping[str, Any] = field(default_factory=dict)
     extra: Mapping[str, Any] | None = None
+    first_episode: int = 0  # fast: its episode e is the protocol's first_episode + e
 
     @property
     def name(self) -> str:
@@ -230,7 +231,7 @@ def _play(
 
     groups: dict[tuple, list[Match]] = defaultdict(list)
     for m in todo:
-        groups[(m.eval_difficulty, m.num_episodes, m.max_steps)].append(m)
+        groups[(m.eval_difficulty, m.num_episodes, m.max_steps, m.first_episode)].append(m)
     families: dict[tuple, list[list[Match]]] = defaultdict(list)
     for group in groups.values():
         families[_family(members, group[0])].append(group)
@@ -306,6 +307,8 @@ def _play(
             on_team=lambda i, records, padded=padded: finished(padded[i], records),
             padding=pads,
         )
+        if head.first_episode:  # (the play core's default otherwise)
+            run["first_episode"] = head.first_episode
         driven = {index[a]: g for a, g in agents.items() if a in index}
         if driven:
             result = run_agent_teams(cfgs, weights, slots, driven, on_note=note, **run)
@@ -328,7 +331,11 @@ def _record_to(sinks: Sequence[Sink], eval_difficulty: str, names: Sequence[str]
     recorders = [r for s in sinks if (r := s.recorder(eval_difficulty)) is not None]
     if not recorders:
         return None
-    return RecordTo(recorders[0] if len(recorders) == 1 else _Recorders(recorders), names)
+    if len(recorders) == 1:  # a recorder with ``states`` (render's frames) plays alone
+        return RecordTo(recorders[0], names, states=bool(getattr(recorders[0], "states", False)))
+    if any(getattr(r, "states", False) for r in recorders):
+        raise UsageError("a recording of env states (render) takes no other recorder")
+    return RecordTo(_Recorders(recorders), names)
 
 
 @dataclass(frozen=True)

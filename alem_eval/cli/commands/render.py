@@ -7,20 +7,24 @@ prints what it drew.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from alem_eval.cli.app import app
-from alem_eval.cli.console import OutputFormat, emit_records, err_console
+from alem_eval.core.errors import UsageError
+from alem_eval.cli.console import OutputFormat, emit_records, err_console, play_or_plan
 from alem_eval.cli.options import (
     QuietOpt,
     quiet_option,
     CacheDirOpt,
     DifficultyFilterOpt,
+    DryRunOpt,
     EnvMismatch,
     EnvMismatchOpt,
     EvalDifficultyOpt,
+    FocalArgOpt,
+    FocalOpt,
     FormatOpt,
     MaxStepsOpt,
     OutFileOpt,
@@ -47,6 +51,26 @@ def render(
             "(a mixed team, any algorithms); each part must name exactly one cell.",
         ),
     ],
+    focal: Annotated[
+        str | None,
+        override(
+            FocalOpt,
+            help="Draw a scenario team: this agent (as 'scenario --focal' takes it: "
+            "package.module:factory, path/to/file.py:factory, a reference agent such as "
+            "random-legal or scripted, or a cell directory) drives the --slots beside the "
+            "cells.",
+        ),
+    ] = None,
+    focal_arg: FocalArgOpt = None,
+    slots: Annotated[
+        str | None,
+        typer.Option(
+            "--slots",
+            help="The agent slots the --focal agent drives, comma-separated (default 0: "
+            "a visitor in slot 0); the cells drive the others.",
+            metavar="S[,S...]",
+        ),
+    ] = None,
     source: SourceOpt = "hub",
     repo: RepoOpt = None,
     revision: RevisionOpt = None,
@@ -79,6 +103,7 @@ def render(
         typer.Option("--scale", help=f"Integer zoom of the renderer's pixels (1-{MAX_SCALE})."),
     ] = DEFAULT_SCALE,
     on_env_mismatch: EnvMismatchOpt = EnvMismatch.error,
+    dry_run: DryRunOpt = False,
     fmt: FormatOpt = OutputFormat.table,
     quiet: QuietOpt = False,
 ) -> None:
@@ -97,12 +122,22 @@ def render(
           --out ippo.gif
       alem-eval render 'demo/ippo/easy/0+demo/pqn/easy/0+demo/mappo/easy/0' \\
           --source demo --episode 3
+      alem-eval render demo/ippo/easy/0 --source demo --focal scripted \\
+          --slots 1 --max-steps 100
     """
-    from alem_eval.api.calls import a_command
-    from alem_eval.api.render import render as draw
+    import functools
 
-    with a_command():  # the compilation cache on before it compiles, as every command
-        result = draw(
+    from alem_eval.api.render import render as draw
+    from alem_eval.evaluate.agent_spec import parse_focal_args
+
+    focal_kwargs: dict[str, Any] = {} if focal is None else {"focal": focal}
+    if focal_arg:
+        focal_kwargs["focal_args"] = parse_focal_args(focal_arg)
+    if slots is not None:
+        focal_kwargs["slots"] = _slots(slots)
+    result = play_or_plan(  # --dry-run: the plan; else the compilation cache on, then play
+        functools.partial(
+            draw,
             team,
             out=out,
             eval_difficulty=eval_difficulty.value if eval_difficulty else None,
@@ -112,8 +147,14 @@ def render(
             scale=scale,
             on_env_mismatch=on_env_mismatch.value,
             **source_keywords(source, repo, revision, cache_dir, difficulty),
+            **focal_kwargs,
             progress=True,
-        )
+        ),
+        dry_run,
+        fmt,
+    )
+    if result is None:
+        return
     record = result.as_json()
     if fmt == OutputFormat.table:
         ending = "the env ended it" if result.terminated else "step cap"
@@ -130,3 +171,13 @@ def render(
         emit_records([{**record, "team": team_text, "achievements": unlocked}], fmt)
     else:
         emit_records([record], fmt)
+
+
+def _slots(text: str) -> tuple[int, ...]:
+    """``--slots 0,2`` -> ``(0, 2)`` (the library checks them against the env's agents)."""
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise UsageError(
+            f"--slots must be agent slots joined by ',' (e.g. 0 or 0,2), got {text!r}"
+        ) from None

@@ -32,6 +32,8 @@ from alem_eval.cli.options import (
     DifficultyFilterOpt,
     DryRunOpt,
     EnvMismatch,
+    FocalArgOpt,
+    FocalOpt,
     EnvMismatchOpt,
     EpisodesOpt,
     EvalDifficultyOpt,
@@ -76,24 +78,8 @@ def scenario(
             "default: all of a local --source."
         ),
     ] = None,
-    focal: Annotated[
-        str,
-        typer.Option(
-            "--focal",
-            help="Your agent: package.module:factory, path/to/file.py:factory, a "
-            "reference agent (random-legal, noop, scripted, scripted-host), or a cell "
-            "directory (checkpoint/ + config.json: its greedy policy).",
-            metavar="SPEC|PATH",
-        ),
-    ] = "random-legal",
-    focal_arg: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--focal-arg",
-            help="KEY=VALUE keyword argument of the factory (repeatable; JSON values).",
-            metavar="KEY=VALUE",
-        ),
-    ] = None,
+    focal: FocalOpt = "random-legal",
+    focal_arg: FocalArgOpt = None,
     mode: Annotated[
         Mode,
         typer.Option(
