@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from alem_eval.core.errors import EvaluationError, UsageError
-from alem_eval.evaluate import agents as focal
 from alem_eval.evaluate import host_agents
 from alem_eval.evaluate.agents import make_group
 
@@ -101,8 +100,8 @@ class Counted:
 
 
 def test_an_agent_that_reads_its_arrays_while_traced_keeps_them_as_constants():
-    a = focal.check_group(make_group(Counted(0)), 8, 4)
-    b = focal.check_group(make_group(Counted(1)), 8, 4)
+    a = make_group(Counted(0)).checked(8, 4)
+    b = make_group(Counted(1)).checked(8, 4)
     assert a.arrays == () and b.arrays == ()  # constants of the program ...
     assert a.key != b.key  # ... so each value has its own
 

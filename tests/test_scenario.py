@@ -132,11 +132,10 @@ def test_a_jax_agent_with_wrong_outputs_or_a_raising_act_fails_before_compiling(
     factory, message, bad_file
 ):
     from alem_eval.evaluate.agent_spec import load_focal
-    from alem_eval.evaluate.agents import check_group
 
     spec = f"{bad_file}:{factory}"
     with pytest.raises(EvaluationError) as err:
-        check_group(load_focal(spec), obs_dim=8, num_actions=5)
+        load_focal(spec).checked(obs_dim=8, num_actions=5)
     assert str(err.value) == f"focal {spec}: {message}"
 
 
@@ -641,11 +640,11 @@ def test_the_reference_agents_follow_the_protocol():
     import jax
     import jax.numpy as jnp
 
-    from alem_eval.evaluate.agents import check_group, make_group
+    from alem_eval.evaluate.agents import make_group
     from alem_eval.evaluate.reference_agents import REFERENCE_AGENTS, script
 
     for name, factory in REFERENCE_AGENTS.items():
-        group = check_group(make_group(factory()), obs_dim=8, num_actions=6)
+        group = make_group(factory()).checked(obs_dim=8, num_actions=6)
         assert group.name == name
     mask = np.array([[False, True, True, True, True, True], [True] * 5 + [False]])
     t = np.array([0, 1], np.int32)

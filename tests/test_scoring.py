@@ -61,6 +61,7 @@ def fake_evaluator(monkeypatch):
         record=None,
         on_team=None,
         padding=(),
+        first_episode=0,
     ):
         for i, cfg in enumerate(cfgs):
             check_env_version(cfg, on_mismatch=on_env_mismatch, where=f"checkpoint {i}")

@@ -326,10 +326,3 @@ def make_group(agent: Any, label: str | None = None, extra: bytes = b"") -> Any:
         rebuild=rebuild,
         _extra=extra,
     )
-
-
-def check_group(
-    group: AgentActor, obs_dim: int, num_actions: int, batches: Sequence[int] = (2,)
-) -> Any:
-    """``group.checked(obs_dim, num_actions, batches)`` (see :meth:`JaxAgent.checked`)."""
-    return group.checked(obs_dim, num_actions, batches)  # type: ignore[attr-defined]

@@ -257,9 +257,9 @@ def _drive(
     queued after the end changes nothing. ``on_status`` also gets the queued call's output
     buffer (device arrays: every episode the status counts as finished is final in it).
     When ``on_status`` raises (an agent's fault), the queued call ends before the error
-    leaves: nothing of it runs on after its caller has moved on. ``states``: ``on_log``
-    also gets the env state of slot 0 after the call (taken before the next call donates
-    the loop's buffers).
+    leaves: nothing of it runs on after its caller has moved on. ``on_log(log, state)``:
+    ``state`` is the env state of slot 0 after the call with ``states`` (taken before the
+    next call donates the loop's buffers), else None.
     """
     pending = prog.advance(loop, *call_args)
     while True:
@@ -269,10 +269,7 @@ def _drive(
         st = prog.host_status(jax.device_get(status))
         try:
             if on_log is not None and log is not None:
-                if states:
-                    on_log(jax.device_get(log), state)
-                else:
-                    on_log(jax.device_get(log))
+                on_log(jax.device_get(log), state)
             on_status(st, pending[0].done)
         except BaseException:  # (e.g. an agent's fault): the queued call ends first
             jax.block_until_ready(pending)

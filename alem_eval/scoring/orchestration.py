@@ -306,9 +306,8 @@ def _play(
             record=_record_to(sinks, head.eval_difficulty, names),
             on_team=lambda i, records, padded=padded: finished(padded[i], records),
             padding=pads,
+            first_episode=head.first_episode,
         )
-        if head.first_episode:  # (the play core's default otherwise)
-            run["first_episode"] = head.first_episode
         driven = {index[a]: g for a, g in agents.items() if a in index}
         if driven:
             result = run_agent_teams(cfgs, weights, slots, driven, on_note=note, **run)
