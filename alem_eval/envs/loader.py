@@ -51,8 +51,10 @@ def import_alem() -> AlemModules:
         return _MODULES
     with _LOCK:
         if _MODULES is None:
+            from alem_eval.envs.textures import deferred_textures
+
             buf = io.StringIO()
-            with contextlib.redirect_stdout(buf):
+            with contextlib.redirect_stdout(buf), deferred_textures():
                 from alem.alem_coop.action_masking import compute_action_mask
                 from alem.alem_coop.constants import Action
                 from alem.alem_coop.alem_state import (
