@@ -1,5 +1,5 @@
 """``python -m alem_eval`` runs the CLI."""
 
-from alem_eval.cli.app import main
+from alem_eval.cli.app import run
 
-main()
+run()

@@ -42,12 +42,15 @@ def cli_env(tmp_path: Path, endpoint: str, *, offline: bool = False) -> dict[str
     return env
 
 
+# What the `alem-eval` program runs (pyproject's console script), for `python -c`.
+CLI_CODE = "from alem_eval.cli.app import run; run()"
+
+
 def run_cli(
     args: list[str], env: dict[str, str], *, timeout: float = 120
 ) -> subprocess.CompletedProcess:
-    code = "import sys; from alem_eval.cli.app import main; sys.exit(main())"
     return subprocess.run(
-        [sys.executable, "-c", code, *args],
+        [sys.executable, "-c", CLI_CODE, *args],
         env=env,
         cwd=REPO,
         capture_output=True,

@@ -107,3 +107,40 @@ def test_ctrl_c_says_that_completed_work_is_kept(monkeypatch, capsys, fixtures_r
     assert exit_.value.code == 130
     assert capsys.readouterr().err.strip() == cli.INTERRUPTED
     assert signal.getsignal(signal.SIGINT) is before  # restored for the caller
+
+
+_PROGRAM = (
+    "import atexit, sys; atexit.register(lambda: print('atexit ran', file=sys.stderr)); "
+    "from alem_eval.cli.app import run; run()"
+)
+
+
+@pytest.mark.parametrize(
+    ("args", "status"),
+    [(["list", "--source", "demo", "--format", "json"], 0), (["score", "x/y"], 2)],
+)
+def test_the_program_ends_with_the_commands_status_its_output_whole_and_atexit_run(
+    args, status, tmp_path
+):
+    """``alem-eval`` (``cli.app.run``) skips the interpreter's teardown after the command,
+    but not what a normal exit keeps: the exit status, everything written to the streams,
+    the ``atexit`` handlers."""
+    import json
+    import subprocess
+    import sys
+
+    from .clitools import cli_env, closed_port_url
+
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROGRAM, *args],
+        env=cli_env(tmp_path, closed_port_url()),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == status, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "atexit ran"
+    if status == 0:
+        assert {row["cell"] for row in json.loads(proc.stdout)} >= {"demo/ippo-rnn/easy/seed0"}
+    else:
+        assert proc.stderr.startswith("alem-eval: error: selector 'x/y'"), proc.stderr

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from .clitools import cli_env, run_cli
+from .clitools import CLI_CODE, cli_env, run_cli
 from .conftest import FIXTURES, REPO
 from .hub_server import HubServer
 
@@ -31,9 +31,8 @@ def hub():
 
 
 def start_pull(args: list[str], env: dict[str, str]) -> subprocess.Popen:
-    code = "import sys; from alem_eval.cli.app import main; sys.exit(main())"
     return subprocess.Popen(
-        [sys.executable, "-c", code, "pull", *args],
+        [sys.executable, "-c", CLI_CODE, "pull", *args],
         env=env,
         cwd=REPO,
         stdout=subprocess.PIPE,

@@ -11,7 +11,14 @@ import pytest
 
 from alem_eval.analysis.results import _TMP_PREFIX
 
-from .clitools import assert_one_line_error, cli_env, closed_port_url, run_cli, run_cli_in_process
+from .clitools import (
+    CLI_CODE,
+    assert_one_line_error,
+    cli_env,
+    closed_port_url,
+    run_cli,
+    run_cli_in_process,
+)
 from .conftest import FIXTURES, REPO
 from .eval_support import FAST_EPISODES
 from .hub_server import HubServer
@@ -85,9 +92,8 @@ def test_killed_score_resumes_with_only_the_missing_cells(tmp_path):
         "1",
         *QUICK,
     ]
-    code = "import sys; from alem_eval.cli.app import main; sys.exit(main())"
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, *args],
+        [sys.executable, "-c", CLI_CODE, *args],
         env=env,
         cwd=REPO,
         stdout=subprocess.PIPE,

@@ -283,6 +283,6 @@ def make_train(run: RunConfig, tcfg: PPOTrainConfig, partners: Partners | None =
 # 6. Entry point: ``python -m alem_eval.trainers.ippo_rnn CELL [options]`` = ``alem-eval train CELL``
 # ========================================================================================
 if __name__ == "__main__":
-    from alem_eval.cli.app import main
+    from alem_eval.cli.app import run
 
-    main(["train", *sys.argv[1:]])
+    run(["train", *sys.argv[1:]])

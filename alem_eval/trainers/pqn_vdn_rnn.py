@@ -327,6 +327,6 @@ def make_train(run: RunConfig, tcfg: PQNTrainConfig) -> Trainer:
 # 6. Entry point: ``python -m alem_eval.trainers.pqn_vdn_rnn CELL [options]`` = ``alem-eval train CELL``
 # ========================================================================================
 if __name__ == "__main__":
-    from alem_eval.cli.app import main
+    from alem_eval.cli.app import run
 
-    main(["train", *sys.argv[1:]])
+    run(["train", *sys.argv[1:]])
