@@ -278,7 +278,9 @@ def child(args) -> int:
         ended_wall=_t.time(),
     )
     Path(args.out).write_text(json.dumps(result, indent=1))
-    return 0
+    from alem_eval.cli.app import end_process
+
+    end_process(0)  # the process ends as the `alem-eval` program's does
 
 
 def cli_exit_code(cli_main, argv: list[str]) -> int:

@@ -15,7 +15,7 @@ import os
 import sys
 import warnings
 
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 
@@ -167,20 +167,27 @@ def main(argv: list[str] | None = None) -> None:
             raise
 
 
-def run(argv: list[str] | None = None) -> None:
-    """The ``alem-eval`` program: :func:`main`, then a quick exit of the process.
+def run(argv: list[str] | None = None) -> NoReturn:
+    """The ``alem-eval`` program: :func:`main`, then :func:`end_process` with its status.
 
-    After the command has returned, a normal interpreter exit spends about a second
-    (2-core CPU) tearing down compiled XLA programs and modules that the ending process
-    no longer needs. Once the command is over and no other (non-daemon) thread is
-    running, the streams are flushed, the ``atexit`` handlers run (temporary directories,
-    logging, libraries' own clean-ups), and the process ends with the command's exit
-    status at once. ``main`` itself never exits the process: call it from Python."""
+    :func:`main` raises ``SystemExit`` like any click program and leaves the process to
+    its caller: call it from Python and tests."""
     try:
         main(argv)
         code: object = 0
     except SystemExit as exc:
         code = exc.code
+    end_process(code)
+
+
+def end_process(code: object) -> NoReturn:
+    """End the process as ``sys.exit(code)`` would, without the interpreter's teardown.
+
+    After a command, a normal exit spends about a second (2-core CPU) freeing compiled XLA
+    programs and modules the ending process no longer needs. Here, when no other
+    (non-daemon) thread is running, the ``atexit`` handlers run (temporary directories,
+    logging, libraries' own clean-ups), the streams are flushed, and the process ends at
+    once with the status ``sys.exit`` would give; otherwise it is ``sys.exit(code)``."""
     if any(t.is_alive() and not t.daemon for t in _other_threads()):
         sys.exit(code)  # type: ignore[arg-type]
     if code is None:
