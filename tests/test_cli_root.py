@@ -144,3 +144,18 @@ def test_the_program_ends_with_the_commands_status_its_output_whole_and_atexit_r
         assert {row["cell"] for row in json.loads(proc.stdout)} >= {"demo/ippo-rnn/easy/seed0"}
     else:
         assert proc.stderr.startswith("alem-eval: error: selector 'x/y'"), proc.stderr
+
+
+def test_a_profiled_program_ends_normally_so_the_profile_is_written(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "cli.prof"
+    proc = subprocess.run(
+        [sys.executable, "-m", "cProfile", "-o", str(out), "-m", "alem_eval", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("alem-eval ") and out.stat().st_size > 0

@@ -185,10 +185,13 @@ def end_process(code: object) -> NoReturn:
 
     After a command, a normal exit spends about a second (2-core CPU) freeing compiled XLA
     programs and modules the ending process no longer needs. Here, when no other
-    (non-daemon) thread is running, the ``atexit`` handlers run (temporary directories,
-    logging, libraries' own clean-ups), the streams are flushed, and the process ends at
-    once with the status ``sys.exit`` would give; otherwise it is ``sys.exit(code)``."""
-    if any(t.is_alive() and not t.daemon for t in _other_threads()):
+    (non-daemon) thread is running and no profiler or tracer watches the process (they
+    write their results as it ends normally), the ``atexit`` handlers run (temporary
+    directories, logging, libraries' own clean-ups), the streams are flushed, and the
+    process ends at once with the status ``sys.exit`` would give; otherwise it is
+    ``sys.exit(code)``."""
+    observed = sys.getprofile() is not None or sys.gettrace() is not None
+    if observed or any(t.is_alive() and not t.daemon for t in _other_threads()):
         sys.exit(code)  # type: ignore[arg-type]
     if code is None:
         status = 0
