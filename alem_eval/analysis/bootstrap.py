@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from collections.abc import Sequence
 
 import numpy as np
+import scipy.stats
 
 from alem_eval.core.errors import UsageError
 
@@ -96,15 +97,6 @@ def aggregate_median_of_task_means(scores: np.ndarray) -> float:
     return float(np.median(np.mean(scores, axis=0)))
 
 
-def _stats():
-    """``scipy.stats``, imported when an interval or an IQM is first computed: it takes
-    about a second to import, which every command would otherwise pay at start-up (the
-    CLI registers every command, and cross-play's statistics import this module)."""
-    import scipy.stats
-
-    return scipy.stats
-
-
 def aggregate_median(scores: np.ndarray) -> float:
     """``scores (num_runs x num_tasks) -> float``: median of all runs x tasks."""
     return float(np.median(scores))
@@ -112,7 +104,7 @@ def aggregate_median(scores: np.ndarray) -> float:
 
 def aggregate_iqm(scores: np.ndarray) -> float:
     """``scores (num_runs x num_tasks) -> float``: 25% trimmed mean of all runs x tasks."""
-    return float(_stats().trim_mean(scores, proportiontocut=0.25, axis=None))
+    return float(scipy.stats.trim_mean(scores, proportiontocut=0.25, axis=None))
 
 
 def aggregate_optimality_gap(scores: np.ndarray, gamma: float = 1.0) -> float:
@@ -224,7 +216,7 @@ def expanded_z(n, confidence: float, df=None) -> np.ndarray:
     n = np.asarray(n, float)
     ok = n >= 2
     dof = np.where(ok, n - 1 if df is None else df, 1.0)
-    z = np.sqrt(np.where(ok, n, 2.0) / np.where(ok, n - 1, 1.0)) * _stats().t.ppf(
+    z = np.sqrt(np.where(ok, n, 2.0) / np.where(ok, n - 1, 1.0)) * scipy.stats.t.ppf(
         0.5 + confidence / 2, dof
     )
     return np.where(ok, z, np.nan)
@@ -233,7 +225,7 @@ def expanded_z(n, confidence: float, df=None) -> np.ndarray:
 def expanded_levels(n, confidence: float) -> tuple[np.ndarray, np.ndarray]:
     """``n (X,) -> (lo, hi)``, each ``(X,)`` in [0, 1]: the quantile levels of Hesterberg's
     expanded percentile interval for n independent units; NaN for n < 2."""
-    lo = _stats().norm.cdf(-expanded_z(n, confidence))
+    lo = scipy.stats.norm.cdf(-expanded_z(n, confidence))
     return lo, 1.0 - lo
 
 
@@ -242,7 +234,7 @@ def expansion(n: int, confidence: float, df: float | None = None) -> float:
     """The factor the expanded interval widens the percentile interval by (about the
     estimate): ``expanded_z / z``; 1 for n < 2 (one run: the interval has zero width)."""
     z = float(expanded_z(n, confidence, df))
-    return z / float(_stats().norm.ppf(0.5 + confidence / 2)) if math.isfinite(z) else 1.0
+    return z / float(scipy.stats.norm.ppf(0.5 + confidence / 2)) if math.isfinite(z) else 1.0
 
 
 def _stream_entropy(seed: int, stream: Sequence) -> list[int]:
