@@ -65,7 +65,7 @@ def run_cli_in_process(args: list[str], env: dict[str, str]) -> subprocess.Compl
     ``SystemExit`` (0 when ``main`` returns). For commands that neither compile nor reach a
     Hub: ``huggingface_hub`` keeps the endpoint and offline mode it read at import (the
     session's dead endpoint, tests/conftest.py)."""
-    from alem_eval.cli.app import main
+    from alem_eval.cli.app import exit_status, main
 
     out, err = io.StringIO(), io.StringIO()
     saved = dict(os.environ)
@@ -81,11 +81,11 @@ def run_cli_in_process(args: list[str], env: dict[str, str]) -> subprocess.Compl
     finally:
         os.environ.clear()
         os.environ.update(saved)
-    if not isinstance(code, int):  # sys.exit(None) is 0, sys.exit("text") prints it and is 1
-        if code is not None:
-            err.write(f"{code}\n")
-        code = 0 if code is None else 1
-    return subprocess.CompletedProcess(["alem-eval", *args], code, out.getvalue(), err.getvalue())
+    if not isinstance(code, int) and code is not None:  # sys.exit("text") prints it
+        err.write(f"{code}\n")
+    return subprocess.CompletedProcess(
+        ["alem-eval", *args], exit_status(code), out.getvalue(), err.getvalue()
+    )
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> None:

@@ -47,8 +47,8 @@ def test_an_alem_already_imported_is_left_as_it_is():
     from alem_eval.envs.loader import import_alem
     from alem_eval.envs.textures import deferred_textures
 
-    import_alem()
-    with deferred_textures() as handed:
+    modules = import_alem()
+    with deferred_textures(modules.package_version) as handed:
         assert handed == []
 
 

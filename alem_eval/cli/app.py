@@ -190,16 +190,15 @@ def end_process(code: object) -> NoReturn:
     directories, logging, libraries' own clean-ups), the streams are flushed, and the
     process ends at once with the status ``sys.exit`` would give; otherwise it is
     ``sys.exit(code)``."""
+    import threading
+
+    others = [t for t in threading.enumerate() if t is not threading.main_thread()]
     observed = sys.getprofile() is not None or sys.gettrace() is not None
-    if observed or any(t.is_alive() and not t.daemon for t in _other_threads()):
+    if observed or any(t.is_alive() and not t.daemon for t in others):
         sys.exit(code)  # type: ignore[arg-type]
-    if code is None:
-        status = 0
-    elif isinstance(code, int):
-        status = code
-    else:  # sys.exit("text"): Python prints it and exits with 1
+    if not isinstance(code, int) and code is not None:  # sys.exit("text") prints it
         print(code, file=sys.stderr)
-        status = 1
+    status = exit_status(code)
     import atexit
     import contextlib
 
@@ -210,10 +209,12 @@ def end_process(code: object) -> NoReturn:
     os._exit(status)
 
 
-def _other_threads() -> list:
-    import threading
-
-    return [t for t in threading.enumerate() if t is not threading.main_thread()]
+def exit_status(code: object) -> int:
+    """The status a process ends with after ``sys.exit(code)``: 0 for None, an int as
+    is, 1 for anything else (Python prints that)."""
+    if code is None:
+        return 0
+    return code if isinstance(code, int) else 1
 
 
 if __name__ == "__main__":  # `python -m alem_eval.cli.app`: use the registered module's app

@@ -55,8 +55,14 @@ def import_alem() -> AlemModules:
         if _MODULES is None:
             from alem_eval.envs.textures import deferred_textures
 
+            try:
+                from importlib.metadata import version
+
+                pkg: str | None = version("alem-env")
+            except Exception:
+                pkg = None
             buf = io.StringIO()
-            with contextlib.redirect_stdout(buf), deferred_textures():
+            with contextlib.redirect_stdout(buf), deferred_textures(pkg):
                 from alem.alem_coop.action_masking import compute_action_mask
                 from alem.alem_coop.constants import Action
                 from alem.alem_coop.alem_state import (
@@ -67,12 +73,6 @@ def import_alem() -> AlemModules:
                 from alem.alem_coop.envs.common import compute_score
                 from alem.alem_env import make_alem_env_from_name
             IMPORT_MESSAGES.extend(line for line in buf.getvalue().splitlines() if line)
-            try:
-                from importlib.metadata import version
-
-                pkg = version("alem-env")
-            except Exception:
-                pkg = None
             _MODULES = AlemModules(
                 make_alem_env_from_name,
                 EnvParams,

@@ -98,18 +98,10 @@ def _alem_util_path() -> Path | None:
     return path if path.is_file() else None
 
 
-def _alem_version() -> str | None:
-    try:
-        from importlib.metadata import version
-
-        return version("alem-env")
-    except Exception:
-        return None
-
-
 @contextlib.contextmanager
-def deferred_textures():
-    """Import alem inside this block: its texture table is read on first use.
+def deferred_textures(alem_version: str | None):
+    """Import alem inside this block: its texture table is read on first use, when
+    ``alem_version`` (the installed alem-env's) is one of :data:`DEFERRED_VERSIONS`.
 
     Yields the list of :class:`LazyTextures` handed to alem (one when alem's constants
     were imported inside the block; empty when the import ran untouched)."""
@@ -119,7 +111,7 @@ def deferred_textures():
         not os.environ.get(EAGER_ENV)
         and "alem" not in sys.modules
         and UTIL_MODULE not in sys.modules
-        and _alem_version() in DEFERRED_VERSIONS
+        and alem_version in DEFERRED_VERSIONS
     ):
         util = _load_util()
     if util is None:
